@@ -1,0 +1,1 @@
+"""batchserve: a Python model server built around dynamic batching."""

@@ -1,0 +1,468 @@
+"""The asyncio driver of the batching policy.
+
+Theory of operation
+-------------------
+:class:`Batcher` owns one :class:`~batchserve.policy.Policy` and drives it with an injected
+:class:`~batchserve.clock.Clock`. Every event (a submission, a cancellation, a timer, a
+finished forward pass) is handed to the policy with the clock's time, and the policy's
+answer is carried out at once in ``_pump``: expired items get ``DeadlineExceeded``, batches
+start on the workers, and one timer is (re)armed for the policy's ``wake_at``.
+
+A sync model runs in a thread pool of ``workers`` threads, so the event loop keeps admitting
+and forming the next batch during a forward pass; an async model runs on the loop. Just
+before the pass, inside the worker, items whose caller already left are dropped: the model
+never runs for a caller who is gone. If the model raises, the batch is bisected
+(:mod:`batchserve.bisection`) so only the failing inputs' callers get a ``ModelError``.
+
+Each caller waits on its own future. A caller whose deadline passes while its item is
+running is answered ``DeadlineExceeded`` at the deadline, not when the pass ends (the item
+is then counted ``late``). A caller that is cancelled (a task cancelled, a client gone)
+cancels its future, which removes the item from the queue if it is still there.
+
+All methods must be called from the event loop thread that runs the batcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Generic, TypeVar, cast
+
+from batchserve.bisection import BisectResult, run_async, run_sync
+from batchserve.clock import Clock, MonotonicClock, TimerHandle
+from batchserve.config import BatchConfig, check_positive
+from batchserve.errors import DeadlineExceeded, ShuttingDown
+from batchserve.models.base import AsyncBatchFn, BatchFn, SyncBatchFn, is_async_model
+from batchserve.policy import Batch, Entry, Policy, PolicyStats
+
+__all__ = ["BatchRecord", "Batcher", "Served", "Ticket"]
+
+Out = TypeVar("Out")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Served(Generic[Out]):
+    """One item's answer with how it was served.
+
+    Attributes:
+        output: what the model returned for the item.
+        queue_wait_s: seconds from admission to the start of its forward pass.
+        forward_s: seconds the forward pass took (bisection included).
+        batch_size: items in the forward pass.
+        batch_id: the forward pass's id, unique within the batcher.
+    """
+
+    output: Out
+    queue_wait_s: float
+    forward_s: float
+    batch_size: int
+    batch_id: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchRecord:
+    """What happened in one finished forward pass; handed to ``on_batch`` listeners.
+
+    Attributes:
+        batch_id: the pass's id.
+        size: items that ran (skipped ones excluded).
+        forward_s: seconds the pass took.
+        queue_waits_s: each item's seconds from admission to the start of the pass.
+        failed: items the model raised for.
+        skipped: items dropped because their caller had left.
+        bisect_calls: extra model calls spent isolating failures.
+    """
+
+    batch_id: int
+    size: int
+    forward_s: float
+    queue_waits_s: tuple[float, ...]
+    failed: int
+    skipped: int
+    bisect_calls: int
+
+
+class _Item:
+    """The policy payload: the caller's input and its future."""
+
+    __slots__ = ("future", "input")
+
+    def __init__(self, input: Any, future: asyncio.Future[Any]) -> None:
+        self.input = input
+        self.future = future
+
+
+class Ticket(Generic[Out]):
+    """An admitted item. Await it for its :class:`Served`; cancel it to leave the queue."""
+
+    __slots__ = ("_entry", "_future")
+
+    def __init__(self, entry: Entry[_Item], future: asyncio.Future[Served[Out]]) -> None:
+        self._entry = entry
+        self._future = future
+
+    @property
+    def deadline(self) -> float | None:
+        """The item's absolute deadline on the batcher's clock, or None."""
+        return self._entry.deadline
+
+    def cancel(self) -> None:
+        """Withdraw the item: it is removed from the queue, or skipped if not yet computed."""
+        self._future.cancel()
+
+    def done(self) -> bool:
+        """Whether the item has its answer (or error) already."""
+        return self._future.done()
+
+    def __await__(self) -> Generator[Any, None, Served[Out]]:
+        return self._future.__await__()
+
+
+class Batcher(Generic[Out]):
+    """Dynamic batching in front of a model.
+
+    Args:
+        model: a sync or async function from a list of inputs to a list of outputs of the
+            same length and order.
+        config: batching settings (see :class:`~batchserve.config.BatchConfig`).
+        clock: the time source; real monotonic time by default.
+        timeout_s: the deadline applied to submissions that give none (None: no deadline).
+        on_batch: called on the loop with a :class:`BatchRecord` after each forward pass.
+
+    Use it as ``async with Batcher(model) as b: out = await b.submit(x)``; leaving the block
+    drains (finishes every accepted item).
+    """
+
+    def __init__(
+        self,
+        model: BatchFn,
+        config: BatchConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        timeout_s: float | None = None,
+        on_batch: Callable[[BatchRecord], None] | None = None,
+    ) -> None:
+        self.config = config if config is not None else BatchConfig()
+        if timeout_s is not None:
+            check_positive("timeout_s", timeout_s)
+        self.timeout_s = timeout_s
+        self._model = model
+        self._async = is_async_model(model)
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
+        self._policy: Policy[_Item] = Policy(self.config)
+        self._on_batch = on_batch
+        self._executor: ThreadPoolExecutor | None = None
+        self._timer: TimerHandle | None = None
+        self._timer_at = math.inf
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._idle: asyncio.Event | None = None
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Batcher[Out]:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.shutdown(drain=exc is None)
+
+    @property
+    def clock(self) -> Clock:
+        """The clock the batcher reads time from."""
+        return self._clock
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``shutdown`` has begun: new submissions are refused."""
+        return self._closed
+
+    def statistics(self) -> PolicyStats:
+        """A frozen snapshot: queue depth, outcome counters, batch sizes, fitted cost model."""
+        return self._policy.statistics()
+
+    async def shutdown(self, *, drain: bool = True, timeout_s: float | None = None) -> None:
+        """Refuse new work, then finish (``drain=True``) or drop what is queued.
+
+        With ``drain=True`` every accepted item is run and answered, without waiting for
+        ``max_wait_s`` since nothing more will arrive. With ``drain=False`` queued items are
+        answered ``ShuttingDown`` (counted ``cancelled``); running passes still finish. Blocks
+        until nothing is queued or running, or ``timeout_s`` seconds have passed (then the
+        queue is dropped as with ``drain=False``). Safe to call twice.
+        """
+        self._closed = True
+        self._policy.close()
+        if not drain:
+            self._drop_queue()
+        self._pump()
+        try:
+            await asyncio.wait_for(self.wait_idle(), timeout_s)
+        except TimeoutError:
+            self._drop_queue()
+            self._pump()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+
+    async def wait_idle(self) -> None:
+        """Block until nothing is queued or running."""
+        if self._idle is None:
+            self._idle = asyncio.Event()
+        while not self._policy.idle:
+            self._idle.clear()
+            await self._idle.wait()
+
+    def _drop_queue(self) -> None:
+        now = self._clock.now()
+        for entry in self._policy.queued():
+            self._policy.cancel(now, entry)
+            fut = entry.payload.future
+            if not fut.done():
+                fut.set_exception(ShuttingDown("the batcher shut down", retry_after_s=1.0))
+
+    # -- submission ------------------------------------------------------------------------
+
+    def submit_nowait(
+        self, item: Any, *, timeout_s: float | None = None, deadline: float | None = None
+    ) -> Ticket[Out]:
+        """Admit ``item`` at once or refuse it; never waits.
+
+        Args:
+            item: one input for the model.
+            timeout_s: seconds from now by which it must finish (default: the batcher's).
+            deadline: an absolute time on the batcher's clock instead of ``timeout_s``.
+
+        Returns:
+            A :class:`Ticket`; await it for the :class:`Served` answer. Awaiting raises
+            ``DeadlineExceeded`` at the deadline, ``ModelError`` if the model raised for this
+            input, ``ShuttingDown`` if dropped by a non-draining shutdown.
+
+        Raises:
+            QueueFull, DeadlineInfeasible, ShuttingDown: refused at once; each carries
+                ``retry_after_s``.
+            ConfigError: ``timeout_s`` is not a positive number.
+        """
+        now = self._clock.now()
+        if deadline is None:
+            t = timeout_s if timeout_s is not None else self.timeout_s
+            if t is not None:
+                deadline = now + check_positive("timeout_s", t)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Served[Out]] = loop.create_future()
+        entry = self._policy.offer(now, _Item(item, future), deadline)
+        future.add_done_callback(lambda f: self._on_future_done(entry, f))
+        self._pump()
+        return Ticket(entry, future)
+
+    async def submit(
+        self, item: Any, *, timeout_s: float | None = None, deadline: float | None = None
+    ) -> Out:
+        """Submit ``item`` and wait for its output.
+
+        Raises:
+            QueueFull, DeadlineInfeasible, ShuttingDown: refused at once.
+            DeadlineExceeded: not finished by its deadline.
+            ModelError: the model raised for this input.
+
+        On cancellation the item leaves the queue (or is skipped before its pass).
+        """
+        served = await self.submit_nowait(item, timeout_s=timeout_s, deadline=deadline)
+        return served.output
+
+    def _on_future_done(self, entry: Entry[_Item], future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            if self._policy.cancel(self._clock.now(), entry):
+                self._pump()
+        elif entry.state != 2:
+            # Answered early (deadline while running): the caller is gone for the model too.
+            entry.gone = True
+
+    # -- the pump --------------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        now = self._clock.now()
+        step = self._policy.poll(now)
+        for entry in step.expired:
+            fut = entry.payload.future
+            if not fut.done():
+                waited = now - entry.arrival
+                fut.set_exception(
+                    DeadlineExceeded(f"deadline passed after {waited:.4f}s in the queue")
+                )
+        for batch in step.dispatch:
+            self._start(batch)
+        self._arm(step.wake_at)
+        if self._policy.idle and self._idle is not None:
+            self._idle.set()
+
+    def _arm(self, when: float | None) -> None:
+        when = math.inf if when is None else when
+        if when == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = when
+        if when != math.inf:
+            self._timer = self._clock.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = math.inf
+        self._pump()
+
+    # -- forward passes --------------------------------------------------------------------
+
+    def _start(self, batch: Batch[_Item]) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, batch: Batch[_Item]) -> None:
+        guard = _DeadlineGuard(self._clock, batch)
+        entries = batch.entries
+        try:
+            if self._async:
+                live = [e for e in entries if not e.gone]
+                t0 = self._clock.now()
+                model = cast(AsyncBatchFn, self._model)
+                result = await run_async(
+                    model, [e.payload.input for e in live], self.config.max_bisect_calls
+                )
+                forward_s = self._clock.now() - t0
+            else:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(
+                        self.config.workers, thread_name_prefix="batchserve-model"
+                    )
+                loop = asyncio.get_running_loop()
+                live, result, forward_s = await loop.run_in_executor(
+                    self._executor, self._run_in_thread, entries
+                )
+        except BaseException as exc:
+            # A fault of the engine itself (not of the model): no caller may hang on it.
+            self._policy.finish(self._clock.now(), batch, failed=entries)
+            for e in entries:
+                if not e.payload.future.done():
+                    e.payload.future.set_exception(exc)
+            guard.cancel()
+            self._pump()
+            if not isinstance(exc, Exception):
+                raise
+            return
+        guard.cancel()
+        self._complete(batch, live, result, forward_s)
+
+    def _run_in_thread(
+        self, entries: Sequence[Entry[_Item]]
+    ) -> tuple[list[Entry[_Item]], BisectResult, float]:
+        # Runs in a worker thread: the last check for callers who left, then the pass.
+        live = [e for e in entries if not e.gone]
+        t0 = self._clock.now()
+        model = cast(SyncBatchFn, self._model)
+        result = run_sync(model, [e.payload.input for e in live], self.config.max_bisect_calls)
+        return live, result, self._clock.now() - t0
+
+    def _complete(
+        self,
+        batch: Batch[_Item],
+        live: list[Entry[_Item]],
+        result: BisectResult,
+        forward_s: float,
+    ) -> None:
+        now = self._clock.now()
+        live_ids = {e.id for e in live}
+        skipped = [e for e in batch.entries if e.id not in live_ids]
+        failed = [live[i] for i in result.errors]
+        self._policy.finish(
+            now,
+            batch,
+            forward_s=forward_s if live else None,
+            failed=failed,
+            skipped=skipped,
+            bisect_calls=result.extra_calls,
+        )
+        for i, e in enumerate(live):
+            fut = e.payload.future
+            if fut.done():
+                continue
+            err = result.errors.get(i)
+            if err is not None:
+                fut.set_exception(err)
+            else:
+                fut.set_result(
+                    Served(
+                        output=result.outputs[i],
+                        queue_wait_s=batch.start - e.arrival,
+                        forward_s=forward_s,
+                        batch_size=len(live),
+                        batch_id=batch.id,
+                    )
+                )
+        for e in skipped:
+            if not e.payload.future.done():
+                e.payload.future.cancel()
+        if self._on_batch is not None:
+            self._on_batch(
+                BatchRecord(
+                    batch_id=batch.id,
+                    size=len(live),
+                    forward_s=forward_s,
+                    queue_waits_s=tuple(batch.start - e.arrival for e in live),
+                    failed=len(failed),
+                    skipped=len(skipped),
+                    bisect_calls=result.extra_calls,
+                )
+            )
+        self._pump()
+
+
+class _DeadlineGuard:
+    """Answers ``DeadlineExceeded`` to callers whose deadline passes while their pass runs."""
+
+    __slots__ = ("_batch", "_clock", "_handle")
+
+    def __init__(self, clock: Clock, batch: Batch[_Item]) -> None:
+        self._clock = clock
+        self._batch = batch
+        self._handle: TimerHandle | None = None
+        self._arm()
+
+    def _arm(self) -> None:
+        pending = [
+            e.deadline
+            for e in self._batch.entries
+            if e.deadline is not None and not e.payload.future.done()
+        ]
+        self._handle = self._clock.call_at(min(pending), self._fire) if pending else None
+
+    def _fire(self) -> None:
+        now = self._clock.now()
+        for e in self._batch.entries:
+            fut = e.payload.future
+            if e.deadline is not None and e.deadline <= now and not fut.done():
+                e.gone = True
+                fut.set_exception(
+                    DeadlineExceeded(
+                        f"deadline passed after {now - e.arrival:.4f}s, "
+                        "while its forward pass was running"
+                    )
+                )
+        self._arm()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None

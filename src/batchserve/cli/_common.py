@@ -1,0 +1,29 @@
+"""Helpers shared by the CLI subcommands: argument types and error reporting."""
+
+from __future__ import annotations
+
+import argparse
+
+from batchserve.errors import ConfigError
+from batchserve.units import parse_duration
+
+__all__ = ["duration", "positive_int"]
+
+
+def duration(text: str) -> float:
+    """Argparse type: a duration with a unit (``2ms``, ``0.25s``) as float seconds."""
+    try:
+        return parse_duration(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_int(text: str) -> int:
+    """Argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value

@@ -1,0 +1,196 @@
+"""The Go seed's experiment, in-process: open-loop load on a Batcher in front of a model.
+
+:func:`run_open_loop` sends requests on a schedule fixed in advance (constant spacing, or
+Poisson with a seed), never paced by answers, and measures each request's latency from its
+scheduled send time, so a stalled batcher cannot hide its queue. :func:`seed_scenarios` lists
+the seed's four configurations plus what this engine adds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from batchserve.batcher import Batcher, Ticket
+from batchserve.clock import MonotonicClock
+from batchserve.config import BatchConfig
+from batchserve.errors import DeadlineExceeded, ModelError, Rejected
+from batchserve.models.base import BatchFn
+from batchserve.models.synthetic import SyntheticModel
+from batchserve.report import LoadSummary, summarize
+
+__all__ = ["Scenario", "arrival_times", "run_open_loop", "seed_scenarios"]
+
+#: The seed's model: 8 ms per call + 0.25 ms per item.
+SEED_FIXED_S = 0.008
+SEED_PER_ITEM_S = 0.00025
+SEED_RATE = 600.0
+SEED_DURATION_S = 1.5
+SEED_TIMEOUT_S = 0.25
+SEED_QUEUE = 64
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scenario:
+    """One row of the demo: a name and the batcher's settings."""
+
+    name: str
+    config: BatchConfig
+
+
+def seed_scenarios(*, queue_size: int = SEED_QUEUE) -> list[Scenario]:
+    """The seed's four configurations (with this engine's defaults), then the extras."""
+
+    def cfg(b: int, wait_s: float, admission: bool = True) -> BatchConfig:
+        return BatchConfig(
+            max_batch_size=b, max_wait_s=wait_s, queue_size=queue_size, admission=admission
+        )
+
+    return [
+        Scenario(name="no batching (batch=1)", config=cfg(1, 0.0)),
+        Scenario(name="batch<=8,  wait 2 ms", config=cfg(8, 0.002)),
+        Scenario(name="batch<=32, wait 2 ms", config=cfg(32, 0.002)),
+        Scenario(name="batch<=32, wait 20 ms", config=cfg(32, 0.020)),
+        Scenario(name="batch=1, admission off", config=cfg(1, 0.0, admission=False)),
+        Scenario(name="batch<=32, 2 ms, adm. off", config=cfg(32, 0.002, admission=False)),
+    ]
+
+
+def arrival_times(
+    *, rate: float, duration_s: float, arrivals: str = "constant", seed: int = 0
+) -> list[float]:
+    """Send offsets in seconds from the start, fixed in advance.
+
+    Args:
+        rate: requests per second.
+        duration_s: the schedule covers ``[0, duration_s)``.
+        arrivals: ``constant`` (evenly spaced, as the seed) or ``poisson``.
+        seed: the random seed for ``poisson``; the same seed gives the same schedule.
+
+    Raises:
+        ValueError: an unknown ``arrivals`` mode or a non-positive rate.
+    """
+    if rate <= 0:
+        raise ValueError(f"rate must be > 0, got {rate!r}")
+    if arrivals == "constant":
+        n = round(rate * duration_s)
+        return [i / rate for i in range(n) if i / rate < duration_s]
+    if arrivals == "poisson":
+        rng = random.Random(seed)
+        out: list[float] = []
+        t = rng.expovariate(rate)
+        while t < duration_s:
+            out.append(t)
+            t += rng.expovariate(rate)
+        return out
+    raise ValueError(f"arrivals must be 'constant' or 'poisson', got {arrivals!r}")
+
+
+async def run_open_loop(
+    *,
+    name: str,
+    model: BatchFn,
+    config: BatchConfig,
+    schedule: list[float],
+    timeout_s: float | None,
+    duration_s: float,
+    on_batcher: Callable[[Batcher[object]], None] | None = None,
+) -> LoadSummary:
+    """Drive a fresh Batcher with an open-loop schedule and summarize what callers saw.
+
+    Args:
+        name: the row's label.
+        model: the batch function.
+        config: the batcher's settings.
+        schedule: send offsets in seconds from the start (see :func:`arrival_times`).
+        timeout_s: every caller's deadline, from its scheduled send time.
+        duration_s: the schedule's length, used for the offered rate.
+        on_batcher: called with the batcher before the run (for inspection).
+
+    Returns:
+        The summary; ``ok_per_s`` counts successes over the wall time until the last answer.
+    """
+    clock = MonotonicClock()
+    latencies: list[float] = []
+    rejected: dict[str, int] = {}
+    timed_out = 0
+    errors = 0
+    batcher: Batcher[object] = Batcher(model, config, clock=clock)
+    if on_batcher is not None:
+        on_batcher(batcher)
+
+    async def wait(ticket: Ticket[object], scheduled: float) -> None:
+        nonlocal timed_out, errors
+        try:
+            await ticket
+        except DeadlineExceeded:
+            timed_out += 1
+        except ModelError:
+            errors += 1
+        else:
+            latencies.append(clock.now() - scheduled)
+
+    tasks: list[asyncio.Task[None]] = []
+    start = clock.now() + 0.01
+    for offset in schedule:
+        at = start + offset
+        delay = at - clock.now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        try:
+            ticket = batcher.submit_nowait(
+                offset, deadline=None if timeout_s is None else at + timeout_s
+            )
+        except Rejected as exc:
+            rejected[exc.reason] = rejected.get(exc.reason, 0) + 1
+            continue
+        tasks.append(asyncio.ensure_future(wait(ticket, at)))
+    if tasks:
+        await asyncio.gather(*tasks)
+    elapsed = max(clock.now() - start, duration_s)
+    await batcher.shutdown()
+    stats = batcher.statistics()
+    items = sum(size * count for size, count in stats.batch_sizes.items())
+    return summarize(
+        name=name,
+        latencies_s=latencies,
+        sent=len(schedule),
+        duration_s=elapsed,
+        offered_per_s=len(schedule) / duration_s if duration_s > 0 else 0.0,
+        rejected_by_reason=rejected,
+        timed_out=timed_out,
+        errors=errors,
+        items=items,
+        batches=stats.batches,
+        max_batch_size=config.max_batch_size,
+        max_wait_s=config.max_wait_s,
+    )
+
+
+async def run_seed_demo(
+    *,
+    rate: float = SEED_RATE,
+    duration_s: float = SEED_DURATION_S,
+    timeout_s: float = SEED_TIMEOUT_S,
+    queue_size: int = SEED_QUEUE,
+    fixed_s: float = SEED_FIXED_S,
+    per_item_s: float = SEED_PER_ITEM_S,
+    scenarios: list[Scenario] | None = None,
+) -> list[LoadSummary]:
+    """Run every scenario of the seed's experiment in turn; one summary per row."""
+    schedule = arrival_times(rate=rate, duration_s=duration_s)
+    rows = []
+    for sc in scenarios if scenarios is not None else seed_scenarios(queue_size=queue_size):
+        rows.append(
+            await run_open_loop(
+                name=sc.name,
+                model=SyntheticModel(fixed_s, per_item_s),
+                config=sc.config,
+                schedule=schedule,
+                timeout_s=timeout_s,
+                duration_s=duration_s,
+            )
+        )
+    return rows

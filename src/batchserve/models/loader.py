@@ -1,0 +1,133 @@
+"""Turning a model SPEC string into a served model.
+
+SPEC is one of:
+
+* ``minilm``: the built-in all-MiniLM-L6-v2 embedding model (the ``embeddings`` extra);
+* ``synthetic`` or ``synthetic:fixed=8ms,per_item=0.25ms,dim=8``: the seed's cost model;
+* a path to a sentence-transformers model folder;
+* ``package.module:attr``: any batch function, or model object with ``__call__`` (a class is
+  instantiated with no arguments).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from batchserve.errors import ConfigError
+from batchserve.models.base import BatchFn
+from batchserve.models.synthetic import SyntheticModel
+from batchserve.units import parse_duration
+
+__all__ = ["LoadedModel", "load_model", "parse_synthetic"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadedModel:
+    """A model ready to serve, with what the protocols need to know of it.
+
+    Attributes:
+        spec: the SPEC it was loaded from.
+        fn: the batch function.
+        kind: ``embedding`` (text in, float vector out) or ``generic`` (anything).
+        dimension: length of each embedding, if known.
+        count_tokens: tokens per input text, for OpenAI ``usage``; None counts words.
+        max_input_tokens: inputs longer than this are truncated by the model, if known.
+    """
+
+    spec: str
+    fn: BatchFn
+    kind: Literal["embedding", "generic"] = "generic"
+    dimension: int | None = None
+    count_tokens: Callable[[Sequence[str]], list[int]] | None = None
+    max_input_tokens: int | None = None
+
+
+def parse_synthetic(spec: str) -> SyntheticModel:
+    """Build a SyntheticModel from ``synthetic[:fixed=8ms,per_item=0.25ms,dim=8]``.
+
+    ``dim=0`` answers the seed's ``embedding(<input>)`` strings instead of vectors.
+
+    Raises:
+        ConfigError: an unknown key or a malformed value; the message names it.
+    """
+    _, _, rest = spec.partition(":")
+    fixed_s, per_item_s, dim = 0.008, 0.00025, 8
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ConfigError(f"synthetic model option must be KEY=VALUE, got {part!r}")
+        if key == "fixed":
+            fixed_s = parse_duration(value, name="synthetic fixed")
+        elif key == "per_item":
+            per_item_s = parse_duration(value, name="synthetic per_item")
+        elif key == "dim":
+            if not value.isdigit():
+                raise ConfigError(f"synthetic dim must be an integer >= 0, got {value!r}")
+            dim = int(value)
+        else:
+            raise ConfigError(
+                f"unknown synthetic model option {key!r}; known: fixed, per_item, dim"
+            )
+    return SyntheticModel(fixed_s, per_item_s, dimension=dim or None)
+
+
+def load_model(spec: str) -> LoadedModel:
+    """Load the model named by ``spec`` (see the module docstring).
+
+    Blocks while the model loads (seconds for MiniLM); call it off the event loop.
+
+    Raises:
+        ConfigError: the spec names nothing loadable; the message says why.
+        ImportError: the ``embeddings`` extra is missing (the message names the pip command).
+    """
+    if spec == "synthetic" or spec.startswith("synthetic:"):
+        model = parse_synthetic(spec)
+        kind: Literal["embedding", "generic"] = "embedding" if model.dimension else "generic"
+        return LoadedModel(spec=spec, fn=model, kind=kind, dimension=model.dimension)
+    if spec == "minilm" or os.path.isdir(spec):
+        from batchserve.models.embeddings import SentenceEmbedder
+
+        emb = SentenceEmbedder.builtin() if spec == "minilm" else SentenceEmbedder.from_path(spec)
+        return LoadedModel(
+            spec=spec,
+            fn=emb,
+            kind="embedding",
+            dimension=emb.dimension,
+            count_tokens=emb.count_tokens,
+            max_input_tokens=emb.max_seq_length,
+        )
+    if ":" in spec:
+        return LoadedModel(spec=spec, fn=_import_callable(spec))
+    raise ConfigError(
+        "model spec must be 'minilm', 'synthetic[:fixed=..,per_item=..]', a model folder "
+        f"or 'package.module:attr', got {spec!r}"
+    )
+
+
+def _import_callable(spec: str) -> BatchFn:
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"model spec {spec!r}: cannot import module {module_name!r}: {exc}"
+        ) from exc
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(
+                f"model spec {spec!r}: {module_name!r} has no attribute {attr!r}"
+            ) from None
+    if inspect.isclass(obj):
+        obj = obj()
+    if not callable(obj):
+        raise ConfigError(f"model spec {spec!r}: {attr!r} is not callable")
+    fn: BatchFn = obj
+    return fn

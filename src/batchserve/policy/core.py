@@ -1,0 +1,416 @@
+"""The batching policy: a pure state machine with no I/O and no clock of its own.
+
+Theory of operation
+-------------------
+State: a FIFO queue of live entries (at most ``queue_size``), a heap of their deadlines, the
+batches running on the workers (at most ``workers``), outcome counters and the cost model.
+
+Events, each handed the current time ``now`` by the driver:
+
+* ``offer(now, payload, deadline)`` admits an item or raises a :class:`~batchserve.errors.Rejected`
+  at once: ``ShuttingDown`` when closed, ``QueueFull`` when the queue holds ``queue_size``
+  live items, ``DeadlineInfeasible`` when admission is on and the cost model predicts the
+  item would finish after its deadline. Nothing is ever queued to be refused later.
+* ``cancel(now, entry)`` removes a queued entry (its caller left). A running entry is only
+  marked, so the driver can skip it just before the forward pass.
+* ``poll(now)`` returns the actions due now: entries whose deadline has passed while queued
+  (``expired``, in deadline order), then batches to dispatch, and ``wake_at``: the time the
+  driver must call ``poll`` again if nothing else happens first.
+* ``finish(now, batch, ...)`` ends a forward pass: the worker is free, each entry gets its
+  outcome, the cost model learns the pass's duration.
+
+Invariants: a batch never holds more than ``max_batch_size`` entries; an entry is dispatched
+at most once and never after its deadline; a batch is dispatched only while a worker is
+free, when it is full or the oldest queued entry has waited ``max_wait_s`` (or at once while
+draining, as nothing more will arrive); each entry reaches exactly one outcome.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import OrderedDict
+from collections.abc import Collection
+from typing import Generic, TypeVar
+
+from batchserve.config import BatchConfig, CostEstimate
+from batchserve.costmodel import CostModel
+from batchserve.errors import DeadlineInfeasible, QueueFull, ShuttingDown
+from batchserve.policy.admission import drain_rate, predict_finish
+from batchserve.policy.outcomes import REJECT_REASONS, Counters, PolicyStats
+
+__all__ = ["Batch", "Entry", "Policy", "Step"]
+
+P = TypeVar("P")
+
+QUEUED, RUNNING, DONE = 0, 1, 2
+_MIN_RETRY_S = 0.001
+_DRIFT_MARGIN = 0.02
+
+
+class Entry(Generic[P]):
+    """One admitted item, as the policy tracks it.
+
+    Attributes:
+        id: unique, increasing with admission order.
+        payload: the driver's own data (the input, a future...); the policy never reads it.
+        arrival: admission time.
+        deadline: absolute time by which it must finish, or None.
+        state: 0 queued, 1 running, 2 done.
+        gone: the caller left; a running entry marked gone is skipped before the pass.
+    """
+
+    __slots__ = ("arrival", "deadline", "gone", "id", "payload", "state")
+
+    def __init__(self, id: int, payload: P, arrival: float, deadline: float | None) -> None:
+        self.id = id
+        self.payload = payload
+        self.arrival = arrival
+        self.deadline = deadline
+        self.state = QUEUED
+        self.gone = False
+
+    def __repr__(self) -> str:
+        return f"Entry(id={self.id}, arrival={self.arrival}, deadline={self.deadline})"
+
+
+class Batch(Generic[P]):
+    """A dispatched forward pass.
+
+    Attributes:
+        id: unique, increasing with dispatch order.
+        entries: the items, in queue order.
+        start: dispatch time.
+    """
+
+    __slots__ = ("entries", "id", "start")
+
+    def __init__(self, id: int, entries: list[Entry[P]], start: float) -> None:
+        self.id = id
+        self.entries = entries
+        self.start = start
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __repr__(self) -> str:
+        return f"Batch(id={self.id}, start={self.start}, ids={[e.id for e in self.entries]})"
+
+
+class Step(Generic[P]):
+    """What ``poll`` asks the driver to do now.
+
+    Attributes:
+        expired: entries whose deadline passed while queued; answer them "deadline exceeded".
+        dispatch: batches to run now, each on a free worker.
+        wake_at: call ``poll`` again at this time unless another event comes first (None: no
+            timer needed).
+    """
+
+    __slots__ = ("dispatch", "expired", "wake_at")
+
+    def __init__(
+        self, expired: list[Entry[P]], dispatch: list[Batch[P]], wake_at: float | None
+    ) -> None:
+        self.expired = expired
+        self.dispatch = dispatch
+        self.wake_at = wake_at
+
+
+class Policy(Generic[P]):
+    """The batching state machine. See the module docstring for its theory of operation.
+
+    Args:
+        config: batch size, max wait, queue size, workers, admission, starting cost estimate.
+        cost_model: the cost model to use; by default one starting from
+            ``config.initial_cost``.
+    """
+
+    def __init__(self, config: BatchConfig, cost_model: CostModel | None = None) -> None:
+        self.config = config
+        self.cost_model = cost_model if cost_model is not None else CostModel(config.initial_cost)
+        self._queue: OrderedDict[int, Entry[P]] = OrderedDict()
+        self._deadlines: list[tuple[float, int, Entry[P]]] = []
+        self._running: dict[int, Batch[P]] = {}
+        self._ids = itertools.count()
+        self._batch_ids = itertools.count()
+        self._draining = False
+        self._received = 0
+        self._ok = 0
+        self._late = 0
+        self._rejected = dict.fromkeys(REJECT_REASONS, 0)
+        self._expired = 0
+        self._cancelled = 0
+        self._failed = 0
+        self._pending = 0
+        self._batches = 0
+        self._batch_sizes: dict[int, int] = {}
+        self._bisect_calls = 0
+
+    # -- queries ---------------------------------------------------------------------------
+
+    @property
+    def queue_depth(self) -> int:
+        """Live entries waiting now."""
+        return len(self._queue)
+
+    @property
+    def draining(self) -> bool:
+        """Whether ``close`` was called."""
+        return self._draining
+
+    @property
+    def idle(self) -> bool:
+        """Nothing is queued or running."""
+        return not self._queue and not self._running
+
+    def queued(self) -> list[Entry[P]]:
+        """The live queued entries, oldest first (a copy)."""
+        return list(self._queue.values())
+
+    def statistics(self) -> PolicyStats:
+        """A frozen snapshot of the counters, queue and cost model."""
+        return PolicyStats(
+            counters=Counters(
+                received=self._received,
+                ok=self._ok,
+                late=self._late,
+                rejected=dict(self._rejected),
+                expired=self._expired,
+                cancelled=self._cancelled,
+                failed=self._failed,
+                pending=self._pending,
+            ),
+            queue_depth=len(self._queue),
+            running_items=sum(len(b.entries) for b in self._running.values()),
+            running_batches=len(self._running),
+            batches=self._batches,
+            batch_sizes=dict(sorted(self._batch_sizes.items())),
+            bisect_calls=self._bisect_calls,
+            cost=self.cost_model.estimate,
+            cost_samples=self.cost_model.samples,
+            draining=self._draining,
+        )
+
+    def retry_after(self, now: float, reason: str) -> float:
+        """Seconds after which a refused item could be admitted, from the queue and drain rate.
+
+        ``queue_full``: the time to clear one batch from the queue; ``draining``: the time to
+        clear the whole queue (this replica is going away); ``infeasible`` is computed by
+        ``offer`` from the predicted lateness.
+        """
+        cfg = self.config
+        rate = drain_rate(
+            queue_depth=len(self._queue),
+            workers=cfg.workers,
+            max_batch_size=cfg.max_batch_size,
+            cost=self.cost_model.estimate,
+        )
+        if reason == "draining":
+            items = len(self._queue) + sum(len(b.entries) for b in self._running.values())
+        else:
+            items = min(cfg.max_batch_size, len(self._queue))
+        return max(_MIN_RETRY_S, items / rate)
+
+    def predict_finish(self, now: float) -> float:
+        """When an item admitted now would finish, by the cost model."""
+        cfg = self.config
+        cost = self.cost_model.estimate
+        position = len(self._queue)
+        head = now
+        if position < cfg.max_batch_size and self._queue:
+            head = next(iter(self._queue.values())).arrival
+        return predict_finish(
+            now=now,
+            position=position,
+            head_arrival=head,
+            tail_arrival=now,
+            worker_free_at=self._worker_free_at(now, cost),
+            max_batch_size=cfg.max_batch_size,
+            max_wait_s=0.0 if self._draining else cfg.max_wait_s,
+            cost=cost,
+        )
+
+    def _worker_free_at(self, now: float, cost: CostEstimate) -> list[float]:
+        free = []
+        for batch in self._running.values():
+            expected = batch.start + cost.fixed_s + len(batch.entries) * cost.per_item_s
+            # A pass already over its prediction is assumed to last as long again as it has
+            # run so far: a stuck model makes admission stricter instead of optimistic.
+            free.append(expected if expected >= now else now + (now - batch.start))
+        free.extend([now] * (self.config.workers - len(free)))
+        return free
+
+    # -- events ----------------------------------------------------------------------------
+
+    def offer(self, now: float, payload: P, deadline: float | None = None) -> Entry[P]:
+        """Admit an item or refuse it at once.
+
+        Args:
+            now: the current time.
+            payload: the driver's data for this item.
+            deadline: absolute time by which the item must finish, or None.
+
+        Returns:
+            The queued entry.
+
+        Raises:
+            ShuttingDown: the policy is closed.
+            QueueFull: ``queue_size`` items are waiting.
+            DeadlineInfeasible: admission is on and the item is predicted to finish late
+                (or its deadline has already passed).
+        """
+        self._received += 1
+        cfg = self.config
+        if self._draining:
+            self._rejected["draining"] += 1
+            raise ShuttingDown(
+                "the batcher is shutting down and admits no new work",
+                retry_after_s=self.retry_after(now, "draining"),
+            )
+        if len(self._queue) >= cfg.queue_size:
+            self._rejected["queue_full"] += 1
+            raise QueueFull(
+                f"queue is full: {len(self._queue)} items waiting, queue_size is {cfg.queue_size}",
+                retry_after_s=self.retry_after(now, "queue_full"),
+            )
+        if deadline is not None and (cfg.admission or deadline <= now):
+            finish = now
+            if cfg.admission:
+                finish = self.predict_finish(now)
+                # A margin for the noise of a real machine: two standard errors of the passes
+                # ahead, plus 2% of the predicted wait for drift the fit has not caught up with.
+                passes = len(self._queue) // cfg.max_batch_size + 1 + len(self._running)
+                spread = self.cost_model.spread_s
+                finish += 2.0 * spread * math.sqrt(passes) + _DRIFT_MARGIN * (finish - now)
+            if finish > deadline or deadline <= now:
+                self._rejected["infeasible"] += 1
+                raise DeadlineInfeasible(
+                    f"deadline cannot be met: predicted to finish in {finish - now:.4f}s, "
+                    f"deadline is in {deadline - now:.4f}s",
+                    retry_after_s=max(_MIN_RETRY_S, finish - deadline),
+                )
+        entry: Entry[P] = Entry(next(self._ids), payload, now, deadline)
+        self._queue[entry.id] = entry
+        if deadline is not None:
+            heapq.heappush(self._deadlines, (deadline, entry.id, entry))
+        self._pending += 1
+        return entry
+
+    def cancel(self, now: float, entry: Entry[P]) -> bool:
+        """The caller of ``entry`` left.
+
+        Returns:
+            True if the entry was queued and is now counted ``cancelled``; False if it is
+            running (it is marked, and ``finish`` counts it cancelled when the driver reports
+            it skipped) or already done.
+        """
+        entry.gone = True
+        if entry.state != QUEUED:
+            return False
+        del self._queue[entry.id]
+        entry.state = DONE
+        self._cancelled += 1
+        self._pending -= 1
+        return True
+
+    def close(self) -> None:
+        """Refuse every new item from now on; queued items still run, without max wait."""
+        self._draining = True
+
+    def poll(self, now: float) -> Step[P]:
+        """Expire what is due, dispatch what may go, and say when to poll next."""
+        expired = self._expire(now)
+        cfg = self.config
+        dispatch: list[Batch[P]] = []
+        queue = self._queue
+        wake_at: float | None = None
+        while queue and len(self._running) < cfg.workers:
+            head = next(iter(queue.values()))
+            due = head.arrival + cfg.max_wait_s
+            if len(queue) < cfg.max_batch_size and now < due and not self._draining:
+                wake_at = due
+                break
+            n = min(cfg.max_batch_size, len(queue))
+            entries = [queue.popitem(last=False)[1] for _ in range(n)]
+            for e in entries:
+                e.state = RUNNING
+            batch = Batch(next(self._batch_ids), entries, now)
+            self._running[batch.id] = batch
+            dispatch.append(batch)
+        first = self.next_deadline()
+        if first != math.inf:
+            wake_at = first if wake_at is None else min(wake_at, first)
+        return Step(expired, dispatch, wake_at)
+
+    def _expire(self, now: float) -> list[Entry[P]]:
+        heap = self._deadlines
+        expired: list[Entry[P]] = []
+        while heap:
+            deadline, _, entry = heap[0]
+            if entry.state != QUEUED:
+                heapq.heappop(heap)
+                continue
+            if deadline > now:
+                break
+            heapq.heappop(heap)
+            del self._queue[entry.id]
+            entry.state = DONE
+            expired.append(entry)
+        self._expired += len(expired)
+        self._pending -= len(expired)
+        return expired
+
+    def finish(
+        self,
+        now: float,
+        batch: Batch[P],
+        *,
+        forward_s: float | None = None,
+        failed: Collection[Entry[P]] = (),
+        skipped: Collection[Entry[P]] = (),
+        bisect_calls: int = 0,
+    ) -> None:
+        """End a forward pass and give each of its entries an outcome.
+
+        Args:
+            now: the current time.
+            batch: the batch ``poll`` dispatched.
+            forward_s: the measured duration of the pass (for the record only; the cost
+                model learns ``now - batch.start``, unless some entries failed: a bisected
+                pass says nothing about the model's speed).
+            failed: entries the model raised for (counted ``failed``).
+            skipped: entries not run because their caller had left (counted ``cancelled``).
+            bisect_calls: extra model calls spent isolating failures.
+        """
+        if self._running.pop(batch.id, None) is None:
+            raise ValueError(f"batch {batch.id} is not running")
+        ran = len(batch.entries) - len(skipped)
+        if not failed and ran > 0:
+            # The service time the policy saw, dispatch to finish: the forward pass plus the
+            # driver's own overhead, which is what the queue behind this batch waits for.
+            self.cost_model.observe(ran, now - batch.start)
+        if ran > 0:
+            self._batches += 1
+            self._batch_sizes[ran] = self._batch_sizes.get(ran, 0) + 1
+        self._bisect_calls += bisect_calls
+        failed_ids = {e.id for e in failed}
+        skipped_ids = {e.id for e in skipped}
+        for e in batch.entries:
+            e.state = DONE
+            if e.id in skipped_ids:
+                self._cancelled += 1
+            elif e.id in failed_ids:
+                self._failed += 1
+            elif e.deadline is not None and now > e.deadline:
+                self._late += 1
+            else:
+                self._ok += 1
+        self._pending -= len(batch.entries)
+
+    def next_deadline(self) -> float:
+        """The earliest deadline among queued entries (``math.inf`` if none)."""
+        while self._deadlines and self._deadlines[0][2].state != QUEUED:
+            heapq.heappop(self._deadlines)
+        return self._deadlines[0][0] if self._deadlines else math.inf

@@ -1,0 +1,92 @@
+"""Outcome counters and the frozen statistics snapshot of a policy.
+
+Every item the policy receives ends in exactly one outcome: ``ok`` (finished by its deadline
+or had none), ``late`` (finished after its deadline), ``rejected`` (refused at admission, by
+reason), ``expired`` (its deadline passed while queued), ``cancelled`` (its caller left before
+the forward pass) or ``failed`` (the model raised for it). While items are queued or running
+they are counted as ``pending``, so ``received == ok + late + rejected + expired + cancelled +
+failed + pending`` holds at every instant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from batchserve.config import CostEstimate
+
+__all__ = ["REJECT_REASONS", "Counters", "PolicyStats"]
+
+#: The machine-readable reasons a policy refuses an item, in a stable order.
+REJECT_REASONS = ("queue_full", "infeasible", "draining")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Counters:
+    """How many items ended in each outcome.
+
+    Attributes:
+        received: items offered to the policy, admitted or not.
+        ok: finished by their deadline (or had none).
+        late: finished after their deadline.
+        rejected: refused at admission, by reason (``queue_full``, ``infeasible``, ``draining``).
+        expired: deadline passed while queued.
+        cancelled: the caller left before the forward pass.
+        failed: the model raised for the item.
+        pending: queued or running now.
+    """
+
+    received: int = 0
+    ok: int = 0
+    late: int = 0
+    rejected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REJECT_REASONS, 0))
+    expired: int = 0
+    cancelled: int = 0
+    failed: int = 0
+    pending: int = 0
+
+    @property
+    def rejected_total(self) -> int:
+        """All refusals, whatever the reason."""
+        return sum(self.rejected.values())
+
+    @property
+    def resolved(self) -> int:
+        """Items that reached an outcome (everything but ``pending``)."""
+        return (
+            self.ok + self.late + self.rejected_total + self.expired + self.cancelled + self.failed
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyStats:
+    """A frozen snapshot of a policy's state.
+
+    Attributes:
+        counters: outcome counters.
+        queue_depth: items waiting now.
+        running_items: items in forward passes now.
+        running_batches: forward passes under way now.
+        batches: forward passes finished.
+        batch_sizes: finished passes by batch size (size -> count).
+        bisect_calls: extra model calls spent isolating failing inputs.
+        cost: the fitted cost model.
+        cost_samples: passes the cost model has been fitted on.
+        draining: whether new items are refused because the policy is closing.
+    """
+
+    counters: Counters
+    queue_depth: int
+    running_items: int
+    running_batches: int
+    batches: int
+    batch_sizes: dict[int, int]
+    bisect_calls: int
+    cost: CostEstimate
+    cost_samples: int
+    draining: bool
+
+    @property
+    def avg_batch(self) -> float:
+        """Mean items per finished forward pass (0.0 before the first)."""
+        items = sum(size * count for size, count in self.batch_sizes.items())
+        return items / self.batches if self.batches else 0.0

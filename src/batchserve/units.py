@@ -1,0 +1,54 @@
+"""Durations with units, for the CLI and config files: ``2ms``, ``0.25s``, ``250us``, ``1m``.
+
+The Python API takes float seconds; only the outer skins (CLI, config files, HTTP headers)
+parse units, through :func:`parse_duration`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from batchserve.errors import ConfigError
+
+__all__ = ["format_duration", "parse_duration"]
+
+_UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zµ]*)\s*$")
+
+
+def parse_duration(text: str, *, name: str = "duration", default_unit: str | None = None) -> float:
+    """Parse ``text`` such as ``2ms`` or ``0.25s`` into float seconds.
+
+    Args:
+        text: a non-negative number followed by a unit (us, ms, s, m, h).
+        name: the parameter's name, for the error message.
+        default_unit: the unit of a bare number; None means a unit is required.
+
+    Raises:
+        ConfigError: the text is not a duration; the message names ``name`` and the rule.
+    """
+    match = _PATTERN.match(text)
+    unit = match.group(2) if match else ""
+    if not unit and default_unit is not None:
+        unit = default_unit
+    if match is None or unit not in _UNITS:
+        raise ConfigError(
+            f"{name} must be a duration with a unit (us, ms, s, m, h), such as 2ms or 0.25s, "
+            f"got {text!r}"
+        )
+    value = float(match.group(1)) * _UNITS[unit]
+    if math.isinf(value):
+        raise ConfigError(f"{name} must be finite, got {text!r}")
+    return value
+
+
+def format_duration(seconds: float) -> str:
+    """Format seconds compactly with a unit: ``0.002`` -> ``2ms``."""
+    if seconds == 0:
+        return "0s"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:g}us"
+    if seconds < 1:
+        return f"{seconds * 1e3:g}ms"
+    return f"{seconds:g}s"
