@@ -30,7 +30,9 @@ from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, cast
+
+from typing_extensions import TypeVar
 
 from batchserve.bisection import BisectResult, run_async, run_sync
 from batchserve.clock import Clock, MonotonicClock, TimerHandle
@@ -41,7 +43,7 @@ from batchserve.policy import Batch, Entry, Policy, PolicyStats
 
 __all__ = ["BatchRecord", "Batcher", "Served", "Ticket"]
 
-Out = TypeVar("Out")
+Out = TypeVar("Out", default=Any)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

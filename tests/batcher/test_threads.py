@@ -1,0 +1,137 @@
+"""The Batcher with sync models in worker threads, on the real clock (fast models only)."""
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from batchserve.batcher import Batcher, BatchRecord
+from batchserve.config import BatchConfig
+from batchserve.errors import ModelError, OutputMismatch
+
+
+class Poisoned:
+    """Raises whenever its batch holds "bad"; records every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def __call__(self, xs: Sequence[str]) -> list[str]:
+        self.calls.append(list(xs))
+        if "bad" in xs:
+            raise RuntimeError("cannot embed 'bad'")
+        return [x.upper() for x in xs]
+
+
+def test_bisection_isolates_the_failing_input() -> None:
+    async def main() -> None:
+        model = Poisoned()
+        records: list[BatchRecord] = []
+        cfg = BatchConfig(max_batch_size=8, max_wait_s=0.05)
+        async with Batcher(model, cfg, on_batch=records.append) as b:
+            inputs = ["a", "b", "bad", "c", "d"]
+            results = await asyncio.gather(*(b.submit(x) for x in inputs), return_exceptions=True)
+        assert results[:2] == ["A", "B"]
+        assert results[3:] == ["C", "D"]
+        err = results[2]
+        assert isinstance(err, ModelError)
+        assert isinstance(err.__cause__, RuntimeError)
+        assert model.calls[0] == inputs
+        stats = b.statistics()
+        assert stats.counters.failed == 1
+        assert stats.counters.ok == 4
+        assert stats.bisect_calls == records[0].bisect_calls > 0
+        assert stats.bisect_calls <= 2 * len(inputs)
+
+    asyncio.run(main())
+
+
+def test_bisection_budget_bounds_extra_calls() -> None:
+    async def main() -> None:
+        model = Poisoned()
+        cfg = BatchConfig(max_batch_size=8, max_wait_s=0.05, max_bisect_calls=0)
+        async with Batcher(model, cfg) as b:
+            results = await asyncio.gather(
+                *(b.submit(x) for x in ["a", "bad", "c"]), return_exceptions=True
+            )
+        assert all(isinstance(r, ModelError) for r in results)
+        assert len(model.calls) == 1
+
+    asyncio.run(main())
+
+
+def test_wrong_number_of_outputs_is_a_clear_error() -> None:
+    async def main() -> None:
+        async with Batcher(lambda xs: list(xs)[:-1], BatchConfig(max_wait_s=0.01)) as b:
+            results = await asyncio.gather(b.submit(1), b.submit(2), return_exceptions=True)
+        assert all(isinstance(r, OutputMismatch) for r in results)
+        assert "returned 1 outputs for 2 inputs" in str(results[0])
+
+    asyncio.run(main())
+
+
+def test_event_loop_keeps_forming_batches_during_a_pass() -> None:
+    release = threading.Event()
+    calls: list[list[int]] = []
+
+    def model(xs: Sequence[int]) -> list[int]:
+        calls.append(list(xs))
+        if len(calls) == 1:
+            release.wait(5)
+        return list(xs)
+
+    async def main() -> None:
+        async with Batcher(model, BatchConfig(max_batch_size=4, max_wait_s=0.0)) as b:
+            first = asyncio.ensure_future(b.submit(0))
+            await asyncio.sleep(0.05)
+            # The first pass is blocked in its thread; the loop still admits and queues.
+            later = [asyncio.ensure_future(b.submit(i)) for i in (1, 2, 3)]
+            await asyncio.sleep(0.05)
+            assert b.statistics().queue_depth == 3
+            release.set()
+            assert await first == 0
+            assert [await t for t in later] == [1, 2, 3]
+        assert calls == [[0], [1, 2, 3]]
+
+    asyncio.run(main())
+
+
+def test_two_workers_run_passes_concurrently() -> None:
+    active = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def model(xs: Sequence[Any]) -> list[Any]:
+        nonlocal active, peak
+        with lock:
+            active += 1
+            peak = max(peak, active)
+        time.sleep(0.05)
+        with lock:
+            active -= 1
+        return list(xs)
+
+    async def main() -> None:
+        cfg = BatchConfig(max_batch_size=1, max_wait_s=0.0, workers=2)
+        async with Batcher(model, cfg) as b:
+            await asyncio.gather(*(b.submit(i) for i in range(4)))
+
+    asyncio.run(main())
+    assert peak == 2
+
+
+def test_statistics_is_a_frozen_snapshot() -> None:
+    async def main() -> None:
+        async with Batcher(lambda xs: xs) as b:
+            before = b.statistics()
+            await b.submit(1)
+            after = b.statistics()
+        assert before.counters.ok == 0
+        assert after.counters.ok == 1
+        with pytest.raises(AttributeError):
+            after.queue_depth = 3  # type: ignore[misc]
+
+    asyncio.run(main())

@@ -1,0 +1,203 @@
+"""The pure policy, driven with plain numbers: no event loop, no sleeps."""
+
+import pytest
+
+from batchserve.config import BatchConfig, CostEstimate
+from batchserve.errors import DeadlineInfeasible, QueueFull, ShuttingDown
+from batchserve.policy import Policy
+
+
+def make(**kw: object) -> Policy[str]:
+    return Policy(BatchConfig(**kw))  # type: ignore[arg-type]
+
+
+def test_single_item_waits_max_wait_then_dispatches() -> None:
+    p = make(max_batch_size=4, max_wait_s=0.002)
+    p.offer(10.0, "a")
+    step = p.poll(10.0)
+    assert step.dispatch == []
+    assert step.wake_at == pytest.approx(10.002)
+    step = p.poll(10.002)
+    assert [[e.payload for e in b.entries] for b in step.dispatch] == [["a"]]
+    assert step.dispatch[0].start == 10.002
+
+
+def test_full_batch_dispatches_at_once_without_waiting() -> None:
+    p = make(max_batch_size=3, max_wait_s=1.0)
+    for x in "abcd":
+        p.offer(0.0, x)
+    step = p.poll(0.0)
+    assert [[e.payload for e in b.entries] for b in step.dispatch] == [["a", "b", "c"]]
+    # Only one worker: "d" waits for it even though its max wait will pass.
+    assert p.poll(5.0).dispatch == []
+    p.finish(5.0, step.dispatch[0], forward_s=5.0)
+    assert [e.payload for e in p.poll(5.0).dispatch[0].entries] == ["d"]
+
+
+def test_max_wait_counts_from_oldest_item_not_from_worker_free() -> None:
+    p = make(max_batch_size=8, max_wait_s=0.010)
+    p.offer(0.0, "first")
+    p.offer(0.004, "second")
+    assert p.poll(0.004).wake_at == pytest.approx(0.010)
+    batch = p.poll(0.010).dispatch[0]
+    assert [e.payload for e in batch.entries] == ["first", "second"]
+
+
+def test_no_dispatch_while_all_workers_busy_and_two_workers_run_two_batches() -> None:
+    p = make(max_batch_size=1, max_wait_s=0.0, workers=2)
+    for x in "abc":
+        p.offer(0.0, x)
+    step = p.poll(0.0)
+    assert [b.entries[0].payload for b in step.dispatch] == ["a", "b"]
+    assert step.wake_at is None
+    p.finish(1.0, step.dispatch[1])
+    assert [b.entries[0].payload for b in p.poll(1.0).dispatch] == ["c"]
+
+
+def test_queue_full_is_refused_at_once() -> None:
+    p = make(queue_size=2, max_batch_size=10, max_wait_s=1.0)
+    p.offer(0.0, "a")
+    p.offer(0.0, "b")
+    with pytest.raises(QueueFull, match="queue_size is 2") as info:
+        p.offer(0.0, "c")
+    assert info.value.reason == "queue_full"
+    assert info.value.retry_after_s > 0
+    assert p.statistics().counters.rejected["queue_full"] == 1
+
+
+def test_expiry_happens_at_the_deadline_and_the_slot_goes_to_the_next_item() -> None:
+    p = make(max_batch_size=2, max_wait_s=0.05, admission=False)
+    p.offer(0.0, "doomed", deadline=0.01)
+    p.offer(0.0, "x")
+    p.offer(0.0, "y")
+    # The full batch goes at once; "x" and "y" are behind "doomed" only if it were alive.
+    step = p.poll(0.0)
+    assert [e.payload for e in step.dispatch[0].entries] == ["doomed", "x"]
+    p2 = make(max_batch_size=3, max_wait_s=0.05, admission=False)
+    p2.offer(0.0, "doomed", deadline=0.01)
+    p2.offer(0.0, "x")
+    step = p2.poll(0.0)
+    assert step.wake_at == 0.01
+    step = p2.poll(0.01)
+    assert [e.payload for e in step.expired] == ["doomed"]
+    assert step.wake_at == pytest.approx(0.05)
+    p2.offer(0.02, "z")
+    step = p2.poll(0.05)
+    assert [e.payload for e in step.dispatch[0].entries] == ["x", "z"]
+    assert p2.statistics().counters.expired == 1
+
+
+def test_infeasible_deadline_is_refused_at_once() -> None:
+    cost = CostEstimate(fixed_s=0.010, per_item_s=0.0)
+    p = make(max_batch_size=1, max_wait_s=0.0, initial_cost=cost)
+    # Each pass takes 10 ms; with a 25 ms deadline the third queued item cannot make it.
+    p.offer(0.0, "a", deadline=0.025)
+    p.offer(0.0, "b", deadline=0.025)
+    with pytest.raises(DeadlineInfeasible) as info:
+        p.offer(0.0, "c", deadline=0.025)
+    assert info.value.reason == "infeasible"
+    assert info.value.retry_after_s == pytest.approx(0.005, abs=1e-3)
+
+
+def test_admission_off_admits_what_would_be_late() -> None:
+    cost = CostEstimate(fixed_s=0.010, per_item_s=0.0)
+    p = make(max_batch_size=1, max_wait_s=0.0, initial_cost=cost, admission=False)
+    for x in "abc":
+        p.offer(0.0, x, deadline=0.025)
+    assert p.queue_depth == 3
+
+
+def test_past_deadline_is_refused_even_without_admission() -> None:
+    p = make(admission=False)
+    with pytest.raises(DeadlineInfeasible):
+        p.offer(1.0, "late", deadline=1.0)
+
+
+def test_cancel_queued_and_running() -> None:
+    p = make(max_batch_size=2, max_wait_s=0.0)
+    a = p.offer(0.0, "a")
+    b = p.offer(0.0, "b")
+    c = p.offer(0.0, "c")
+    assert p.cancel(0.0, c) is True
+    batch = p.poll(0.0).dispatch[0]
+    assert p.cancel(0.0, a) is False
+    assert a.gone
+    p.finish(0.1, batch, skipped=[a])
+    counters = p.statistics().counters
+    assert (counters.cancelled, counters.ok) == (2, 1)
+    assert b.state == 2
+
+
+def test_close_refuses_new_and_dispatches_queued_without_waiting() -> None:
+    p = make(max_batch_size=8, max_wait_s=10.0)
+    p.offer(0.0, "a")
+    p.close()
+    with pytest.raises(ShuttingDown):
+        p.offer(0.0, "b")
+    assert [e.payload for e in p.poll(0.0).dispatch[0].entries] == ["a"]
+
+
+def test_outcomes_late_failed_and_counters_add_up() -> None:
+    p = make(max_batch_size=3, max_wait_s=0.0, admission=False)
+    ok = p.offer(0.0, "ok", deadline=1.0)
+    late = p.offer(0.0, "late", deadline=0.5)
+    bad = p.offer(0.0, "bad")
+    batch = p.poll(0.0).dispatch[0]
+    p.finish(0.7, batch, failed=[bad])
+    c = p.statistics().counters
+    assert (c.ok, c.late, c.failed, c.pending) == (1, 1, 1, 0)
+    assert c.received == c.resolved == 3
+    assert ok.state == late.state == 2
+
+
+def test_cost_model_learns_from_finished_batches() -> None:
+    p = make(max_batch_size=4, max_wait_s=0.0)
+    t = 0.0
+    for n in (1, 2, 3, 4, 1, 4):
+        for _ in range(n):
+            p.offer(t, "x")
+        batch = p.poll(t).dispatch[0]
+        t += 0.008 + n * 0.001
+        p.finish(t, batch)
+    est = p.statistics().cost
+    assert est.fixed_s == pytest.approx(0.008, rel=1e-6)
+    assert est.per_item_s == pytest.approx(0.001, rel=1e-6)
+
+
+def test_failed_batch_does_not_teach_the_cost_model() -> None:
+    p = make(max_batch_size=1, max_wait_s=0.0)
+    e = p.offer(0.0, "x")
+    batch = p.poll(0.0).dispatch[0]
+    p.finish(5.0, batch, failed=[e])
+    assert p.statistics().cost_samples == 0
+
+
+def test_finish_twice_is_an_error() -> None:
+    p = make(max_batch_size=1, max_wait_s=0.0)
+    p.offer(0.0, "x")
+    batch = p.poll(0.0).dispatch[0]
+    p.finish(0.1, batch)
+    with pytest.raises(ValueError, match="not running"):
+        p.finish(0.2, batch)
+
+
+def test_stuck_pass_makes_admission_stricter() -> None:
+    cost = CostEstimate(fixed_s=0.010, per_item_s=0.0)
+    p = make(max_batch_size=1, max_wait_s=0.0, initial_cost=cost)
+    p.offer(0.0, "a")
+    p.poll(0.0)
+    # The pass was predicted to end at 0.010; at 1.0 it is still running, so it is assumed
+    # to need as long again: an item due at 1.5 is refused, one due at 3.0 admitted.
+    with pytest.raises(DeadlineInfeasible):
+        p.offer(1.0, "b", deadline=1.5)
+    p.offer(1.0, "c", deadline=3.0)
+
+
+def test_retry_after_reflects_queue_and_drain_rate() -> None:
+    cost = CostEstimate(fixed_s=0.010, per_item_s=0.0)
+    p = make(max_batch_size=2, max_wait_s=1.0, queue_size=4, initial_cost=cost)
+    for _ in range(4):
+        p.offer(0.0, "x")
+    # Drain rate: 2 items per 10 ms. Clearing one batch (2 items) takes 10 ms.
+    assert p.retry_after(0.0, "queue_full") == pytest.approx(0.010)
+    assert p.retry_after(0.0, "draining") == pytest.approx(0.020)
