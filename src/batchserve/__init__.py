@@ -1,1 +1,58 @@
-"""batchserve: a Python model server built around dynamic batching."""
+"""batchserve: a Python model server built around dynamic batching.
+
+The core API: a :class:`Batcher` in front of any function from a list of inputs to a list of
+outputs, configured by a :class:`BatchConfig`; or the :func:`batched` decorator. Errors form
+one tree rooted at :class:`BatchServeError` (see :mod:`batchserve.errors`).
+"""
+
+from batchserve.batcher import Batcher, BatchRecord, Served, Ticket
+from batchserve.clock import Clock, ManualClock, MonotonicClock
+from batchserve.config import BatchConfig, CostEstimate
+from batchserve.costmodel import CostModel
+from batchserve.decorator import BatchedFunction, batched
+from batchserve.errors import (
+    BatchServeError,
+    ConfigError,
+    DeadlineExceeded,
+    DeadlineInfeasible,
+    ModelError,
+    NotReady,
+    OutputMismatch,
+    QueueFull,
+    Rejected,
+    ShuttingDown,
+)
+from batchserve.models.synthetic import SyntheticModel
+from batchserve.policy import Counters, Policy, PolicyStats
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BatchConfig",
+    "BatchRecord",
+    "BatchServeError",
+    "BatchedFunction",
+    "Batcher",
+    "Clock",
+    "ConfigError",
+    "CostEstimate",
+    "CostModel",
+    "Counters",
+    "DeadlineExceeded",
+    "DeadlineInfeasible",
+    "ManualClock",
+    "ModelError",
+    "MonotonicClock",
+    "NotReady",
+    "OutputMismatch",
+    "Policy",
+    "PolicyStats",
+    "QueueFull",
+    "Rejected",
+    "Served",
+    "ShuttingDown",
+    "SyntheticModel",
+    "Ticket",
+    "__version__",
+    "batched",
+]

@@ -1,0 +1,64 @@
+"""The package's shape: the public API is exactly what __all__ says; the core is layered."""
+
+import ast
+import pathlib
+
+import batchserve
+
+SRC = pathlib.Path(batchserve.__file__).parent
+CORE = [
+    "errors.py",
+    "config.py",
+    "clock.py",
+    "costmodel.py",
+    "bisection.py",
+    "units.py",
+    "batcher.py",
+    "decorator.py",
+    "policy",
+    "models",
+]
+OUTER = ("server", "loadgen", "sim", "metrics", "cli", "demo", "report", "tuning", "profiling")
+
+
+def test_public_api_is_exactly_all() -> None:
+    public = {n for n in vars(batchserve) if not n.startswith("_")} - {
+        "batcher",
+        "clock",
+        "config",
+        "costmodel",
+        "decorator",
+        "errors",
+        "models",
+        "policy",
+        "bisection",
+        "units",
+    }
+    assert public | {"__version__"} == set(batchserve.__all__)
+
+    for name in batchserve.__all__:
+        assert getattr(batchserve, name) is not None
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_core_imports_nothing_from_the_outer_layers() -> None:
+    files: list[pathlib.Path] = []
+    for entry in CORE:
+        p = SRC / entry
+        files.extend(p.rglob("*.py") if p.is_dir() else [p])
+    assert len(files) > 10
+    for f in files:
+        for name in _imports(f):
+            parts = name.split(".")
+            if parts[0] == "batchserve" and len(parts) > 1:
+                assert parts[1] not in OUTER, f"{f.relative_to(SRC)} imports {name}"
