@@ -10,7 +10,9 @@ Events, each handed the current time ``now`` by the driver:
 * ``offer(now, payload, deadline)`` admits an item or raises a :class:`~batchserve.errors.Rejected`
   at once: ``ShuttingDown`` when closed, ``QueueFull`` when the queue holds ``queue_size``
   live items, ``DeadlineInfeasible`` when admission is on and the cost model predicts the
-  item would finish after its deadline. Nothing is ever queued to be refused later.
+  item would finish after its deadline (with a margin: two standard errors of the passes
+  ahead, from the cost model's own prediction error, plus 2% of the predicted wait). Nothing
+  is ever queued to be refused later.
 * ``cancel(now, entry)`` removes a queued entry (its caller left). A running entry is only
   marked, so the driver can skip it just before the forward pass.
 * ``poll(now)`` returns the actions due now: entries whose deadline has passed while queued
