@@ -25,9 +25,11 @@ All methods must be called from the event loop thread that runs the batcher.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import math
 from collections.abc import Callable, Generator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, cast
@@ -42,6 +44,8 @@ from batchserve.models.base import AsyncBatchFn, BatchFn, SyncBatchFn, is_async_
 from batchserve.policy import Batch, Entry, Policy, PolicyStats
 
 __all__ = ["BatchRecord", "Batcher", "Served", "Ticket"]
+
+_log = logging.getLogger("batchserve")
 
 Out = TypeVar("Out", default=Any)
 
@@ -328,44 +332,66 @@ class Batcher(Generic[Out]):
     # -- forward passes --------------------------------------------------------------------
 
     def _start(self, batch: Batch[_Item]) -> None:
-        task = asyncio.get_running_loop().create_task(self._run(batch))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _run(self, batch: Batch[_Item]) -> None:
         guard = _DeadlineGuard(self._clock, batch)
-        entries = batch.entries
+        loop = asyncio.get_running_loop()
+        if self._async:
+            task = loop.create_task(self._run_async(batch, guard))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                self.config.workers, thread_name_prefix="batchserve-model"
+            )
+        # A plain callback back onto the loop, not a task awaiting the executor: one loop
+        # iteration between the end of the pass and the callers' answers, instead of three.
+        cf = self._executor.submit(self._run_in_thread, batch.entries)
+
+        def on_done(f: Future[tuple[list[Entry[_Item]], BisectResult, float]]) -> None:
+            # RuntimeError: the loop is closed, nobody is left to answer.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._thread_done, batch, guard, f)
+
+        cf.add_done_callback(on_done)
+
+    def _thread_done(
+        self,
+        batch: Batch[_Item],
+        guard: _DeadlineGuard,
+        f: Future[tuple[list[Entry[_Item]], BisectResult, float]],
+    ) -> None:
+        guard.cancel()
         try:
-            if self._async:
-                live = [e for e in entries if not e.gone]
-                t0 = self._clock.now()
-                model = cast(AsyncBatchFn, self._model)
-                result = await run_async(
-                    model, [e.payload.input for e in live], self.config.max_bisect_calls
-                )
-                forward_s = self._clock.now() - t0
-            else:
-                if self._executor is None:
-                    self._executor = ThreadPoolExecutor(
-                        self.config.workers, thread_name_prefix="batchserve-model"
-                    )
-                loop = asyncio.get_running_loop()
-                live, result, forward_s = await loop.run_in_executor(
-                    self._executor, self._run_in_thread, entries
-                )
+            live, result, forward_s = f.result()
         except BaseException as exc:
-            # A fault of the engine itself (not of the model): no caller may hang on it.
-            self._policy.finish(self._clock.now(), batch, failed=entries)
-            for e in entries:
-                if not e.payload.future.done():
-                    e.payload.future.set_exception(exc)
+            self._fail(batch, exc)
+            return
+        self._complete(batch, live, result, forward_s)
+
+    async def _run_async(self, batch: Batch[_Item], guard: _DeadlineGuard) -> None:
+        try:
+            live = [e for e in batch.entries if not e.gone]
+            t0 = self._clock.now()
+            model = cast(AsyncBatchFn, self._model)
+            inputs = [e.payload.input for e in live]
+            result = await run_async(model, inputs, self.config.max_bisect_calls)
+            forward_s = self._clock.now() - t0
+        except BaseException as exc:
             guard.cancel()
-            self._pump()
+            self._fail(batch, exc)
             if not isinstance(exc, Exception):
                 raise
             return
         guard.cancel()
         self._complete(batch, live, result, forward_s)
+
+    def _fail(self, batch: Batch[_Item], exc: BaseException) -> None:
+        # A fault of the engine itself (not of the model): no caller may hang on it.
+        self._policy.finish(self._clock.now(), batch, failed=batch.entries)
+        for e in batch.entries:
+            if not e.payload.future.done():
+                e.payload.future.set_exception(exc)
+        self._pump()
 
     def _run_in_thread(
         self, entries: Sequence[Entry[_Item]]
@@ -417,7 +443,7 @@ class Batcher(Generic[Out]):
             if not e.payload.future.done():
                 e.payload.future.cancel()
         if self._on_batch is not None:
-            self._on_batch(
+            self._notify(
                 BatchRecord(
                     batch_id=batch.id,
                     size=len(live),
@@ -429,6 +455,14 @@ class Batcher(Generic[Out]):
                 )
             )
         self._pump()
+
+    def _notify(self, record: BatchRecord) -> None:
+        assert self._on_batch is not None
+        try:
+            self._on_batch(record)
+        except Exception:
+            # A listener's fault must not stall the engine; it is logged, not raised.
+            _log.exception("on_batch listener raised")
 
 
 class _DeadlineGuard:

@@ -135,3 +135,15 @@ def test_statistics_is_a_frozen_snapshot() -> None:
             after.queue_depth = 3  # type: ignore[misc]
 
     asyncio.run(main())
+
+
+def test_a_failing_listener_does_not_stall_the_engine(caplog: pytest.LogCaptureFixture) -> None:
+    def listener(record: BatchRecord) -> None:
+        raise RuntimeError("listener broke")
+
+    async def main() -> list[int]:
+        async with Batcher(lambda xs: list(xs), on_batch=listener) as b:
+            return list(await asyncio.gather(b.submit(1), b.submit(2)))
+
+    assert asyncio.run(main()) == [1, 2]
+    assert "on_batch listener raised" in caplog.text
