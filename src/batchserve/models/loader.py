@@ -6,7 +6,8 @@ SPEC is one of:
 * ``synthetic`` or ``synthetic:fixed=8ms,per_item=0.25ms,dim=8``: the seed's cost model;
 * a path to a sentence-transformers model folder;
 * ``package.module:attr``: any batch function, or model object with ``__call__`` (a class is
-  instantiated with no arguments).
+  instantiated with no arguments). An object with ``kind = "embedding"`` and an integer
+  ``dimension`` (and optionally ``count_tokens``) is served as an embedding model.
 """
 
 from __future__ import annotations
@@ -14,16 +15,18 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from batchserve.config import CostEstimate
 from batchserve.errors import ConfigError
 from batchserve.models.base import BatchFn
 from batchserve.models.synthetic import SyntheticModel
 from batchserve.units import parse_duration
 
-__all__ = ["LoadedModel", "load_model", "parse_synthetic"]
+__all__ = ["LoadedModel", "default_model_name", "load_model", "parse_synthetic"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +40,8 @@ class LoadedModel:
         dimension: length of each embedding, if known.
         count_tokens: tokens per input text, for OpenAI ``usage``; None counts words.
         max_input_tokens: inputs longer than this are truncated by the model, if known.
+        initial_cost: the model's known cost per forward pass, to start the batcher's cost
+            model with (None: unknown, measured by a warm-up or learned from traffic).
     """
 
     spec: str
@@ -45,6 +50,7 @@ class LoadedModel:
     dimension: int | None = None
     count_tokens: Callable[[Sequence[str]], list[int]] | None = None
     max_input_tokens: int | None = None
+    initial_cost: CostEstimate | None = None
 
 
 def parse_synthetic(spec: str) -> SyntheticModel:
@@ -88,7 +94,13 @@ def load_model(spec: str) -> LoadedModel:
     if spec == "synthetic" or spec.startswith("synthetic:"):
         model = parse_synthetic(spec)
         kind: Literal["embedding", "generic"] = "embedding" if model.dimension else "generic"
-        return LoadedModel(spec=spec, fn=model, kind=kind, dimension=model.dimension)
+        return LoadedModel(
+            spec=spec,
+            fn=model,
+            kind=kind,
+            dimension=model.dimension,
+            initial_cost=CostEstimate(fixed_s=model.fixed_s, per_item_s=model.per_item_s),
+        )
     if spec == "minilm" or os.path.isdir(spec):
         from batchserve.models.embeddings import SentenceEmbedder
 
@@ -102,11 +114,48 @@ def load_model(spec: str) -> LoadedModel:
             max_input_tokens=emb.max_seq_length,
         )
     if ":" in spec:
-        return LoadedModel(spec=spec, fn=_import_callable(spec))
+        return _describe(spec, _import_callable(spec))
     raise ConfigError(
         "model spec must be 'minilm', 'synthetic[:fixed=..,per_item=..]', a model folder "
         f"or 'package.module:attr', got {spec!r}"
     )
+
+
+def _describe(spec: str, fn: BatchFn) -> LoadedModel:
+    # An imported object declares itself an embedding model with ``kind = "embedding"`` and
+    # an integer ``dimension`` (a SentenceEmbedder qualifies); anything else is generic.
+    dimension = getattr(fn, "dimension", None)
+    count = getattr(fn, "count_tokens", None)
+    is_embedding = getattr(fn, "kind", None) == "embedding" or (
+        isinstance(dimension, int) and callable(count)
+    )
+    if not is_embedding or not isinstance(dimension, int) or isinstance(dimension, bool):
+        return LoadedModel(spec=spec, fn=fn)
+    max_tokens = getattr(fn, "max_seq_length", None)
+    return LoadedModel(
+        spec=spec,
+        fn=fn,
+        kind="embedding",
+        dimension=dimension,
+        count_tokens=count if callable(count) else None,
+        max_input_tokens=max_tokens if isinstance(max_tokens, int) else None,
+    )
+
+
+def default_model_name(spec: str) -> str:
+    """The name a model is served under when only its SPEC is given.
+
+    ``minilm`` -> ``all-MiniLM-L6-v2``; ``synthetic:...`` -> ``synthetic``; a folder -> its
+    last path component; ``package.module:attr`` -> ``attr``.
+    """
+    if spec == "minilm":
+        return "all-MiniLM-L6-v2"
+    if spec == "synthetic" or spec.startswith("synthetic:"):
+        return "synthetic"
+    if ":" in spec and not os.path.isdir(spec):
+        return spec.rpartition(":")[2].rpartition(".")[2] or "model"
+    name = os.path.basename(os.path.normpath(spec))
+    return re.sub(r"[^A-Za-z0-9._-]", "-", name).lstrip("._-") or "model"
 
 
 def _import_callable(spec: str) -> BatchFn:

@@ -1,0 +1,270 @@
+r"""``batchserve serve``: the HTTP server, from flags and an optional TOML config file.
+
+Every batcher setting is a flag that takes ``VALUE`` (every model) or ``NAME=VALUE`` (the
+model NAME only), and may be repeated::
+
+    batchserve serve --model fast=synthetic:fixed=1ms --model minilm \
+        --max-batch-size 32 --max-wait 2ms --max-wait fast=0ms --timeout 250ms
+
+The same settings can come from ``--config FILE`` (TOML)::
+
+    host = "127.0.0.1"
+    port = 8000
+    drain_timeout = "30s"
+    max_body_bytes = 8388608
+    max_inputs = 2048
+    max_input_chars = 32768
+
+    [defaults]                # every model
+    max_batch_size = 32
+    max_wait = "2ms"
+    queue_size = 1024
+    workers = 1
+    timeout = "30s"
+    admission = true
+
+    [models.all-MiniLM-L6-v2] # one table per model, in serving order
+    spec = "minilm"
+    max_batch_size = 64
+
+Precedence, lowest first: built-in defaults, the file's ``[defaults]``, the file's
+``[models.NAME]``, flags for every model, flags for one model. When ``--model`` is given the
+file's models are replaced by the flags' (their ``[models.NAME]`` settings still apply).
+With no model anywhere, the built-in all-MiniLM-L6-v2 is served.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import tomllib
+from typing import Any
+
+from batchserve.config import BatchConfig
+from batchserve.errors import ConfigError
+from batchserve.models.loader import default_model_name
+from batchserve.server.settings import (
+    ModelSettings,
+    RequestLimits,
+    ServerSettings,
+)
+from batchserve.units import parse_duration
+
+__all__ = ["add_parser", "build_settings"]
+
+API_KEY_ENV = "BATCHSERVE_API_KEY"
+
+# Per-model settings: flag/key -> (kind, BatchConfig field or None for the model's timeout).
+_MODEL_KEYS: dict[str, tuple[str, str | None]] = {
+    "max_batch_size": ("int", "max_batch_size"),
+    "max_wait": ("duration", "max_wait_s"),
+    "queue_size": ("int", "queue_size"),
+    "workers": ("int", "workers"),
+    "admission": ("bool", "admission"),
+    "timeout": ("duration", None),
+}
+_SERVER_KEYS = {
+    "host": "str",
+    "port": "int",
+    "drain_timeout": "duration",
+    "max_body_bytes": "int",
+    "max_inputs": "int",
+    "max_input_chars": "int",
+    "api_key": "str",
+}
+_NAMED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)=(.*)$")
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``serve`` subcommand."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "serve",
+        help="serve models over HTTP (OpenAI embeddings, KServe v2, /metrics)",
+        description="Serve models over HTTP with dynamic batching. Batcher flags take VALUE "
+        "(every model) or NAME=VALUE (one model) and may be repeated.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+    )
+    p.add_argument("--config", metavar="FILE", help="TOML config file (see below)")
+    p.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
+    p.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="[NAME=]SPEC",
+        help="a model to serve (repeatable): minilm, synthetic[:fixed=8ms,per_item=0.25ms], "
+        "a sentence-transformers folder, or package.module:attr",
+    )
+    per_model = {
+        "max_batch_size": "a batch closes at this many items (default 32)",
+        "max_wait": "a batch closes when its oldest item waited this long (default 2ms)",
+        "queue_size": "items that may wait; one more is refused 429 (default 1024)",
+        "workers": "forward passes at once (default 1)",
+        "timeout": "deadline of a request that states none (default 30s)",
+        "admission": "on/off: refuse at once what cannot meet its deadline (default on)",
+    }
+    for key, text in per_model.items():
+        p.add_argument(
+            "--" + key.replace("_", "-"),
+            action="append",
+            default=[],
+            metavar="[NAME=]VALUE",
+            help=text,
+        )
+    p.add_argument("--drain-timeout", help="SIGTERM: finish accepted work within (default 30s)")
+    p.add_argument("--max-body-bytes", type=int, help="request body limit (default 8 MiB)")
+    p.add_argument("--max-inputs", type=int, help="inputs per request (default 2048)")
+    p.add_argument("--max-input-chars", type=int, help="characters per input (default 32768)")
+    p.add_argument(
+        "--api-key",
+        help=f"require 'Authorization: Bearer KEY' on inference endpoints (or ${API_KEY_ENV})",
+    )
+    p.add_argument("--log-level", default="warning", help="uvicorn's log level")
+    p.set_defaults(run=run)
+
+
+def _convert(kind: str, name: str, value: Any) -> Any:
+    if kind == "duration":
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if not isinstance(value, str):
+            raise ConfigError(f"{name} must be a duration such as '2ms', got {value!r}")
+        return parse_duration(value, name=name)
+    if kind == "int":
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                raise ConfigError(f"{name} must be an integer, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+        return value
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        text = str(value).lower()
+        if text in ("on", "true", "yes", "1"):
+            return True
+        if text in ("off", "false", "no", "0"):
+            return False
+        raise ConfigError(f"{name} must be on or off, got {value!r}")
+    if not isinstance(value, str):
+        raise ConfigError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def _check_keys(table: dict[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(allowed))}"
+        )
+
+
+def _split_model_flag(text: str) -> tuple[str, str]:
+    match = _NAMED.match(text)
+    if match and ":" not in match.group(1) and "/" not in match.group(1):
+        return match.group(1), match.group(2)
+    return default_model_name(text), text
+
+
+def build_settings(
+    args: argparse.Namespace, environ: dict[str, str] | None = None
+) -> ServerSettings:
+    """Merge built-in defaults, the config file and the flags into ServerSettings.
+
+    Raises:
+        ConfigError: a setting breaks a rule; the message names it and its source.
+    """
+    environ = dict(os.environ) if environ is None else environ
+    file: dict[str, Any] = {}
+    if args.config:
+        with open(args.config, "rb") as f:
+            try:
+                file = tomllib.load(f)
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"config file {args.config}: {exc}") from None
+        _check_keys(file, set(_SERVER_KEYS) | {"defaults", "models"}, f"config file {args.config}")
+    server: dict[str, Any] = {}
+    for key, kind in _SERVER_KEYS.items():
+        if key in file:
+            server[key] = _convert(kind, key, file[key])
+        flag = getattr(args, key, None)
+        if flag is not None:
+            server[key] = _convert(kind, "--" + key.replace("_", "-"), flag)
+    if "api_key" not in server and environ.get(API_KEY_ENV):
+        server["api_key"] = environ[API_KEY_ENV]
+
+    defaults = file.get("defaults", {})
+    _check_keys(defaults, set(_MODEL_KEYS), "[defaults]")
+    file_models: dict[str, dict[str, Any]] = file.get("models", {})
+    for name, table in file_models.items():
+        _check_keys(table, set(_MODEL_KEYS) | {"spec"}, f"[models.{name}]")
+    if args.model:
+        order = [_split_model_flag(m) for m in args.model]
+    elif file_models:
+        order = []
+        for name, table in file_models.items():
+            if "spec" not in table:
+                raise ConfigError(f"[models.{name}] needs spec = '...'")
+            order.append((name, str(table["spec"])))
+    else:
+        order = [("all-MiniLM-L6-v2", "minilm")]
+
+    names = {name for name, _ in order}
+    flags_all: dict[str, Any] = {}
+    flags_one: dict[str, dict[str, Any]] = {}
+    for key, (kind, _) in _MODEL_KEYS.items():
+        for raw in getattr(args, key):
+            flag = "--" + key.replace("_", "-")
+            match = _NAMED.match(raw)
+            if match is None:
+                flags_all[key] = _convert(kind, flag, raw)
+            elif match.group(1) in names:
+                flags_one.setdefault(match.group(1), {})[key] = _convert(
+                    kind, f"{flag} {match.group(1)}", match.group(2)
+                )
+            else:
+                raise ConfigError(
+                    f"{flag} {raw!r}: no model named {match.group(1)!r}; "
+                    f"served: {', '.join(sorted(names))}"
+                )
+
+    models = []
+    for name, spec in order:
+        merged: dict[str, Any] = {}
+        for source, label in (
+            (defaults, "[defaults]"),
+            (file_models.get(name, {}), f"[models.{name}]"),
+        ):
+            for key, value in source.items():
+                if key != "spec":
+                    merged[key] = _convert(_MODEL_KEYS[key][0], f"{label} {key}", value)
+        merged.update(flags_all)
+        merged.update(flags_one.get(name, {}))
+        timeout_s = merged.pop("timeout", 30.0)
+        fields: dict[str, Any] = {str(_MODEL_KEYS[k][1]): v for k, v in merged.items()}
+        batch = dataclasses.replace(BatchConfig(), **fields)
+        models.append(ModelSettings(name=name, spec=spec, batch=batch, timeout_s=timeout_s))
+
+    limits = RequestLimits(
+        **{
+            k: server.pop(k)
+            for k in ("max_body_bytes", "max_inputs", "max_input_chars")
+            if k in server
+        }
+    )
+    if "drain_timeout" in server:
+        server["drain_timeout_s"] = server.pop("drain_timeout")
+    return ServerSettings(models=tuple(models), limits=limits, **server)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the settings and serve until SIGTERM."""
+    from batchserve.server.run import serve
+
+    settings = build_settings(args)
+    return serve(settings, log_level=args.log_level)

@@ -1,0 +1,331 @@
+"""The KServe v2 / Open Inference Protocol: metadata, health and ``infer``.
+
+An infer request is parsed by :func:`parse_infer_request` (JSON, or JSON plus binary tensor
+data: see :mod:`batchserve.server.tensors`) into the items the batcher runs:
+
+* an **embedding** model takes one ``BYTES`` input of shape ``[N]`` or ``[N, 1]`` (UTF-8
+  texts) and answers the ``FP32`` output ``embedding`` of shape ``[N, dim]``;
+* a **generic** model takes any tensors whose first axis is the batch: with one input each
+  item is one row (a numpy array, or ``bytes`` for ``BYTES``), with several each item is a
+  dict from input name to row. Its per-item outputs are stacked into the output ``output``
+  (or, when they are dicts, one output per key).
+
+``parameters.timeout`` is the request's timeout in microseconds, as Triton reads it. Outputs
+are binary when the request asks it (``outputs[].parameters.binary_data``, or
+``parameters.binary_data_output`` when it lists no outputs), JSON otherwise. Errors are
+``{"error": "<message>"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from batchserve import __version__
+from batchserve.models.loader import LoadedModel
+from batchserve.server.settings import RequestLimits
+from batchserve.server.statuses import ApiError
+from batchserve.server.tensors import Tensor, decode_tensor, encode_tensor
+
+__all__ = [
+    "InferRequest",
+    "build_infer_response",
+    "model_metadata",
+    "parse_infer_request",
+    "server_metadata",
+]
+
+EMBEDDING_OUTPUT = "embedding"
+GENERIC_OUTPUT = "output"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InferRequest:
+    """A parsed infer request.
+
+    Attributes:
+        id: the request's id, echoed back.
+        inputs: the decoded input tensors, in order.
+        outputs: the outputs asked for, name -> binary (empty: all outputs).
+        binary_default: outputs not listed are binary (``parameters.binary_data_output``).
+        timeout_s: ``parameters.timeout`` converted to seconds, if given.
+    """
+
+    id: str | None
+    inputs: list[Tensor]
+    outputs: dict[str, bool] = field(default_factory=dict)
+    binary_default: bool = False
+    timeout_s: float | None = None
+
+
+def server_metadata() -> dict[str, Any]:
+    """``GET /v2``."""
+    return {"name": "batchserve", "version": __version__, "extensions": ["binary_tensor_data"]}
+
+
+def model_metadata(name: str, loaded: LoadedModel | None) -> dict[str, Any]:
+    """``GET /v2/models/{name}``: inputs and outputs (empty for a generic model)."""
+    inputs: list[dict[str, Any]] = []
+    outputs: list[dict[str, Any]] = []
+    if loaded is not None and loaded.kind == "embedding":
+        inputs = [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
+        outputs = [
+            {"name": EMBEDDING_OUTPUT, "datatype": "FP32", "shape": [-1, loaded.dimension or -1]}
+        ]
+    return {
+        "name": name,
+        "versions": ["1"],
+        "platform": "batchserve",
+        "inputs": inputs,
+        "outputs": outputs,
+    }
+
+
+def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
+    """Parse an infer body; ``header_length`` is the ``Inference-Header-Content-Length``.
+
+    Raises:
+        ApiError: ``malformed`` or ``invalid`` naming the field and the rule.
+    """
+    binary = b""
+    if header_length is not None:
+        try:
+            n = int(header_length)
+        except ValueError:
+            n = -1
+        if not 0 <= n <= len(body):
+            raise ApiError(
+                "malformed",
+                f"Inference-Header-Content-Length must be an integer in 0..{len(body)} "
+                f"(the body's length), got {header_length!r}",
+                param="Inference-Header-Content-Length",
+            )
+        body, binary = body[:n], body[n:]
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError("malformed", f"body must be valid JSON: {exc}", param="body") from None
+    if not isinstance(data, dict):
+        raise ApiError("invalid", "body must be a JSON object", param="body")
+    params = data.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise ApiError("invalid", "parameters must be an object", param="parameters")
+    specs = data.get("inputs")
+    if not isinstance(specs, list) or not specs:
+        raise ApiError("invalid", "inputs must be a non-empty list of tensors", param="inputs")
+    inputs: list[Tensor] = []
+    offset = 0
+    for spec in specs:
+        if not isinstance(spec, dict):
+            raise ApiError("invalid", "each of inputs must be an object", param="inputs")
+        size = (spec.get("parameters") or {}).get("binary_data_size")
+        chunk = None
+        if size is not None:
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                raise ApiError("invalid", f"binary_data_size must be an integer >= 0, got {size!r}")
+            if offset + size > len(binary):
+                raise ApiError(
+                    "malformed",
+                    f"input {spec.get('name')!r}: binary_data_size {size} runs past the body",
+                )
+            chunk = binary[offset : offset + size]
+            offset += size
+        inputs.append(decode_tensor(spec, chunk))
+    return InferRequest(
+        id=data.get("id") if isinstance(data.get("id"), str) else None,
+        inputs=inputs,
+        outputs=_requested_outputs(data.get("outputs")),
+        binary_default=params.get("binary_data_output") is True,
+        timeout_s=_timeout(params.get("timeout")),
+    )
+
+
+def _requested_outputs(value: Any) -> dict[str, bool]:
+    if value is None:
+        return {}
+    if not isinstance(value, list):
+        raise ApiError("invalid", "outputs must be a list", param="outputs")
+    out = {}
+    for spec in value:
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            raise ApiError("invalid", "each of outputs must have a string name", param="outputs")
+        out[spec["name"]] = (spec.get("parameters") or {}).get("binary_data") is True
+    return out
+
+
+def _timeout(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ApiError(
+            "invalid",
+            f"parameters.timeout must be a number of microseconds > 0, got {value!r}",
+            param="parameters.timeout",
+        )
+    if not math.isfinite(value):
+        raise ApiError("invalid", f"parameters.timeout must be finite, got {value!r}")
+    return float(value) / 1e6
+
+
+def embedding_items(request: InferRequest, limits: RequestLimits) -> list[str]:
+    """The texts of an infer request to an embedding model.
+
+    Raises:
+        ApiError: not exactly one BYTES input of shape [N] or [N, 1], a text that is not
+            UTF-8, empty or too long, or too many texts.
+    """
+    if len(request.inputs) != 1:
+        raise ApiError(
+            "invalid",
+            f"an embedding model takes exactly 1 input (BYTES texts), got {len(request.inputs)}",
+            param="inputs",
+        )
+    t = request.inputs[0]
+    if t.datatype != "BYTES" or not (len(t.shape) == 1 or (len(t.shape) == 2 and t.shape[1] == 1)):
+        raise ApiError(
+            "invalid",
+            f"input {t.name!r} must be BYTES of shape [N] or [N, 1], "
+            f"got {t.datatype} {list(t.shape)}",
+            param=t.name,
+        )
+    if not t.value:
+        raise ApiError("invalid", f"input {t.name!r} must hold at least one text", param=t.name)
+    if len(t.value) > limits.max_inputs:
+        raise ApiError(
+            "too_large",
+            f"input {t.name!r} must hold at most {limits.max_inputs} texts (--max-inputs), "
+            f"got {len(t.value)}",
+            param=t.name,
+        )
+    texts = []
+    for i, raw in enumerate(t.value):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ApiError("invalid", f"{t.name}[{i}] must be UTF-8 text", param=t.name) from None
+        if not text:
+            raise ApiError("invalid", f"{t.name}[{i}] must not be empty", param=t.name)
+        if len(text) > limits.max_input_chars:
+            raise ApiError(
+                "too_large",
+                f"{t.name}[{i}] must be at most {limits.max_input_chars} characters "
+                f"(--max-input-chars), got {len(text)}",
+                param=t.name,
+            )
+        texts.append(text)
+    return texts
+
+
+def generic_items(request: InferRequest, limits: RequestLimits) -> list[Any]:
+    """The items of an infer request to a generic model: one per row of the first axis.
+
+    Raises:
+        ApiError: a scalar input, inputs of different batch sizes, or too many rows.
+    """
+    sizes = set()
+    rows: dict[str, list[Any]] = {}
+    for t in request.inputs:
+        if not t.shape:
+            raise ApiError(
+                "invalid", f"input {t.name!r} must have a batch axis, got shape []", t.name
+            )
+        sizes.add(t.shape[0])
+        if t.datatype == "BYTES":
+            per = math.prod(t.shape[1:])
+            flat = t.value
+            rows[t.name] = (
+                list(flat)
+                if len(t.shape) == 1
+                else [
+                    np.array(flat[i * per : (i + 1) * per], dtype=object).reshape(t.shape[1:])
+                    for i in range(t.shape[0])
+                ]
+            )
+        else:
+            rows[t.name] = list(t.value)
+    if len(sizes) != 1:
+        raise ApiError(
+            "invalid", f"inputs must share their first (batch) axis, got sizes {sorted(sizes)}"
+        )
+    n = sizes.pop()
+    if n == 0:
+        raise ApiError("invalid", "inputs must hold at least one row", param="inputs")
+    if n > limits.max_inputs:
+        raise ApiError(
+            "too_large",
+            f"inputs must hold at most {limits.max_inputs} rows (--max-inputs), got {n}",
+            param="inputs",
+        )
+    if len(rows) == 1:
+        return next(iter(rows.values()))
+    return [{name: r[i] for name, r in rows.items()} for i in range(n)]
+
+
+def build_infer_response(
+    *,
+    model: str,
+    request: InferRequest,
+    outputs: dict[str, Any],
+) -> tuple[bytes, int | None]:
+    """Encode the response; returns the body and the JSON header's length if binary.
+
+    Args:
+        model: the model's name.
+        request: the parsed request (which outputs, binary or JSON).
+        outputs: output name -> stacked numpy array.
+
+    Raises:
+        ApiError: the request asked for an output the model does not produce.
+    """
+    unknown = sorted(set(request.outputs) - set(outputs))
+    if unknown:
+        raise ApiError(
+            "invalid",
+            f"outputs asks for {', '.join(map(repr, unknown))}; this model produces "
+            f"{', '.join(map(repr, outputs))}",
+            param="outputs",
+        )
+    names = list(request.outputs) if request.outputs else list(outputs)
+    descs = []
+    chunks = []
+    for name in names:
+        binary = request.outputs.get(name, request.binary_default)
+        desc, raw = encode_tensor(name, outputs[name], binary=binary)
+        descs.append(desc)
+        if raw is not None:
+            chunks.append(raw)
+    head: dict[str, Any] = {"model_name": model, "model_version": "1", "outputs": descs}
+    if request.id is not None:
+        head["id"] = request.id
+    header = json.dumps(head, separators=(",", ":")).encode()
+    if not chunks:
+        return header, None
+    return header + b"".join(chunks), len(header)
+
+
+def stack_outputs(kind: str, results: Sequence[Any]) -> dict[str, Any]:
+    """Stack per-item outputs into output tensors (name -> array).
+
+    Raises:
+        ApiError: ``internal`` when the model's outputs cannot be stacked (ragged shapes).
+    """
+    if kind == "embedding":
+        return {EMBEDDING_OUTPUT: np.asarray(results, dtype=np.float32)}
+    try:
+        if results and all(isinstance(r, dict) for r in results):
+            keys = list(results[0])
+            return {k: _stack([r[k] for r in results]) for k in keys}
+        return {GENERIC_OUTPUT: _stack(list(results))}
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ApiError("internal", f"the model's outputs cannot form a tensor: {exc}") from None
+
+
+def _stack(values: list[Any]) -> Any:
+    if all(isinstance(v, str | bytes) for v in values):
+        return np.array([v if isinstance(v, bytes) else v.encode() for v in values], dtype=object)
+    return np.stack([np.asarray(v) for v in values])

@@ -1,0 +1,207 @@
+"""The OpenAI embeddings protocol: ``POST /v1/embeddings`` and ``GET /v1/models``.
+
+Parsing (:func:`parse_embeddings_request`) checks every field and names the one that breaks
+a rule; nothing is queued for a request that fails it. ``input`` is a string or a list of
+strings (token arrays are refused: this server tokenizes itself); ``encoding_format`` is
+``float`` (JSON numbers) or ``base64`` (little-endian float32 bytes, what the official
+client asks for by default); ``dimensions`` is accepted only when it equals the model's own
+dimension (these models cannot shorten their embeddings, so any other value is refused).
+
+Errors use OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``, with the
+server's reason as ``code`` (see :mod:`batchserve.server.statuses`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from batchserve.server.settings import RequestLimits
+from batchserve.server.statuses import ApiError
+
+__all__ = [
+    "EmbeddingsRequest",
+    "embeddings_response",
+    "error_body",
+    "models_response",
+    "parse_embeddings_request",
+]
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    503: "service_unavailable_error",
+    504: "timeout_error",
+}
+_CREATED = int(time.time())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EmbeddingsRequest:
+    """A checked ``POST /v1/embeddings`` body.
+
+    Attributes:
+        model: the requested model name (None: the default model).
+        texts: the inputs, in order.
+        encoding_format: ``float`` or ``base64``.
+        dimensions: the requested dimension, if any.
+    """
+
+    model: str | None
+    texts: list[str]
+    encoding_format: str
+    dimensions: int | None
+
+
+def parse_embeddings_request(body: bytes, limits: RequestLimits) -> EmbeddingsRequest:
+    """Parse and check an embeddings request body.
+
+    Raises:
+        ApiError: ``malformed`` (not JSON), ``invalid`` (a field breaks a rule) or
+            ``too_large`` (too many inputs, a text too long); the message names the field.
+    """
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError("malformed", f"body must be valid JSON: {exc}", param="body") from None
+    if not isinstance(data, dict):
+        raise ApiError(
+            "invalid", f"body must be a JSON object, got {type(data).__name__}", param="body"
+        )
+    model = data.get("model")
+    if model is not None and (not isinstance(model, str) or not model):
+        raise ApiError("invalid", f"model must be a non-empty string, got {model!r}", "model")
+    if "input" not in data:
+        raise ApiError("invalid", "input is required: a string or a list of strings", "input")
+    texts = _texts(data["input"], limits)
+    fmt = data.get("encoding_format")
+    if fmt is None:
+        fmt = "float"
+    if fmt not in ("float", "base64"):
+        raise ApiError(
+            "invalid",
+            f"encoding_format must be 'float' or 'base64', got {fmt!r}",
+            param="encoding_format",
+        )
+    dims = data.get("dimensions")
+    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
+        raise ApiError(
+            "invalid", f"dimensions must be an integer >= 1, got {dims!r}", param="dimensions"
+        )
+    return EmbeddingsRequest(model=model, texts=texts, encoding_format=fmt, dimensions=dims)
+
+
+def _texts(value: Any, limits: RequestLimits) -> list[str]:
+    if isinstance(value, str):
+        texts = [value]
+    elif isinstance(value, list):
+        if not value:
+            raise ApiError("invalid", "input must not be an empty list", param="input")
+        texts = value
+    else:
+        raise ApiError(
+            "invalid",
+            f"input must be a string or a list of strings, got {type(value).__name__}",
+            param="input",
+        )
+    if len(texts) > limits.max_inputs:
+        raise ApiError(
+            "too_large",
+            f"input must hold at most {limits.max_inputs} items (--max-inputs), got {len(texts)}",
+            param="input",
+        )
+    single = isinstance(value, str)
+    for i, text in enumerate(texts):
+        where = "input" if single else f"input[{i}]"
+        if not isinstance(text, str):
+            hint = (
+                " (token arrays are not supported; send text)"
+                if isinstance(text, int | list)
+                else ""
+            )
+            raise ApiError(
+                "invalid",
+                f"{where} must be a string, got {type(text).__name__}{hint}",
+                param=where,
+            )
+        if not text:
+            raise ApiError("invalid", f"{where} must not be an empty string", param=where)
+        if len(text) > limits.max_input_chars:
+            raise ApiError(
+                "too_large",
+                f"{where} must be at most {limits.max_input_chars} characters "
+                f"(--max-input-chars), got {len(text)}",
+                param=where,
+            )
+    return texts
+
+
+def check_dimensions(requested: int | None, dimension: int | None) -> None:
+    """Refuse a ``dimensions`` the model cannot produce.
+
+    Raises:
+        ApiError: ``invalid`` naming the model's own dimension.
+    """
+    if requested is None or requested == dimension:
+        return
+    raise ApiError(
+        "invalid",
+        f"dimensions={requested} is not supported: this model produces {dimension}-dimensional "
+        "embeddings and cannot shorten them; omit dimensions or pass "
+        f"{dimension}",
+        param="dimensions",
+    )
+
+
+def embeddings_response(
+    model: str, vectors: Sequence[Any], encoding_format: str, tokens: int
+) -> dict[str, Any]:
+    """The response body: one embedding per input, in order, and the token usage."""
+    data = []
+    for i, vec in enumerate(vectors):
+        arr = np.asarray(vec, dtype=np.float32)
+        if encoding_format == "base64":
+            emb: Any = base64.b64encode(arr.astype("<f4", copy=False).tobytes()).decode()
+        else:
+            emb = arr.tolist()
+        data.append({"object": "embedding", "index": i, "embedding": emb})
+    return {
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+
+
+def models_response(names: Sequence[str]) -> dict[str, Any]:
+    """``GET /v1/models``: every served model."""
+    return {"object": "list", "data": [model_entry(n) for n in names]}
+
+
+def model_entry(name: str) -> dict[str, Any]:
+    """One model as OpenAI lists it."""
+    return {"id": name, "object": "model", "created": _CREATED, "owned_by": "batchserve"}
+
+
+def error_body(error: ApiError) -> dict[str, Any]:
+    """OpenAI's error shape, with the server's reason as ``code``."""
+    return {
+        "error": {
+            "message": error.message,
+            "type": _ERROR_TYPES.get(error.status, "invalid_request_error"),
+            "param": error.param,
+            "code": error.reason,
+        }
+    }

@@ -1,0 +1,436 @@
+"""The OpenAPI 3.1 description of every endpoint, and the ``/docs`` page rendered from it.
+
+The spec is written by hand from the same constants the server uses (the status table, the
+header names), so the documented contract and the behaviour cannot drift apart silently:
+tests compare the routes the app serves with the paths listed here. The docs page is plain
+HTML generated from the spec, with no script and nothing fetched from elsewhere (the server
+may run where nothing outside can be reached).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from batchserve import __version__
+from batchserve.server.statuses import RETRY_REASONS, STATUS_TABLE
+
+__all__ = ["DEADLINE_HEADER", "TIMING_HEADERS", "docs_html", "openapi_spec"]
+
+#: The request header that carries a request's own deadline.
+DEADLINE_HEADER = "X-Request-Timeout"
+
+#: Response headers on every inference answer: one comma-separated value per input.
+TIMING_HEADERS = {
+    "X-Queue-Wait-S": "Seconds each input waited from admission to its forward pass.",
+    "X-Batch-Size": "Items in the forward pass of each input.",
+    "X-Batch-Id": "Id of the forward pass of each input (unique per model).",
+    "X-Forward-S": "Seconds the forward pass of each input took.",
+}
+
+_DEADLINE_PARAM = {
+    "name": DEADLINE_HEADER,
+    "in": "header",
+    "required": False,
+    "description": "This request's deadline, counted from its arrival: seconds as a decimal "
+    "(`0.25`) or with a unit (`250ms`, `2s`). Default: the model's `--timeout`. A request "
+    "the cost model predicts cannot finish in time is refused at once (429 `infeasible`); "
+    "one whose deadline passes while queued or running is answered 504.",
+    "schema": {"type": "string", "examples": ["0.25", "250ms"]},
+}
+
+
+def _error_responses(reasons: list[str], schema: str) -> dict[str, Any]:
+    by_status: dict[int, list[str]] = {}
+    for r in reasons:
+        by_status.setdefault(STATUS_TABLE[r][0], []).append(r)
+    out: dict[str, Any] = {}
+    for status, rs in sorted(by_status.items()):
+        headers: dict[str, Any] = {
+            "X-Reason": {"description": "Machine-readable reason.", "schema": {"enum": rs}}
+        }
+        if any(r in RETRY_REASONS for r in rs):
+            headers["Retry-After"] = {
+                "description": "Seconds before a retry may be admitted (integer, >= 1).",
+                "schema": {"type": "integer"},
+            }
+            headers["Retry-After-Ms"] = {
+                "description": "The same in milliseconds.",
+                "schema": {"type": "integer"},
+            }
+        out[str(status)] = {
+            "description": "; ".join(f"`{r}`: {STATUS_TABLE[r][1]}" for r in rs),
+            "headers": headers,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
+        }
+    return out
+
+
+_INFER_ERRORS = [
+    "malformed",
+    "invalid",
+    "too_large",
+    "unauthorized",
+    "not_found",
+    "queue_full",
+    "infeasible",
+    "draining",
+    "not_ready",
+    "deadline_exceeded",
+    "model_error",
+    "internal",
+]
+
+
+def _timing_headers() -> dict[str, Any]:
+    return {
+        name: {
+            "description": desc + " Comma-separated, in input order.",
+            "schema": {"type": "string"},
+        }
+        for name, desc in TIMING_HEADERS.items()
+    }
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def _simple(summary: str, description: str, tag: str, errors: list[str] | None = None) -> Any:
+    responses: dict[str, Any] = {"200": {"description": "OK"}}
+    responses.update(_error_responses(errors or [], "KServeError"))
+    return {"summary": summary, "description": description, "tags": [tag], "responses": responses}
+
+
+def _schemas(models: list[str]) -> dict[str, Any]:
+    tensor = {
+        "type": "object",
+        "required": ["name", "datatype", "shape"],
+        "properties": {
+            "name": {"type": "string"},
+            "datatype": {"type": "string", "examples": ["BYTES", "FP32", "INT64"]},
+            "shape": {"type": "array", "items": {"type": "integer"}},
+            "data": {"type": "array", "description": "Row-major elements (JSON mode)."},
+            "parameters": {
+                "type": "object",
+                "properties": {"binary_data_size": {"type": "integer"}},
+            },
+        },
+    }
+    return {
+        "EmbeddingsRequest": {
+            "type": "object",
+            "required": ["input"],
+            "properties": {
+                "input": {
+                    "description": "A text, or a list of texts (at most --max-inputs, each at "
+                    "most --max-input-chars characters, none empty).",
+                    "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+                },
+                "model": {
+                    "type": "string",
+                    "enum": models,
+                    "description": "Default: the first served model.",
+                },
+                "encoding_format": {"enum": ["float", "base64"], "default": "float"},
+                "dimensions": {
+                    "type": "integer",
+                    "description": "Only the model's own dimension is accepted.",
+                },
+                "user": {"type": "string", "description": "Ignored."},
+            },
+        },
+        "EmbeddingsResponse": {
+            "type": "object",
+            "properties": {
+                "object": {"const": "list"},
+                "model": {"type": "string"},
+                "data": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "object": {"const": "embedding"},
+                            "index": {"type": "integer"},
+                            "embedding": {
+                                "oneOf": [
+                                    {"type": "array", "items": {"type": "number"}},
+                                    {"type": "string", "description": "base64 float32 LE"},
+                                ]
+                            },
+                        },
+                    },
+                },
+                "usage": {
+                    "type": "object",
+                    "properties": {
+                        "prompt_tokens": {"type": "integer"},
+                        "total_tokens": {"type": "integer"},
+                    },
+                },
+            },
+        },
+        "OpenAIError": {
+            "type": "object",
+            "properties": {
+                "error": {
+                    "type": "object",
+                    "properties": {
+                        "message": {"type": "string"},
+                        "type": {"type": "string"},
+                        "param": {"type": ["string", "null"]},
+                        "code": {"enum": sorted(STATUS_TABLE)},
+                    },
+                }
+            },
+        },
+        "KServeError": {"type": "object", "properties": {"error": {"type": "string"}}},
+        "Tensor": tensor,
+        "InferRequest": {
+            "type": "object",
+            "required": ["inputs"],
+            "properties": {
+                "id": {"type": "string"},
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "timeout": {
+                            "type": "integer",
+                            "description": "Timeout in microseconds, as Triton reads it.",
+                        },
+                        "binary_data_output": {"type": "boolean"},
+                    },
+                },
+                "inputs": {"type": "array", "items": {"$ref": "#/components/schemas/Tensor"}},
+                "outputs": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string"},
+                            "parameters": {
+                                "type": "object",
+                                "properties": {"binary_data": {"type": "boolean"}},
+                            },
+                        },
+                    },
+                },
+            },
+        },
+        "InferResponse": {
+            "type": "object",
+            "properties": {
+                "model_name": {"type": "string"},
+                "model_version": {"type": "string"},
+                "id": {"type": "string"},
+                "outputs": {"type": "array", "items": {"$ref": "#/components/schemas/Tensor"}},
+            },
+        },
+    }
+
+
+def openapi_spec(models: list[str]) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the server serving ``models``."""
+    secured: list[dict[str, list[str]]] = [{"bearer": []}]
+    model_param = {"name": "name", "in": "path", "required": True, "schema": {"enum": models}}
+    ok_infer = {
+        "description": "One answer per input, in order.",
+        "headers": _timing_headers(),
+    }
+    paths: dict[str, Any] = {
+        "/v1/embeddings": {
+            "post": {
+                "summary": "Embed texts (OpenAI)",
+                "description": "Each input is batched separately and may share a forward pass "
+                "with other requests; the answer keeps the input order. Works with the "
+                "official `openai` client (`client.embeddings.create`).",
+                "tags": ["OpenAI"],
+                "security": secured,
+                "parameters": [_DEADLINE_PARAM],
+                "requestBody": {
+                    "required": True,
+                    "content": _json({"$ref": "#/components/schemas/EmbeddingsRequest"}),
+                },
+                "responses": {
+                    "200": {
+                        **ok_infer,
+                        "content": _json({"$ref": "#/components/schemas/EmbeddingsResponse"}),
+                    },
+                    **_error_responses(_INFER_ERRORS, "OpenAIError"),
+                },
+            }
+        },
+        "/v1/models": {
+            "get": {
+                "summary": "List the served models (OpenAI)",
+                "tags": ["OpenAI"],
+                "security": secured,
+                "responses": {
+                    "200": {"description": "OK"},
+                    **_error_responses(["unauthorized"], "OpenAIError"),
+                },
+            }
+        },
+        "/v1/models/{name}": {
+            "get": {
+                "summary": "One served model (OpenAI)",
+                "tags": ["OpenAI"],
+                "security": secured,
+                "parameters": [model_param],
+                "responses": {
+                    "200": {"description": "OK"},
+                    **_error_responses(["unauthorized", "not_found"], "OpenAIError"),
+                },
+            }
+        },
+        "/v2": {
+            "get": _simple("Server metadata (KServe v2)", "Name, version, extensions.", "KServe")
+        },
+        "/v2/health/live": {
+            "get": _simple("Liveness (KServe v2)", "200 while the process serves HTTP.", "Health")
+        },
+        "/v2/health/ready": {
+            "get": _simple(
+                "Readiness (KServe v2)",
+                "200 when every model is loaded and the server is not draining.",
+                "Health",
+                ["not_ready", "draining"],
+            )
+        },
+        "/v2/models/{name}": {
+            "get": {
+                **_simple(
+                    "Model metadata (KServe v2)",
+                    "Inputs and outputs (an embedding model: BYTES `text` [-1] in, FP32 "
+                    "`embedding` [-1, dim] out).",
+                    "KServe",
+                    ["not_found"],
+                ),
+                "parameters": [model_param],
+            }
+        },
+        "/v2/models/{name}/ready": {
+            "get": {
+                **_simple(
+                    "Model readiness (KServe v2)",
+                    "200 when the model serves.",
+                    "KServe",
+                    ["not_found", "not_ready", "draining"],
+                ),
+                "parameters": [model_param],
+            }
+        },
+        "/v2/models/{name}/infer": {
+            "post": {
+                "summary": "Inference (KServe v2 / Open Inference Protocol)",
+                "description": "JSON, or JSON followed by binary tensor data (Triton's binary "
+                "tensor data extension: header `Inference-Header-Content-Length`), as "
+                "`tritonclient.http` sends by default. `parameters.timeout` (microseconds) "
+                "and the `X-Request-Timeout` header both bound the deadline. Also served "
+                "under `/v2/models/{name}/versions/{version}/...`.",
+                "tags": ["KServe"],
+                "security": secured,
+                "parameters": [
+                    model_param,
+                    _DEADLINE_PARAM,
+                    {
+                        "name": "Inference-Header-Content-Length",
+                        "in": "header",
+                        "required": False,
+                        "description": "Bytes of JSON before the binary tensor data.",
+                        "schema": {"type": "integer"},
+                    },
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        **_json({"$ref": "#/components/schemas/InferRequest"}),
+                        "application/octet-stream": {
+                            "schema": {"type": "string", "format": "binary"}
+                        },
+                    },
+                },
+                "responses": {
+                    "200": {
+                        **ok_infer,
+                        "content": _json({"$ref": "#/components/schemas/InferResponse"}),
+                    },
+                    **_error_responses(_INFER_ERRORS, "KServeError"),
+                },
+            }
+        },
+        "/metrics": {
+            "get": _simple(
+                "Prometheus metrics",
+                "Requests by outcome and reason, queue depth, queue wait, batch size, forward "
+                "time and latency histograms, the fitted cost model; per model. Open.",
+                "Operations",
+            )
+        },
+        "/openapi.json": {"get": _simple("This document", "OpenAPI 3.1, JSON.", "Documentation")},
+        "/docs": {"get": _simple("Documentation page", "HTML.", "Documentation")},
+        "/": {"get": _simple("Index", "Server name, models, links.", "Documentation")},
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "batchserve",
+            "version": __version__,
+            "description": "A model server built around dynamic batching. Every inference "
+            "answer carries the headers " + ", ".join(TIMING_HEADERS) + "; every error "
+            "carries X-Reason, and refusals (429, 503) carry Retry-After and Retry-After-Ms. "
+            f"A request's deadline: the header {DEADLINE_HEADER}.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": _schemas(models),
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "Needed only when the server runs with --api-key (or "
+                    "BATCHSERVE_API_KEY); health, metrics and docs stay open.",
+                }
+            },
+        },
+    }
+
+
+def docs_html(spec: dict[str, Any]) -> str:
+    """A self-contained HTML page describing ``spec`` (no scripts, no external assets)."""
+    e = html.escape
+    rows = []
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            params = "".join(
+                f"<li><code>{e(p['name'])}</code> ({e(p['in'])}): "
+                f"{e(p.get('description', ''))}</li>"
+                for p in op.get("parameters", [])
+            )
+            responses = "".join(
+                f"<li><b>{e(code)}</b> {e(r.get('description', ''))}</li>"
+                for code, r in op.get("responses", {}).items()
+            )
+            rows.append(
+                f"<section><h3><code>{method.upper()} {e(path)}</code> {e(op['summary'])}</h3>"
+                f"<p>{e(op.get('description', ''))}</p>"
+                + (f"<p>Parameters:</p><ul>{params}</ul>" if params else "")
+                + f"<p>Responses:</p><ul>{responses}</ul></section>"
+            )
+    table = "".join(
+        f"<tr><td><code>{e(r)}</code></td><td>{s}</td><td>{e(d)}</td></tr>"
+        for r, (s, d) in STATUS_TABLE.items()
+    )
+    info = spec["info"]
+    schemas = e(json.dumps(spec["components"]["schemas"], indent=2))
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>batchserve API</title>"
+        "<style>body{font-family:sans-serif;max-width:60em;margin:auto;padding:1em}"
+        "section{border-top:1px solid #ccc}code{background:#f4f4f4}</style></head><body>"
+        f"<h1>{e(info['title'])} {e(info['version'])}</h1><p>{e(info['description'])}</p>"
+        "<p>Machine-readable: <a href='/openapi.json'>/openapi.json</a>.</p>"
+        "<h2>Outcomes and status codes</h2><table><tr><th>X-Reason</th><th>status</th>"
+        f"<th>when</th></tr>{table}</table><h2>Endpoints</h2>{''.join(rows)}"
+        f"<h2>Schemas</h2><pre>{schemas}</pre></body></html>"
+    )

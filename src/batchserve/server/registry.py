@@ -1,0 +1,192 @@
+"""The served models, each with its own batcher, settings and readiness.
+
+Theory of operation: a :class:`ServedModel` starts ``loading``; :meth:`ServedModel.load`
+loads its SPEC in a thread (seconds for MiniLM), warms it up, and builds its
+:class:`~batchserve.batcher.Batcher`, then it is ``ready``. While loading, every inference
+request is answered ``not_ready`` (503, Retry-After); a model that failed to load stays
+``failed`` and the server stops. The warm-up of an embedding model also measures one pass of
+1 and of a few texts, so the batcher's cost model (and deadline-aware admission) starts from
+this machine's figures instead of from zero; a synthetic model states its cost exactly.
+
+:meth:`ServedModel.infer` submits a request's inputs as separate items (they may land in
+different batches) and answers when all are done, in input order. If one input is refused
+at admission, the ones already admitted are withdrawn, so the request is refused whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from batchserve.batcher import Batcher, BatchRecord, Served, Ticket
+from batchserve.config import CostEstimate
+from batchserve.errors import NotReady, Rejected
+from batchserve.models.base import is_async_model
+from batchserve.models.loader import LoadedModel, load_model
+from batchserve.server.settings import ModelSettings
+
+__all__ = ["Registry", "ServedModel"]
+
+_WARMUP_TEXT = "A short sentence to warm the model up before serving."
+
+
+class ServedModel:
+    """One model behind its own batcher.
+
+    Args:
+        settings: name, SPEC, batcher settings and default deadline.
+        on_batch: called with the model name and each finished pass's record (metrics).
+        loader: turns a SPEC into a model (the default loads it for real).
+    """
+
+    def __init__(
+        self,
+        settings: ModelSettings,
+        *,
+        on_batch: Callable[[str, BatchRecord], None] | None = None,
+        loader: Callable[[str], LoadedModel] = load_model,
+    ) -> None:
+        self.settings = settings
+        self.name = settings.name
+        self.state = "loading"
+        self.loaded: LoadedModel | None = None
+        self.batcher: Batcher[Any] | None = None
+        self.error: BaseException | None = None
+        self.load_seconds: float | None = None
+        self._on_batch = on_batch
+        self._loader = loader
+        self._started = time.monotonic()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the model serves."""
+        return self.state == "ready"
+
+    async def load(self) -> None:
+        """Load, warm up and start the batcher; on failure record the error and re-raise."""
+        try:
+            loaded = await asyncio.to_thread(self._load_and_warm)
+        except BaseException as exc:
+            self.state = "failed"
+            self.error = exc
+            raise
+        self.loaded = loaded
+        config = self.settings.batch
+        if loaded.initial_cost is not None and config.initial_cost == CostEstimate(
+            fixed_s=0.0, per_item_s=0.0
+        ):
+            config = dataclasses.replace(config, initial_cost=loaded.initial_cost)
+        on_batch = self._on_batch
+        name = self.name
+        self.batcher = Batcher(
+            loaded.fn,
+            config,
+            timeout_s=self.settings.timeout_s,
+            on_batch=(lambda rec: on_batch(name, rec)) if on_batch is not None else None,
+        )
+        self.load_seconds = time.monotonic() - self._started
+        self.state = "ready"
+
+    def _load_and_warm(self) -> LoadedModel:
+        loaded = self._loader(self.settings.spec)
+        if loaded.kind != "embedding" or loaded.initial_cost is not None:
+            return loaded
+        fn: Any = loaded.fn
+        if is_async_model(fn):
+            return loaded
+        fn([_WARMUP_TEXT])
+        k = max(2, min(8, self.settings.batch.max_batch_size))
+        t0 = time.perf_counter()
+        fn([_WARMUP_TEXT])
+        t1 = time.perf_counter()
+        fn([_WARMUP_TEXT] * k)
+        t2 = time.perf_counter()
+        one, many = t1 - t0, t2 - t1
+        per_item = max(0.0, (many - one) / (k - 1))
+        fixed = max(0.0, one - per_item)
+        return dataclasses.replace(
+            loaded, initial_cost=CostEstimate(fixed_s=fixed, per_item_s=per_item)
+        )
+
+    def require_batcher(self) -> Batcher[Any]:
+        """The batcher, or raise NotReady while the model loads (or failed to)."""
+        if self.batcher is None:
+            waited = time.monotonic() - self._started
+            raise NotReady(
+                f"model {self.name!r} is {self.state} ({waited:.1f}s so far)",
+                retry_after_s=1.0,
+            )
+        return self.batcher
+
+    async def infer(self, inputs: Sequence[Any], deadline: float | None) -> list[Served[Any]]:
+        """Run every input through the batcher; answers in input order.
+
+        Args:
+            inputs: one item per input; each may land in a different batch.
+            deadline: absolute time on the batcher's clock (None: the model's default).
+
+        Raises:
+            NotReady: the model is still loading.
+            QueueFull, DeadlineInfeasible, ShuttingDown: refused at admission (whole).
+            DeadlineExceeded, ModelError: an input missed its deadline or made the model
+                raise; the request's other inputs are withdrawn.
+
+        On cancellation every input is withdrawn: queued ones never reach the model.
+        """
+        batcher = self.require_batcher()
+        tickets: list[Ticket[Any]] = []
+        try:
+            for item in inputs:
+                tickets.append(batcher.submit_nowait(item, deadline=deadline))
+        except Rejected:
+            for t in tickets:
+                t.cancel()
+            raise
+        try:
+            if len(tickets) == 1:
+                return [await tickets[0]]
+            return [await t for t in tickets]
+        except BaseException:
+            for t in tickets:
+                t.cancel()
+            raise
+
+    def deadline_for(self, timeout_s: float | None, start: float) -> float:
+        """The absolute deadline of a request that arrived at ``start`` (batcher clock)."""
+        return start + (timeout_s if timeout_s is not None else self.settings.timeout_s)
+
+
+class Registry:
+    """The served models by name; the first is the default.
+
+    Args:
+        models: one :class:`ServedModel` per name, in order.
+    """
+
+    def __init__(self, models: Sequence[ServedModel]) -> None:
+        self.models: dict[str, ServedModel] = {m.name: m for m in models}
+        self.default = models[0]
+
+    def get(self, name: str | None) -> ServedModel | None:
+        """The model called ``name`` (the default for None), or None if there is none."""
+        if name is None:
+            return self.default
+        return self.models.get(name)
+
+    @property
+    def ready(self) -> bool:
+        """Whether every model serves."""
+        return all(m.ready for m in self.models.values())
+
+    async def load_all(self) -> None:
+        """Load every model, one after another (they share the CPUs)."""
+        for m in self.models.values():
+            await m.load()
+
+    async def drain(self, timeout_s: float | None) -> None:
+        """Finish every accepted item of every model, at most ``timeout_s`` seconds."""
+        batchers = [m.batcher for m in self.models.values() if m.batcher is not None]
+        await asyncio.gather(*(b.shutdown(drain=True, timeout_s=timeout_s) for b in batchers))

@@ -1,0 +1,174 @@
+"""Running the server: uvicorn, the ready line, SIGTERM draining, the exit status.
+
+Theory of operation: :func:`serve` binds the listening socket itself (so port 0 gives a port
+known before anything else happens), starts uvicorn on it (httptools and uvloop when
+installed, access log off) and the app's lifespan starts loading the models. Meanwhile
+inference answers 503 ``not_ready``. When every model is loaded and warm, ONE line goes to
+stdout, the ready line::
+
+    batchserve ready on http://127.0.0.1:8000 models=all-MiniLM-L6-v2
+
+(other messages go to stderr). A model that fails to load stops the server; its error is
+raised to the caller (the CLI prints it and exits 1).
+
+The first SIGTERM (or SIGINT) stops admitting (new inference requests: 503 ``draining`` with
+Retry-After; ``/v2/health/ready``: 503), finishes every accepted request and sends its
+response, bounded by ``drain_timeout_s``, then closes the listener and returns 0. A second
+signal exits at once with status 1 and says so on stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable, Generator
+from typing import Any, TextIO
+
+import uvicorn
+
+from batchserve.models.loader import LoadedModel, load_model
+from batchserve.server.app import App
+from batchserve.server.settings import ServerSettings
+
+__all__ = ["bind", "serve", "serve_async"]
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: a free one)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, with signals left to :class:`_Lifecycle`."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+class _Lifecycle:
+    """Signals -> drain -> exit."""
+
+    def __init__(self, app: App, server: _Server, drain_timeout_s: float, err: TextIO) -> None:
+        self.app = app
+        self.server = server
+        self.drain_timeout_s = drain_timeout_s
+        self.err = err
+        self.signalled = False
+        self._task: asyncio.Task[None] | None = None
+
+    def on_signal(self, sig: int) -> None:
+        name = signal.Signals(sig).name
+        if self.signalled:
+            print(f"batchserve: second {name}: exiting now, without draining", file=self.err)
+            self.err.flush()
+            sys.stdout.flush()
+            os._exit(1)
+        self.signalled = True
+        print(
+            f"batchserve: {name}: draining: admitting nothing new, finishing "
+            f"{self.app.inflight} accepted requests (at most {self.drain_timeout_s:g}s)",
+            file=self.err,
+            flush=True,
+        )
+        self.app.begin_drain()
+        self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            await self.app.drain(self.drain_timeout_s)
+        finally:
+            self.server.should_exit = True
+
+
+async def serve_async(
+    settings: ServerSettings,
+    *,
+    loader: Callable[[str], LoadedModel] = load_model,
+    log_level: str = "warning",
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """Serve until SIGTERM/SIGINT; returns the exit status (0 after a clean drain).
+
+    Raises:
+        OSError: the address cannot be bound.
+        Exception: whatever a model raised while loading (after the server stopped).
+    """
+    out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
+    app = App(settings, loader=loader)
+    sock = bind(settings.host, settings.port)
+    host, port = sock.getsockname()[:2]
+    url_host = f"[{host}]" if ":" in host else host
+    url = f"http://{url_host}:{port}"
+    config = uvicorn.Config(
+        app,
+        lifespan="on",
+        access_log=False,
+        log_level=log_level,
+        timeout_graceful_shutdown=5,
+        timeout_keep_alive=5,
+    )
+    server = _Server(config)
+    life = _Lifecycle(app, server, settings.drain_timeout_s, err)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, life.on_signal, sig)
+    names = ",".join(m.name for m in settings.models)
+    print(f"batchserve: listening on {url}, loading models={names}", file=err, flush=True)
+    serving = loop.create_task(server.serve(sockets=[sock]))
+    load_error: BaseException | None = None
+    try:
+        while not server.started and not serving.done():  # noqa: ASYNC110 - uvicorn has no event
+            await asyncio.sleep(0.01)
+        try:
+            await app.wait_ready()
+        except Exception as exc:
+            load_error = exc
+            server.should_exit = True
+        else:
+            if not life.signalled:
+                print(f"batchserve ready on {url} models={names}", file=out, flush=True)
+        await serving
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        sock.close()
+    if load_error is not None:
+        raise load_error
+    return 0
+
+
+def serve(settings: ServerSettings, **kwargs: Any) -> int:
+    """Run :func:`serve_async` on a fresh event loop (uvloop when installed).
+
+    Keyword arguments go to :func:`serve_async`.
+    """
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        return runner.run(serve_async(settings, **kwargs))

@@ -1,0 +1,112 @@
+"""The server's settings: frozen, keyword-only, validated value objects.
+
+:class:`ServerSettings` holds what is server-wide (address, request limits, API key, drain
+timeout) and one :class:`ModelSettings` per served model (its name, its SPEC, its own
+:class:`~batchserve.config.BatchConfig` and default deadline). The CLI and the config file
+build these; the Python API takes them directly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from batchserve.config import BatchConfig, check_positive
+from batchserve.errors import ConfigError
+
+__all__ = ["DEFAULT_MODEL_NAME", "ModelSettings", "RequestLimits", "ServerSettings"]
+
+#: The name the built-in embedding model is served under when none is given.
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _check_limit(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestLimits:
+    """What one request may carry; a request over a limit gets 413 before anything runs.
+
+    Attributes:
+        max_body_bytes: bytes in the request body.
+        max_inputs: inputs (texts, tensor rows) in one request.
+        max_input_chars: characters in one input text.
+    """
+
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_inputs: int = 2048
+    max_input_chars: int = 32_768
+
+    def __post_init__(self) -> None:
+        _check_limit("max_body_bytes", self.max_body_bytes)
+        _check_limit("max_inputs", self.max_inputs)
+        _check_limit("max_input_chars", self.max_input_chars)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSettings:
+    """One served model.
+
+    Attributes:
+        name: the name clients ask for (OpenAI ``model``, KServe ``/v2/models/{name}``).
+        spec: what to load (see :func:`batchserve.models.loader.load_model`).
+        batch: its batcher's settings.
+        timeout_s: the deadline of a request that states none, in seconds.
+    """
+
+    name: str
+    spec: str
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise ConfigError(
+                "model name must be letters, digits, '.', '_' or '-' (not first), "
+                f"got {self.name!r}"
+            )
+        if not isinstance(self.spec, str) or not self.spec:
+            raise ConfigError(f"model spec must be a non-empty string, got {self.spec!r}")
+        if not isinstance(self.batch, BatchConfig):
+            raise ConfigError(f"batch must be a BatchConfig, got {self.batch!r}")
+        check_positive("timeout_s", self.timeout_s)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSettings:
+    """The whole server.
+
+    Attributes:
+        models: the served models; the first is the default (used when a request names none).
+        host: the address to bind.
+        port: the port to bind; 0 picks a free one (printed in the ready line).
+        limits: request limits.
+        api_key: if set, inference endpoints need ``Authorization: Bearer <api_key>``.
+        drain_timeout_s: on SIGTERM, at most this long is spent finishing accepted work.
+    """
+
+    models: tuple[ModelSettings, ...] = (ModelSettings(name=DEFAULT_MODEL_NAME, spec="minilm"),)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    limits: RequestLimits = field(default_factory=RequestLimits)
+    api_key: str | None = None
+    drain_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise ConfigError("models must name at least one model, got none")
+        names = [m.name for m in self.models]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ConfigError(f"model names must be unique, got {', '.join(dupes)} twice")
+        if isinstance(self.port, bool) or not isinstance(self.port, int):
+            raise ConfigError(f"port must be an integer, got {self.port!r}")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port must be in 0..65535, got {self.port!r}")
+        if self.api_key is not None and not self.api_key:
+            raise ConfigError("api_key must be non-empty when given, got ''")
+        check_positive("drain_timeout_s", self.drain_timeout_s)

@@ -1,0 +1,133 @@
+"""The one table from outcomes to HTTP status codes.
+
+Every error response of the server is an :class:`ApiError`: a status, a machine-readable
+reason (sent as the ``X-Reason`` header and as OpenAI's ``code``), a message that names the
+field, the rule and the value, and for refusals a ``retry_after_s``. :data:`STATUS_TABLE` is
+the only place that says which reason gets which status, and :func:`from_exception` the only
+place that turns the core's exceptions (which know nothing of HTTP) into those reasons.
+
+=====================  ======  ============================================================
+reason                 status  when
+=====================  ======  ============================================================
+queue_full             429     the model's bounded queue is full (Retry-After)
+infeasible             429     the cost model predicts the deadline cannot be met (Retry-After)
+draining               503     the server is shutting down and admits nothing (Retry-After)
+not_ready              503     the model is still loading (Retry-After)
+deadline_exceeded      504     the deadline passed while the request was queued or running
+malformed              400     the body is not valid JSON (or not a valid binary tensor body)
+invalid                422     a field has the wrong type or breaks a rule (empty input...)
+too_large              413     body bytes, inputs per request or characters per input over limit
+model_error            422     the model raised for this input, isolated by bisection
+unauthorized           401     an API key is required and missing or wrong
+not_found              404     no such route or model
+method_not_allowed     405     the route exists for another method
+internal               500     a fault of the server itself (including a model that broke the
+                               one-output-per-input contract)
+=====================  ======  ============================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from batchserve.errors import (
+    DeadlineExceeded,
+    ModelError,
+    NotReady,
+    OutputMismatch,
+    Rejected,
+)
+
+__all__ = ["STATUS_TABLE", "ApiError", "from_exception", "retry_after_headers"]
+
+#: reason -> (HTTP status, when it happens). The only table from outcome to status.
+STATUS_TABLE: dict[str, tuple[int, str]] = {
+    "queue_full": (429, "the model's bounded queue is full"),
+    "infeasible": (429, "the cost model predicts the deadline cannot be met"),
+    "draining": (503, "the server is shutting down and admits no new work"),
+    "not_ready": (503, "the model is still loading"),
+    "deadline_exceeded": (504, "the deadline passed while the request was queued or running"),
+    "malformed": (400, "the body is not valid JSON or not a valid binary tensor body"),
+    "invalid": (422, "a field has the wrong type or breaks a rule"),
+    "too_large": (413, "body bytes, inputs per request or characters per input over the limit"),
+    "model_error": (422, "the model raised for this input (isolated by bisection)"),
+    "unauthorized": (401, "an API key is required and is missing or wrong"),
+    "not_found": (404, "no such route or model"),
+    "method_not_allowed": (405, "the route exists for another method"),
+    "internal": (500, "a fault of the server itself"),
+}
+
+#: Reasons that are refusals: the response carries Retry-After and Retry-After-Ms.
+RETRY_REASONS = frozenset({"queue_full", "infeasible", "draining", "not_ready"})
+
+
+class ApiError(Exception):
+    """An error answered to the client.
+
+    Args:
+        reason: a key of :data:`STATUS_TABLE`; it decides the status.
+        message: what went wrong; names the field, the rule and the value.
+        param: the offending field (``input``, ``input[3]``, ``X-Request-Timeout``...).
+        retry_after_s: for refusals, when a retry may be admitted.
+
+    Raises:
+        KeyError: ``reason`` is not in the table (a bug of the server).
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        message: str,
+        param: str | None = None,
+        *,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = STATUS_TABLE[reason][0]
+        self.reason = reason
+        self.message = message
+        self.param = param
+        if retry_after_s is None and reason in RETRY_REASONS:
+            retry_after_s = 1.0
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """``X-Reason`` and, for refusals, ``Retry-After`` and ``Retry-After-Ms``."""
+        out = [(b"x-reason", self.reason.encode())]
+        if self.retry_after_s is not None:
+            out.extend(retry_after_headers(self.retry_after_s))
+        if self.status == 401:
+            out.append((b"www-authenticate", b"Bearer"))
+        return out
+
+
+def retry_after_headers(retry_after_s: float) -> list[tuple[bytes, bytes]]:
+    """``Retry-After`` in whole seconds (rounded up, at least 1) and ``Retry-After-Ms``."""
+    seconds = max(1, math.ceil(retry_after_s))
+    millis = max(1, math.ceil(retry_after_s * 1000))
+    return [(b"retry-after", str(seconds).encode()), (b"retry-after-ms", str(millis).encode())]
+
+
+def from_exception(exc: BaseException) -> ApiError:
+    """The :class:`ApiError` a core exception is answered with.
+
+    ``Rejected`` keeps its own reason (``queue_full``, ``infeasible``, ``draining``) and
+    ``retry_after_s``; ``NotReady`` is ``not_ready``; ``DeadlineExceeded`` (raised by the
+    batcher, or an asyncio timeout) is ``deadline_exceeded``; ``OutputMismatch`` (the model
+    broke its contract) is ``internal``; any other ``ModelError`` is ``model_error``;
+    anything else is ``internal``.
+    """
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, Rejected):
+        return ApiError(exc.reason, str(exc), retry_after_s=exc.retry_after_s)
+    if isinstance(exc, NotReady):
+        return ApiError("not_ready", str(exc), retry_after_s=exc.retry_after_s)
+    if isinstance(exc, DeadlineExceeded | asyncio.TimeoutError):
+        return ApiError("deadline_exceeded", str(exc) or "the deadline passed")
+    if isinstance(exc, OutputMismatch):
+        return ApiError("internal", f"the model broke its contract: {exc}")
+    if isinstance(exc, ModelError):
+        return ApiError("model_error", str(exc))
+    return ApiError("internal", f"internal server error: {type(exc).__name__}")
