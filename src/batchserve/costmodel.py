@@ -37,6 +37,7 @@ class CostModel:
         "_s1",
         "_s2",
         "_sny",
+        "_spread",
         "_sq",
         "_sy",
         "samples",
@@ -49,6 +50,7 @@ class CostModel:
         self._decay = decay
         self._s0 = self._s1 = self._s2 = self._sy = self._sny = self._sq = 0.0
         self._est = initial
+        self._spread = 0.0
         self.samples = 0
 
     @property
@@ -59,7 +61,8 @@ class CostModel:
     @property
     def spread_s(self) -> float:
         """Root-mean-square error of the model's recent predictions, in seconds."""
-        return (self._sq / self._s0) ** 0.5 if self._s0 > 0 else 0.0
+        # Read at every admission, changed only by ``observe``: computed there.
+        return self._spread
 
     def cost(self, n: int) -> float:
         """Predicted seconds for a forward pass of ``n`` items."""
@@ -81,6 +84,7 @@ class CostModel:
         self._sny = self._sny * d + n * seconds
         self.samples += 1
         self._est = self._fit()
+        self._spread = (self._sq / self._s0) ** 0.5
 
     def _fit(self) -> CostEstimate:
         s0, s1, s2, sy, sny = self._s0, self._s1, self._s2, self._sy, self._sny

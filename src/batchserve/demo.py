@@ -9,10 +9,10 @@ the seed's four configurations plus what this engine adds.
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from batchserve.arrivals import arrival_times
 from batchserve.batcher import Batcher, Ticket
 from batchserve.clock import MonotonicClock
 from batchserve.config import BatchConfig
@@ -56,36 +56,6 @@ def seed_scenarios(*, queue_size: int = SEED_QUEUE) -> list[Scenario]:
         Scenario(name="batch=1, admission off", config=cfg(1, 0.0, admission=False)),
         Scenario(name="batch<=32, 2 ms, adm. off", config=cfg(32, 0.002, admission=False)),
     ]
-
-
-def arrival_times(
-    *, rate: float, duration_s: float, arrivals: str = "constant", seed: int = 0
-) -> list[float]:
-    """Send offsets in seconds from the start, fixed in advance.
-
-    Args:
-        rate: requests per second.
-        duration_s: the schedule covers ``[0, duration_s)``.
-        arrivals: ``constant`` (evenly spaced, as the seed) or ``poisson``.
-        seed: the random seed for ``poisson``; the same seed gives the same schedule.
-
-    Raises:
-        ValueError: an unknown ``arrivals`` mode or a non-positive rate.
-    """
-    if rate <= 0:
-        raise ValueError(f"rate must be > 0, got {rate!r}")
-    if arrivals == "constant":
-        n = round(rate * duration_s)
-        return [i / rate for i in range(n) if i / rate < duration_s]
-    if arrivals == "poisson":
-        rng = random.Random(seed)
-        out: list[float] = []
-        t = rng.expovariate(rate)
-        while t < duration_s:
-            out.append(t)
-            t += rng.expovariate(rate)
-        return out
-    raise ValueError(f"arrivals must be 'constant' or 'poisson', got {arrivals!r}")
 
 
 async def run_open_loop(

@@ -39,7 +39,7 @@ from typing import Generic, TypeVar
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.costmodel import CostModel
 from batchserve.errors import DeadlineInfeasible, QueueFull, ShuttingDown
-from batchserve.policy.admission import drain_rate, predict_finish
+from batchserve.policy.admission import drain_rate, predict_finish_at
 from batchserve.policy.outcomes import REJECT_REASONS, Counters, PolicyStats
 
 __all__ = ["Batch", "Entry", "Policy", "Step"]
@@ -217,31 +217,43 @@ class Policy(Generic[P]):
 
     def predict_finish(self, now: float) -> float:
         """When an item admitted now would finish, by the cost model."""
+        # This runs for every admitted item: plain locals, positional calls, no copies.
         cfg = self.config
         cost = self.cost_model.estimate
-        position = len(self._queue)
+        queue = self._queue
+        position = len(queue)
         head = now
-        if position < cfg.max_batch_size and self._queue:
-            head = next(iter(self._queue.values())).arrival
-        return predict_finish(
-            now=now,
-            position=position,
-            head_arrival=head,
-            tail_arrival=now,
-            worker_free_at=self._worker_free_at(now, cost),
-            max_batch_size=cfg.max_batch_size,
-            max_wait_s=0.0 if self._draining else cfg.max_wait_s,
-            cost=cost,
+        if queue and position < cfg.max_batch_size:
+            arrival = next(iter(queue.values())).arrival
+            if arrival < now:
+                head = arrival
+        return predict_finish_at(
+            now,
+            position,
+            head,
+            self._worker_free_at(now, cost),
+            cfg.max_batch_size,
+            0.0 if self._draining else cfg.max_wait_s,
+            cost.fixed_s,
+            cost.per_item_s,
         )
 
     def _worker_free_at(self, now: float, cost: CostEstimate) -> list[float]:
+        workers = self.config.workers
+        running = self._running
+        if not running:
+            return [now] * workers
+        fixed_s = cost.fixed_s
+        per_item_s = cost.per_item_s
         free = []
-        for batch in self._running.values():
-            expected = batch.start + cost.fixed_s + len(batch.entries) * cost.per_item_s
+        for batch in running.values():
+            start = batch.start
+            expected = start + fixed_s + len(batch.entries) * per_item_s
             # A pass already over its prediction is assumed to last as long again as it has
             # run so far: a stuck model makes admission stricter instead of optimistic.
-            free.append(expected if expected >= now else now + (now - batch.start))
-        free.extend([now] * (self.config.workers - len(free)))
+            free.append(expected if expected >= now else now + (now - start))
+        if len(free) < workers:
+            free.extend([now] * (workers - len(free)))
         return free
 
     # -- events ----------------------------------------------------------------------------
@@ -265,16 +277,18 @@ class Policy(Generic[P]):
         """
         self._received += 1
         cfg = self.config
+        queue = self._queue
         if self._draining:
             self._rejected["draining"] += 1
             raise ShuttingDown(
                 "the batcher is shutting down and admits no new work",
                 retry_after_s=self.retry_after(now, "draining"),
             )
-        if len(self._queue) >= cfg.queue_size:
+        depth = len(queue)
+        if depth >= cfg.queue_size:
             self._rejected["queue_full"] += 1
             raise QueueFull(
-                f"queue is full: {len(self._queue)} items waiting, queue_size is {cfg.queue_size}",
+                f"queue is full: {depth} items waiting, queue_size is {cfg.queue_size}",
                 retry_after_s=self.retry_after(now, "queue_full"),
             )
         if deadline is not None and (cfg.admission or deadline <= now):
@@ -283,9 +297,12 @@ class Policy(Generic[P]):
                 finish = self.predict_finish(now)
                 # A margin for the noise of a real machine: two standard errors of the passes
                 # ahead, plus 2% of the predicted wait for drift the fit has not caught up with.
-                passes = len(self._queue) // cfg.max_batch_size + 1 + len(self._running)
+                margin = _DRIFT_MARGIN * (finish - now)
                 spread = self.cost_model.spread_s
-                finish += 2.0 * spread * math.sqrt(passes) + _DRIFT_MARGIN * (finish - now)
+                if spread:
+                    passes = depth // cfg.max_batch_size + 1 + len(self._running)
+                    margin += 2.0 * spread * math.sqrt(passes)
+                finish += margin
             if finish > deadline or deadline <= now:
                 self._rejected["infeasible"] += 1
                 raise DeadlineInfeasible(
@@ -294,7 +311,7 @@ class Policy(Generic[P]):
                     retry_after_s=max(_MIN_RETRY_S, finish - deadline),
                 )
         entry: Entry[P] = Entry(next(self._ids), payload, now, deadline)
-        self._queue[entry.id] = entry
+        queue[entry.id] = entry
         if deadline is not None:
             heapq.heappush(self._deadlines, (deadline, entry.id, entry))
         self._pending += 1
@@ -323,7 +340,10 @@ class Policy(Generic[P]):
 
     def poll(self, now: float) -> Step[P]:
         """Expire what is due, dispatch what may go, and say when to poll next."""
-        expired = self._expire(now)
+        deadlines = self._deadlines
+        # Nothing can expire while the earliest deadline is ahead (stale heads are dropped
+        # below, as ``next_deadline`` does).
+        expired = self._expire(now) if deadlines and deadlines[0][0] <= now else []
         cfg = self.config
         dispatch: list[Batch[P]] = []
         queue = self._queue
@@ -341,9 +361,11 @@ class Policy(Generic[P]):
             batch = Batch(next(self._batch_ids), entries, now)
             self._running[batch.id] = batch
             dispatch.append(batch)
-        first = self.next_deadline()
-        if first != math.inf:
-            wake_at = first if wake_at is None else min(wake_at, first)
+        while deadlines and deadlines[0][2].state != QUEUED:
+            heapq.heappop(deadlines)
+        if deadlines:
+            first = deadlines[0][0]
+            wake_at = first if wake_at is None or first < wake_at else wake_at
         return Step(expired, dispatch, wake_at)
 
     def _expire(self, now: float) -> list[Entry[P]]:
@@ -397,6 +419,18 @@ class Policy(Generic[P]):
             self._batches += 1
             self._batch_sizes[ran] = self._batch_sizes.get(ran, 0) + 1
         self._bisect_calls += bisect_calls
+        if not failed and not skipped:
+            ok = late = 0
+            for e in batch.entries:
+                e.state = DONE
+                if e.deadline is not None and now > e.deadline:
+                    late += 1
+                else:
+                    ok += 1
+            self._ok += ok
+            self._late += late
+            self._pending -= len(batch.entries)
+            return
         failed_ids = {e.id for e in failed}
         skipped_ids = {e.id for e in skipped}
         for e in batch.entries:

@@ -1,0 +1,216 @@
+"""``batchserve simulate``: the server's batching policy on virtual time.
+
+Two modes. ``--backlog N`` is the deterministic seed's experiment: N requests waiting at time
+0, served unbatched and then in passes of at most ``--max-batch-size``; it prints the seed's
+three steps and verdict and exits 1 when batching does not raise throughput more than 2x.
+Without ``--backlog`` it is an open-loop run (``--rate``, ``--duration``, ``--arrivals``)
+with the server's settings, reporting what the load generator reports. The defaults are the
+Go seed's scenario, so ``batchserve simulate`` predicts a row of ``batchserve demo``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from batchserve.arrivals import ARRIVAL_MODES, arrival_times
+from batchserve.cli._common import duration, positive_int
+from batchserve.config import BatchConfig, CostEstimate
+from batchserve.demo import (
+    SEED_DURATION_S,
+    SEED_FIXED_S,
+    SEED_PER_ITEM_S,
+    SEED_QUEUE,
+    SEED_RATE,
+    SEED_TIMEOUT_S,
+)
+from batchserve.profiling import load_profile
+from batchserve.sim import SimResult, simulate, simulate_backlog
+from batchserve.units import format_duration
+
+__all__ = [
+    "add_batch_args",
+    "add_cost_args",
+    "add_parser",
+    "cost_from_args",
+    "initial_cost_from_args",
+    "optional_duration",
+    "row_name",
+]
+
+
+def optional_duration(text: str) -> float | None:
+    """Argparse type: a duration with a unit, or ``none`` for no deadline."""
+    if text.strip().lower() == "none":
+        return None
+    value = duration(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 (or 'none'), got {text!r}")
+    return value
+
+
+def add_cost_args(p: argparse.ArgumentParser) -> None:
+    """The cost model flags: ``--fixed``/``--per-item``, or ``--profile FILE``."""
+    g = p.add_argument_group("cost of a forward pass: fixed + n * per_item")
+    g.add_argument("--fixed", type=duration, default=SEED_FIXED_S, help="per pass (8ms)")
+    g.add_argument("--per-item", type=duration, default=SEED_PER_ITEM_S, help="per item (0.25ms)")
+    g.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="take the cost from a profile written by `batchserve profile` (overrides "
+        "--fixed/--per-item); the server's cost model then starts from it, as with "
+        "`serve --profile`",
+    )
+    g.add_argument(
+        "--warm-start",
+        action="store_true",
+        help="start the server's cost model from the true cost (default: from zero, as a "
+        "server started without --profile)",
+    )
+
+
+def add_batch_args(p: argparse.ArgumentParser, *, search: bool = False) -> None:
+    """The open-loop scenario flags shared by ``simulate`` and ``tune``."""
+    g = p.add_argument_group("load (open loop)")
+    if not search:
+        g.add_argument("--rate", type=float, default=SEED_RATE, help="requests per second")
+    g.add_argument("--duration", type=duration, default=None, help="schedule length (1.5s)")
+    g.add_argument("--arrivals", choices=ARRIVAL_MODES, default=None, help="arrival process")
+    g.add_argument("--seed", type=int, default=0, help="random seed for poisson arrivals")
+    g.add_argument(
+        "--timeout", type=optional_duration, default=SEED_TIMEOUT_S, help="deadline (250ms)"
+    )
+    s = p.add_argument_group("server settings, as `serve` takes them")
+    s.add_argument("--queue-size", type=positive_int, default=SEED_QUEUE, help="(64)")
+    s.add_argument(
+        "--no-admission",
+        dest="admission",
+        action="store_false",
+        help="admit work the cost model predicts will miss its deadline",
+    )
+    if not search:
+        s.add_argument("--max-batch-size", type=positive_int, default=32, help="(32)")
+        s.add_argument("--max-wait", type=duration, default=0.002, help="(2ms)")
+        s.add_argument("--workers", type=positive_int, default=1, help="(1)")
+
+
+def cost_from_args(args: argparse.Namespace) -> CostEstimate:
+    """The true cost of a pass: from ``--profile`` if given, else ``--fixed``/``--per-item``."""
+    if args.profile:
+        return load_profile(args.profile)
+    return CostEstimate(fixed_s=args.fixed, per_item_s=args.per_item)
+
+
+def initial_cost_from_args(args: argparse.Namespace, cost: CostEstimate) -> CostEstimate:
+    """Where the simulated server's cost model starts: as the real server would."""
+    if args.profile or args.warm_start:
+        return cost
+    return CostEstimate(fixed_s=0.0, per_item_s=0.0)
+
+
+def row_name(max_batch_size: int, max_wait_s: float, workers: int = 1) -> str:
+    """A row label in the demo's style: ``batch<=32, wait 2ms``."""
+    name = f"batch<={max_batch_size}, wait {format_duration(max_wait_s)}"
+    return name if workers == 1 else f"{name}, {workers} workers"
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``simulate`` subcommand."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "simulate",
+        help="predict the server's behaviour on virtual time",
+        description="Drive the server's batching policy on virtual time with a cost model "
+        "fixed + n * per_item. --backlog N runs the deterministic seed's experiment; "
+        "otherwise an open-loop load runs (defaults: the Go seed's scenario). The same "
+        "arguments always print the same bytes.",
+    )
+    p.add_argument(
+        "--backlog",
+        type=positive_int,
+        metavar="N",
+        help="N requests waiting at time 0, served unbatched then in passes of at most "
+        "--max-batch-size; exit 1 unless batching raises throughput more than 2x",
+    )
+    add_batch_args(p)
+    add_cost_args(p)
+    p.add_argument("--name", help="the row's label")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the simulation and print its report."""
+    cost = cost_from_args(args)
+    if args.backlog is not None:
+        backlog = simulate_backlog(
+            requests=args.backlog,
+            max_batch_size=args.max_batch_size,
+            cost=cost,
+            workers=args.workers,
+        )
+        print(json.dumps(backlog.to_dict()) if args.json else backlog.format())
+        return 0 if backlog.ok else 1
+    if args.rate <= 0:
+        raise ValueError(f"--rate must be > 0, got {args.rate}")
+    duration_s = args.duration if args.duration is not None else SEED_DURATION_S
+    mode = args.arrivals or "constant"
+    config = BatchConfig(
+        max_batch_size=args.max_batch_size,
+        max_wait_s=args.max_wait,
+        queue_size=args.queue_size,
+        workers=args.workers,
+        admission=args.admission,
+        initial_cost=initial_cost_from_args(args, cost),
+    )
+    schedule = arrival_times(rate=args.rate, duration_s=duration_s, arrivals=mode, seed=args.seed)
+    result = simulate(
+        config=config,
+        cost=cost,
+        arrivals=schedule,
+        timeout_s=args.timeout,
+        duration_s=duration_s,
+        name=args.name or row_name(args.max_batch_size, args.max_wait, args.workers),
+    )
+    scenario = {
+        "mode": "open_loop",
+        "rate": args.rate,
+        "arrivals": mode,
+        "seed": args.seed,
+        "timeout_s": args.timeout,
+        "queue_size": args.queue_size,
+        "workers": args.workers,
+        "admission": args.admission,
+        "fixed_s": cost.fixed_s,
+        "per_item_s": cost.per_item_s,
+    }
+    if args.json:
+        print(json.dumps({**result.to_dict(), **scenario}))
+        return 0
+    print(_header(scenario, duration_s))
+    print()
+    print(result.summary.format_row())
+    print(_details(result))
+    return 0
+
+
+def _header(sc: dict[str, Any], duration_s: float) -> str:
+    deadline = "none" if sc["timeout_s"] is None else format_duration(sc["timeout_s"])
+    seed = f", seed {sc['seed']}" if sc["arrivals"] == "poisson" else ""
+    return (
+        f"simulated: {format_duration(sc['fixed_s'])} per call + "
+        f"{format_duration(sc['per_item_s'])} per item. Offered load: {sc['rate']:g} "
+        f"requests/s ({sc['arrivals']}{seed}) for {format_duration(duration_s)}, "
+        f"deadline {deadline}, queue {sc['queue_size']}, "
+        f"admission {'on' if sc['admission'] else 'off'}"
+    )
+
+
+def _details(result: SimResult) -> str:
+    s = result.summary
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(s.rejected_by_reason.items())) or "none"
+    return (
+        f"  sent {s.sent}, ok {s.ok}, late {result.late}, expired {result.expired}, "
+        f"rejected {s.rejected} ({reasons}); {result.batches} passes, last answer at "
+        f"{result.end_s:.4f}s of virtual time"
+    )

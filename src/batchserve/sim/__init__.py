@@ -1,0 +1,19 @@
+"""The discrete-event simulator: the server's batching policy on virtual time.
+
+:func:`simulate` drives the same :class:`~batchserve.policy.Policy` the server runs, on an
+arrival schedule, with a cost model for each forward pass; :func:`simulate_backlog` is the
+deterministic seed's experiment (a backlog served unbatched, then batched).
+"""
+
+from batchserve.sim.backlog import REQUIRED_GAIN, BacklogResult, BacklogRun, simulate_backlog
+from batchserve.sim.engine import SimResult, TraceEvent, simulate
+
+__all__ = [
+    "REQUIRED_GAIN",
+    "BacklogResult",
+    "BacklogRun",
+    "SimResult",
+    "TraceEvent",
+    "simulate",
+    "simulate_backlog",
+]
