@@ -1,4 +1,4 @@
-"""Fixtures for the server tests: in-process apps over httpx, and real servers on port 0."""
+"""Helpers for the server tests: in-process apps over httpx, and real servers on port 0."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ import pathlib
 import re
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
-import pytest
 
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.models.loader import LoadedModel, load_model
@@ -103,6 +101,10 @@ class ServerProcess:
         """SIGTERM, then the exit status and stderr."""
         if self.proc.poll() is None:
             self.proc.terminate()
+        return self.wait(timeout_s)
+
+    def wait(self, timeout_s: float = 30) -> tuple[int, str]:
+        """Wait for the exit (killing it after ``timeout_s``); the exit status and stderr."""
         try:
             _, err = self.proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -119,14 +121,5 @@ def server_process(args: list[str], env: dict[str, str] | None = None) -> Iterat
     finally:
         if server.proc.poll() is None:
             server.proc.kill()
-            server.proc.communicate(timeout=10)
-
-
-@pytest.fixture(scope="session")
-def minilm_server() -> Iterator[ServerProcess]:
-    """One real server with the built-in MiniLM for the whole session (it loads in ~10 s)."""
-    pytest.importorskip("sentence_transformers")
-    start = time.monotonic()
-    with server_process(["--max-wait", "2ms"]) as server:
-        server.load_s = time.monotonic() - start  # type: ignore[attr-defined]
-        yield server
+        with contextlib.suppress(ValueError, subprocess.TimeoutExpired):
+            server.proc.communicate(timeout=10)  # closes the pipes

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from batchserve_testmodels import Recorder, double, upper, vector
-from conftest import build_app, client_for, embedding_model
+from server_helpers import build_app, client_for, embedding_model
 
 from batchserve.models.loader import LoadedModel
 from batchserve.server.statuses import ApiError

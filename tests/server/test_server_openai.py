@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 from batchserve_testmodels import Recorder, vector
-from conftest import build_app, client_for, embedding_model
+from server_helpers import build_app, client_for, embedding_model
 
 from batchserve.config import BatchConfig
 from batchserve.models.loader import LoadedModel

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 from batchserve_testmodels import Gate, Recorder, broken, poisoned
-from conftest import build_app, client_for, embedding_model
+from server_helpers import build_app, client_for, embedding_model
 
 from batchserve.config import BatchConfig
 from batchserve.models.loader import LoadedModel
