@@ -322,7 +322,10 @@ def profile_model(
 
 def save_profile(profile: Profile, path: str | Path) -> None:
     """Write the profile as JSON to ``path``."""
-    Path(path).write_text(json.dumps(profile.to_dict(), indent=2) + "\n", encoding="utf-8")
+    data = profile.to_dict()
+    # One key per line, and one line for the points, so the file reads well in a diff.
+    body = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in data.items())
+    Path(path).write_text("{\n" + body + "\n}\n", encoding="utf-8")
 
 
 def read_profile(path: str | Path) -> Profile:

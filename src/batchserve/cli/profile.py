@@ -1,0 +1,115 @@
+"""``batchserve profile``: measure a model's cost curve and write it as a JSON profile.
+
+The model runs at batch sizes from 1 to ``--max-batch-size`` (``--repeats`` passes each, the
+median kept), ``fixed + n * per_item`` is fitted by least squares, and the fit's quality is
+shown. ``simulate``, ``tune`` and ``serve`` take the file with ``--profile FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from batchserve.cli._common import positive_int
+from batchserve.errors import ConfigError
+from batchserve.models.loader import load_model
+from batchserve.profiling import (
+    Profile,
+    default_sizes,
+    profile_model,
+    sample_inputs,
+    save_profile,
+)
+from batchserve.units import format_duration
+
+__all__ = ["add_parser"]
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be comma-separated integers, got {text!r}"
+        ) from None
+    if not sizes or sizes[0] < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be integers >= 1, got {text!r}")
+    return sizes
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``profile`` subcommand."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "profile",
+        help="measure a model's cost per pass and per item; write a JSON profile",
+        description="Run the model at batch sizes 1..N (several passes each, median), fit "
+        "fixed + n * per_item by least squares, report the fit's quality and write a JSON "
+        "profile for simulate, tune and serve (--profile FILE).",
+    )
+    p.add_argument("--model", required=True, metavar="SPEC", help="as `serve --model` takes it")
+    p.add_argument("--max-batch-size", type=positive_int, default=32, help="largest size (32)")
+    p.add_argument("--sizes", type=_sizes, help="exact sizes to measure, e.g. 1,2,4,8,16,32")
+    p.add_argument("--repeats", type=positive_int, default=5, help="timed passes per size (5)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed passes first (2)")
+    p.add_argument("--inputs", metavar="FILE", help="inputs to batch, one per line")
+    p.add_argument(
+        "--input-words", type=positive_int, default=12, help="words per generated input (12)"
+    )
+    p.add_argument(
+        "-o", "--output", default="profile.json", help="where to write it (profile.json)"
+    )
+    p.add_argument("--json", action="store_true", help="print the profile as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Profile the model, print the fit and write the file."""
+    if args.warmup < 0:
+        raise ConfigError(f"--warmup must be >= 0, got {args.warmup}")
+    sizes = args.sizes or default_sizes(args.max_batch_size)
+    lines: list[str] = []
+    if args.inputs:
+        text = Path(args.inputs).read_text(encoding="utf-8")
+        lines = [line for line in text.splitlines() if line.strip()]
+        if not lines:
+            raise ConfigError(f"--inputs {args.inputs!r} holds no non-empty line")
+    inputs = sample_inputs(max(sizes), words=args.input_words, lines=lines)
+    model = load_model(args.model)
+    profile = profile_model(
+        model.fn,
+        model=args.model,
+        sizes=sizes,
+        repeats=args.repeats,
+        inputs=inputs,
+        warmup=args.warmup,
+    )
+    save_profile(profile, args.output)
+    if args.json:
+        print(json.dumps(profile.to_dict()))
+    else:
+        print(format_profile(profile))
+        print(f"wrote {args.output}")
+    return 0
+
+
+def format_profile(profile: Profile) -> str:
+    """The measured points beside the fitted line, and the fit's quality."""
+    out = [
+        f"profile of {profile.model}: {len(profile.points)} batch sizes, "
+        f"{profile.repeats} timed passes each (median)",
+        "",
+        "  size    median    fitted  residual",
+    ]
+    for n, s in profile.points:
+        fitted = profile.fixed_s + n * profile.per_item_s
+        rel = (s - fitted) / s if s > 0 else 0.0
+        out.append(f"  {n:4d} {s * 1e3:7.3f}ms {fitted * 1e3:7.3f}ms {rel * 100:+8.2f}%")
+    out += [
+        "",
+        f"fit: {format_duration(profile.fixed_s)} per pass + "
+        f"{format_duration(profile.per_item_s)} per item "
+        f"(R^2 {profile.r_squared:.5f}, worst residual {profile.max_rel_residual * 100:.2f}%)",
+    ]
+    return "\n".join(out)

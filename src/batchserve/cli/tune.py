@@ -1,0 +1,202 @@
+"""``batchserve tune``: the batching settings that serve the most within a p99 target.
+
+Searches max batch size, max wait and workers on the simulator (:mod:`batchserve.tuning`)
+for an offered rate, or each rate of a range, and prints the best setting as ``serve``
+flags with the predicted table of the best few. When no setting meets the target it says
+so, and which rate could be met. Exits 1 when the target is not met (at any rate given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from batchserve.cli._common import duration, positive_int
+from batchserve.cli.simulate import (
+    add_cost_args,
+    cost_from_args,
+    initial_cost_from_args,
+    optional_duration,
+)
+from batchserve.demo import SEED_QUEUE, SEED_TIMEOUT_S
+from batchserve.tuning import Evaluation, Scenario, TuneResult, tune
+from batchserve.units import format_duration
+
+__all__ = ["add_parser", "parse_rates"]
+
+
+def parse_rates(text: str) -> list[float]:
+    """Argparse type: ``600``, ``200,400,600`` or ``START:STOP:STEP`` (STOP included)."""
+    try:
+        if ":" in text:
+            start, stop, step = (float(x) for x in text.split(":"))
+            if step <= 0 or stop < start:
+                raise argparse.ArgumentTypeError(
+                    f"a range must be START:STOP:STEP with STEP > 0 and STOP >= START, got {text!r}"
+                )
+            count = int((stop - start) / step + 1e-9) + 1
+            rates = [start + i * step for i in range(count)]
+        else:
+            rates = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a rate, a comma-separated list or START:STOP:STEP, got {text!r}"
+        ) from None
+    if not rates or min(rates) <= 0:
+        raise argparse.ArgumentTypeError(f"rates must be > 0, got {text!r}")
+    return rates
+
+
+def _share(text: str) -> float:
+    value = text.strip()
+    try:
+        share = float(value[:-1]) / 100.0 if value.endswith("%") else float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a share such as 1% or 0.01, got {text!r}"
+        ) from None
+    if not 0.0 <= share < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0%, 100%), got {text!r}")
+    return share
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``tune`` subcommand."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "tune",
+        help="search batch size, max wait and workers for the most goodput within a p99",
+        description="Search max batch size, max wait and workers on the simulator for the "
+        "setting that serves the most requests with p99 latency within the target, at an "
+        "offered rate (or each of a range). Exits 1 when the target cannot be met.",
+    )
+    p.add_argument(
+        "--rate",
+        type=parse_rates,
+        required=True,
+        help="requests per second: 600, 200,400,600 or 200:1000:200",
+    )
+    p.add_argument("--p99", type=duration, required=True, help="p99 latency target, e.g. 50ms")
+    p.add_argument(
+        "--timeout", type=optional_duration, default=SEED_TIMEOUT_S, help="deadline (250ms)"
+    )
+    p.add_argument("--queue-size", type=positive_int, default=SEED_QUEUE, help="(64)")
+    p.add_argument(
+        "--no-admission",
+        dest="admission",
+        action="store_false",
+        help="the server admits work predicted to miss its deadline",
+    )
+    p.add_argument("--max-workers", type=positive_int, default=4, help="search 1..N (4)")
+    p.add_argument(
+        "--max-batch-limit", type=positive_int, default=256, help="largest batch searched (256)"
+    )
+    p.add_argument(
+        "--max-loss",
+        type=_share,
+        default=0.01,
+        help="share of requests that may go unserved while meeting the target (1%%)",
+    )
+    p.add_argument("--top", type=positive_int, default=5, help="rows in the table (5)")
+    add_cost_args(p)
+    p.add_argument("--json", action="store_true", help="one JSON object per rate")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Tune for each rate and print the findings."""
+    cost = cost_from_args(args)
+    status = 0
+    for i, rate in enumerate(args.rate):
+        scenario = Scenario(
+            rate=rate,
+            p99_target_s=args.p99,
+            cost=cost,
+            timeout_s=args.timeout,
+            queue_size=args.queue_size,
+            admission=args.admission,
+            initial_cost=initial_cost_from_args(args, cost),
+            max_loss=args.max_loss,
+        )
+        result = tune(scenario, max_workers=args.max_workers, max_batch_size=args.max_batch_limit)
+        if not result.met:
+            status = 1
+        if args.json:
+            print(json.dumps(result.to_dict()))
+        else:
+            if i:
+                print()
+            print(format_result(result, top=args.top))
+    return status
+
+
+def format_result(result: TuneResult, *, top: int = 5) -> str:
+    """The findings in words, then the predicted table of the best few settings."""
+    sc = result.scenario
+    target = format_duration(sc.p99_target_s)
+    deadline = "none" if sc.timeout_s is None else format_duration(sc.timeout_s)
+    lines = [
+        f"tuning for {sc.rate:g} requests/s with p99 <= {target}: "
+        f"{format_duration(sc.cost.fixed_s)} per call + {format_duration(sc.cost.per_item_s)} "
+        f"per item, deadline {deadline}, queue {sc.queue_size}, "
+        f"admission {'on' if sc.admission else 'off'}",
+    ]
+    if result.searched == 0:
+        one = sc.cost.fixed_s + sc.cost.per_item_s
+        lines.append(
+            f"no setting can meet p99 <= {target}: one pass of one item takes "
+            f"{format_duration(one)}"
+        )
+        return "\n".join(lines)
+    runs = result.ranked[0].runs if result.ranked else 0
+    lines.append(
+        f"searched {result.searched} settings on the simulator; the best "
+        f"{len(result.ranked)} confirmed on {runs} schedules"
+    )
+    lines.append("")
+    best = result.best
+    if best is not None and result.met:
+        lines.append(f"best: {best.setting.label()}  ->  serve {best.setting.flags()}")
+        lines.append(
+            f"  meets the target: p99 {best.p99_ms:.1f} ms, serves {best.served * 100:.1f}% "
+            f"of the offered load"
+        )
+    else:
+        lines.append(
+            f"no setting meets p99 <= {target} while serving {(1 - sc.max_loss) * 100:g}% of "
+            f"{sc.rate:g} requests/s"
+        )
+        if best is not None:
+            lines.append(
+                f"  the most served within the target: {best.setting.label()} serves "
+                f"{best.served * 100:.1f}% (p99 {best.p99_ms:.1f} ms)"
+            )
+        if result.max_rate is not None:
+            lines.append(
+                f"  the highest rate that can be met: about {result.max_rate:.0f} requests/s"
+            )
+    if best is not None and best.setting.workers > 1:
+        lines.append(
+            "  note: with several workers the simulator assumes passes do not slow each other "
+            "(true of the synthetic model); for a model that fills its device, use "
+            "--max-workers 1"
+        )
+    lines += ["", _header()]
+    lines += [_row(e) for e in result.ranked[:top]]
+    return "\n".join(lines)
+
+
+def _header() -> str:
+    return (
+        f"  {'setting':<34} {'ok/s':>6} {'served':>7} {'batch':>6} {'p50 ms':>7} "
+        f"{'p99 ms':>7} {'rejected':>8} {'timed out':>9}"
+    )
+
+
+def _row(e: Evaluation) -> str:
+    mark = "" if e.feasible else "  (over target)"
+    return (
+        f"  {e.setting.label():<34} {e.ok_per_s:6.0f} {e.served * 100:6.1f}% {e.avg_batch:6.1f} "
+        f"{e.p50_ms:7.1f} {e.p99_ms:7.1f} {e.rejected * 100:7.1f}% {e.timed_out * 100:8.1f}%"
+        f"{mark}"
+    )

@@ -1,0 +1,137 @@
+"""The tuner: its grid, its ranking rule on plain numbers, and searches on the simulator."""
+
+import json
+
+import pytest
+
+from batchserve.cli import main
+from batchserve.cli.tune import parse_rates
+from batchserve.config import CostEstimate
+from batchserve.tuning import (
+    Evaluation,
+    Scenario,
+    Setting,
+    _rank,
+    candidate_grid,
+    max_rate,
+    rate_bound,
+    tune,
+)
+
+SEED = CostEstimate(fixed_s=0.008, per_item_s=0.00025)
+
+
+def ev(n: int, wait: float, workers: int, served: float, p99: float) -> Evaluation:
+    return Evaluation(
+        setting=Setting(max_batch_size=n, max_wait_s=wait, workers=workers),
+        runs=1,
+        sent=1000,
+        ok_per_s=served * 600,
+        served=served,
+        avg_batch=1.0,
+        p50_ms=p99 / 2,
+        p99_ms=p99,
+        rejected=1 - served,
+        timed_out=0.0,
+        p99_target_ms=50.0,
+        max_loss=0.01,
+    )
+
+
+def test_rank_prefers_goodput_then_low_p99_then_the_simplest_setting() -> None:
+    over = ev(64, 0.0, 1, 1.0, 60.0)  # serves all, but over the target
+    starved = ev(1, 0.0, 1, 0.5, 10.0)  # within the target by refusing half
+    slow = ev(32, 0.02, 1, 1.0, 30.0)
+    fast_many = ev(8, 0.002, 4, 0.999, 11.0)
+    fast_one = ev(8, 0.002, 1, 1.0, 11.4)  # p99 within 5% of the lowest, fewer workers
+    ranked = _rank([over, starved, slow, fast_many, fast_one])
+    assert ranked[0] is fast_one
+    assert ranked[1:4] == [fast_many, slow, starved]
+    assert ranked[-1] is over
+    assert not over.feasible
+    assert starved.feasible
+    assert not starved.meets
+
+
+def test_rank_with_nothing_feasible_puts_the_most_served_first() -> None:
+    a, b = ev(8, 0.0, 1, 0.9, 70.0), ev(8, 0.0, 1, 1.0, 80.0)
+    assert _rank([a, b]) == [b, a]
+
+
+def test_grid_has_powers_of_two_the_knee_and_waits_below_the_target() -> None:
+    sc = Scenario(rate=600, p99_target_s=0.05, cost=SEED)
+    grid = candidate_grid(sc, max_workers=1)
+    sizes = sorted({s.max_batch_size for s in grid})
+    # 2 * rate * target = 60 items: powers of two up to 64. The knee: 600 * 8ms / (1 - 0.15)
+    # = 5.6, so 6 and 12.
+    assert sizes == [1, 2, 4, 6, 8, 12, 16, 32, 64]
+    waits = sorted({s.max_wait_s for s in grid})
+    assert waits == [0.0, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02]
+    assert {s.workers for s in grid} == {1}
+    assert len(grid) == len(sizes) * len(waits)
+
+
+def test_rate_bound() -> None:
+    # 50 ms holds passes of up to (50 - 8) / 0.25 = 168 items: 168 / 50 ms = 3360/s per worker.
+    sc = Scenario(rate=600, p99_target_s=0.05, cost=SEED)
+    assert rate_bound(sc, max_workers=1) == pytest.approx(3360.0)
+    assert rate_bound(sc, max_workers=2) == pytest.approx(6720.0)
+    assert rate_bound(Scenario(rate=600, p99_target_s=0.008, cost=SEED)) == 0.0
+
+
+@pytest.mark.parametrize("bad", [{"rate": 0}, {"p99_target_s": -1.0}, {"max_loss": 1.0}])
+def test_scenario_validates(bad: dict[str, float]) -> None:
+    kw: dict[str, object] = {"rate": 600.0, "p99_target_s": 0.05, "cost": SEED, **bad}
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        Scenario(**kw)  # type: ignore[arg-type]
+
+
+def test_tune_the_seed_model_at_600_per_s_within_50ms() -> None:
+    result = tune(Scenario(rate=600, p99_target_s=0.05, cost=SEED), max_workers=1)
+    assert result.met
+    best = result.best
+    assert best is not None
+    assert best.p99_ms <= 50.0
+    assert best.served >= 0.99
+    assert best.setting.max_batch_size >= 6  # one item per pass cannot keep up with 600/s
+    assert result.max_rate is None
+    assert result.ranked[0] is best
+
+
+@pytest.mark.slow
+def test_an_unmeetable_rate_says_which_rate_could_be_met() -> None:
+    # Slow: a bisection of searches, about ten seconds of simulation.
+    sc = Scenario(rate=3000, p99_target_s=0.03, cost=SEED)
+    waits = (0.0, 0.002)
+    result = tune(sc, max_workers=1, waits_s=waits)
+    assert not result.met
+    assert result.max_rate is not None
+    assert 0 < result.max_rate < rate_bound(sc, max_workers=1)
+    at_max = tune(
+        Scenario(rate=result.max_rate, p99_target_s=0.03, cost=SEED),
+        max_workers=1,
+        waits_s=waits,
+        search_max_rate=False,
+    )
+    assert at_max.met
+
+
+def test_a_target_below_one_pass_is_refused_without_searching() -> None:
+    result = tune(Scenario(rate=600, p99_target_s=0.005, cost=SEED))
+    assert (result.met, result.best, result.searched, result.max_rate) == (False, None, 0, 0.0)
+    assert max_rate(Scenario(rate=600, p99_target_s=0.005, cost=SEED)) == 0.0
+
+
+def test_parse_rates() -> None:
+    assert parse_rates("600") == [600.0]
+    assert parse_rates("200,400") == [200.0, 400.0]
+    assert parse_rates("200:1000:400") == [200.0, 600.0, 1000.0]
+
+
+def test_cli_tune_json_and_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tune", "--rate", "600", "--p99", "50ms", "--max-workers", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["met"] is True
+    assert out["best"]["p99_ms"] <= 50.0
+    assert main(["tune", "--rate", "600", "--p99", "5ms"]) == 1
+    assert "one pass of one item takes 8.25ms" in capsys.readouterr().out
