@@ -429,6 +429,16 @@ class Batcher(Generic[Out]):
             err = result.errors.get(i)
             if err is not None:
                 fut.set_exception(err)
+            elif e.deadline is not None and now > e.deadline:
+                # The deadline timer had no chance to run (a busy loop): a late answer is
+                # still a 504, never a success after the deadline. Counted ``late``.
+                fut.set_exception(
+                    DeadlineExceeded(
+                        f"deadline passed after {now - e.arrival:.4f}s, "
+                        "while its forward pass was running",
+                        during_pass=True,
+                    )
+                )
             else:
                 fut.set_result(
                     Served(
@@ -493,7 +503,8 @@ class _DeadlineGuard:
                 fut.set_exception(
                     DeadlineExceeded(
                         f"deadline passed after {now - e.arrival:.4f}s, "
-                        "while its forward pass was running"
+                        "while its forward pass was running",
+                        during_pass=True,
                     )
                 )
         self._arm()

@@ -8,7 +8,7 @@ Every error the library raises derives from :class:`BatchServeError`. The tree::
     │   ├── QueueFull                the bounded queue is full
     │   ├── DeadlineInfeasible       the cost model predicts the deadline cannot be met
     │   └── ShuttingDown             the batcher is draining or closed
-    ├── DeadlineExceeded             the deadline passed while the item was queued
+    ├── DeadlineExceeded             the deadline passed while the item was queued or running
     ├── ModelError                   the model raised for this item (cause chained)
     │   └── OutputMismatch           the model broke the contract: wrong number of outputs
     └── NotReady                     the model is still loading
@@ -78,7 +78,17 @@ class ShuttingDown(Rejected):
 
 
 class DeadlineExceeded(BatchServeError):
-    """The request's deadline passed while it waited in the queue."""
+    """The request's deadline passed while it waited in the queue or during its pass.
+
+    Attributes:
+        during_pass: True when the deadline passed while the item's forward pass was
+            running (the item is counted ``late``), False when it passed in the queue
+            (counted ``expired``).
+    """
+
+    def __init__(self, message: str = "", *, during_pass: bool = False) -> None:
+        super().__init__(message)
+        self.during_pass = during_pass
 
 
 class ModelError(BatchServeError):

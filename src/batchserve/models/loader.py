@@ -7,7 +7,9 @@ SPEC is one of:
 * a path to a sentence-transformers model folder;
 * ``package.module:attr``: any batch function, or model object with ``__call__`` (a class is
   instantiated with no arguments). An object with ``kind = "embedding"`` and an integer
-  ``dimension`` (and optionally ``count_tokens``) is served as an embedding model.
+  ``dimension`` (and optionally ``count_tokens``) is served as an embedding model; one with
+  an ``initial_cost`` (a :class:`~batchserve.config.CostEstimate`) starts the batcher's
+  cost model from it and skips the warm-up passes.
 """
 
 from __future__ import annotations
@@ -123,14 +125,17 @@ def load_model(spec: str) -> LoadedModel:
 
 def _describe(spec: str, fn: BatchFn) -> LoadedModel:
     # An imported object declares itself an embedding model with ``kind = "embedding"`` and
-    # an integer ``dimension`` (a SentenceEmbedder qualifies); anything else is generic.
+    # an integer ``dimension`` (a SentenceEmbedder qualifies); anything else is generic. One
+    # that states its cost (``initial_cost``, a CostEstimate) is not warmed up to measure it.
+    cost = getattr(fn, "initial_cost", None)
+    initial_cost = cost if isinstance(cost, CostEstimate) else None
     dimension = getattr(fn, "dimension", None)
     count = getattr(fn, "count_tokens", None)
     is_embedding = getattr(fn, "kind", None) == "embedding" or (
         isinstance(dimension, int) and callable(count)
     )
     if not is_embedding or not isinstance(dimension, int) or isinstance(dimension, bool):
-        return LoadedModel(spec=spec, fn=fn)
+        return LoadedModel(spec=spec, fn=fn, initial_cost=initial_cost)
     max_tokens = getattr(fn, "max_seq_length", None)
     return LoadedModel(
         spec=spec,
@@ -139,6 +144,7 @@ def _describe(spec: str, fn: BatchFn) -> LoadedModel:
         dimension=dimension,
         count_tokens=count if callable(count) else None,
         max_input_tokens=max_tokens if isinstance(max_tokens, int) else None,
+        initial_cost=initial_cost,
     )
 
 

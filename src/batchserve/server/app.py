@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import Any
 
 from batchserve.batcher import Served
+from batchserve.errors import DeadlineExceeded
 from batchserve.metrics import CONTENT_TYPE, Metrics
 from batchserve.models.loader import LoadedModel, load_model
 from batchserve.server import kserve, openai
@@ -113,6 +114,7 @@ class App:
         self._inflight = 0
         self._idle: asyncio.Event | None = None
         self._spec: bytes | None = None
+        self._static = self._static_routes()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -212,7 +214,7 @@ class App:
     def _route(self, method: str, path: str) -> tuple[Handler, tuple[Any, ...]]:
         methods: dict[str, Handler] | None = None
         args: tuple[Any, ...] = ()
-        static = self._static_routes()
+        static = self._static
         if path in static:
             methods = static[path]
         elif path.startswith("/v1/models/") and path.count("/") == 3:
@@ -341,7 +343,9 @@ class App:
         """
         call = _Call()
         self._inflight += 1
+        self.metrics.observe_received()
         reason = "internal"
+        outcome: str | None = None
         try:
             answer = await work(call)
             if answer is None:
@@ -352,11 +356,17 @@ class App:
             reason = "ok"
         except Exception as exc:
             reason = from_exception(exc).reason
+            if isinstance(exc, DeadlineExceeded) and exc.during_pass:
+                outcome = "late"
             raise
         finally:
             elapsed = time.monotonic() - call.start
             self.metrics.observe_request(
-                call.model, protocol, reason, elapsed if reason == "ok" else None
+                call.model,
+                protocol,
+                reason,
+                elapsed if reason == "ok" else None,
+                outcome=outcome,
             )
             self._inflight -= 1
             if self._inflight == 0 and self._idle is not None:
