@@ -130,6 +130,7 @@ async def serve_async(
         app,
         lifespan="on",
         access_log=False,
+        proxy_headers=False,
         log_level=log_level,
         timeout_graceful_shutdown=5,
         timeout_keep_alive=5,
