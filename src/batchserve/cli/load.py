@@ -1,0 +1,226 @@
+"""``batchserve load URL``: open-loop HTTP load on a running server, and what callers saw.
+
+Requests go out on a schedule fixed in advance (``--rate``, ``--duration``, ``--arrivals``,
+``--seed``), never paced by answers; latency runs from each request's scheduled send time.
+The report has the seed's columns and the generator's own health (lag behind schedule, CPU).
+``--json`` and ``--csv`` print machine-readable rows; ``--sweep R1,R2,...`` runs each rate in
+turn and ``--plot FILE`` draws the sweep. Progress goes to stderr (``--quiet`` hides it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from batchserve.arrivals import ARRIVAL_MODES
+from batchserve.cli._common import duration, positive_int
+from batchserve.errors import ConfigError
+from batchserve.loadgen import (
+    DEFAULT_MODEL,
+    LoadConfig,
+    LoadReport,
+    LoadRun,
+    Progress,
+    ProgressDisplay,
+    format_csv,
+    generate_texts,
+    parse_rates,
+    plot_sweep,
+    read_texts,
+    run_load,
+    run_sweep,
+)
+from batchserve.loadgen.config import APIS
+
+__all__ = ["add_parser", "config_from_args"]
+
+#: The environment variable ``batchserve serve`` also reads its key from.
+API_KEY_ENV = "BATCHSERVE_API_KEY"
+#: Requests per second one sender process is given under ``--processes auto``.
+AUTO_RATE_PER_PROCESS = 10_000.0
+
+
+def _processes(text: str) -> int | str:
+    if text == "auto":
+        return text
+    return positive_int(text)
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``load`` subcommand."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "load",
+        help="open-loop HTTP load on a server (no coordinated omission)",
+        description="Send requests on a schedule fixed in advance, never paced by answers, "
+        "and report what callers saw, latency counted from each scheduled send time.",
+    )
+    p.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8000")
+    w = p.add_argument_group("what to send")
+    w.add_argument("--api", choices=APIS, default="openai", help="protocol (openai)")
+    w.add_argument("--model", default=DEFAULT_MODEL, help=f"model name ({DEFAULT_MODEL})")
+    w.add_argument("--inputs", type=positive_int, default=1, help="inputs per request (1)")
+    w.add_argument("--texts", metavar="FILE", help="input texts, one per line (cycled)")
+    w.add_argument(
+        "--text-words", type=positive_int, default=12, help="words per generated text (12)"
+    )
+    w.add_argument(
+        "--text-count", type=positive_int, default=256, help="distinct generated texts (256)"
+    )
+    w.add_argument(
+        "--timeout",
+        type=duration,
+        default=None,
+        help="each request's deadline, sent to the server (none)",
+    )
+    w.add_argument(
+        "--client-timeout",
+        type=duration,
+        default=None,
+        help="give up on a request this long after its scheduled time (timeout + 1s, or 30s)",
+    )
+    w.add_argument("--kserve-input", default="text", help="KServe input tensor name (text)")
+    w.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV) or None,
+        help=f"sent as 'Authorization: Bearer KEY' (default ${API_KEY_ENV})",
+    )
+    s = p.add_argument_group("schedule")
+    s.add_argument("--rate", type=float, default=100.0, help="requests per second (100)")
+    s.add_argument("--duration", type=duration, default=10.0, help="schedule length (10s)")
+    s.add_argument("--arrivals", choices=ARRIVAL_MODES, default="constant", help="(constant)")
+    s.add_argument("--seed", type=int, default=0, help="seed of poisson arrivals and texts")
+    s.add_argument(
+        "--sweep", metavar="RATES", help="run each of these comma-separated rates in turn"
+    )
+    s.add_argument(
+        "--sweep-pause", type=duration, default=1.0, help="pause between sweep runs (1s)"
+    )
+    g = p.add_argument_group("generator")
+    g.add_argument(
+        "--processes",
+        type=_processes,
+        default=1,
+        help=f"sender processes, or auto (one per {AUTO_RATE_PER_PROCESS:g}/s, at most one "
+        "per CPU) (1)",
+    )
+    g.add_argument("--max-connections", type=positive_int, default=10_000, help="cap (10000)")
+    o = p.add_argument_group("output")
+    fmt = o.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="one JSON object per run")
+    fmt.add_argument("--csv", action="store_true", help="CSV with a header row")
+    o.add_argument("--plot", metavar="FILE", help="with --sweep: write a PNG")
+    o.add_argument("--name", default="", help="the row's label")
+    o.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(run=run)
+
+
+def config_from_args(
+    args: argparse.Namespace, *, rate: float | None = None, sweep: bool = False
+) -> LoadConfig:
+    """The :class:`LoadConfig` the flags describe (at ``rate`` if given, in a sweep)."""
+    rate = args.rate if rate is None else rate
+    name = f"{args.name} {rate:g}/s" if sweep and args.name else args.name
+    texts = (
+        read_texts(args.texts)
+        if args.texts
+        else generate_texts(args.text_count, words=args.text_words, seed=args.seed)
+    )
+    processes = args.processes
+    if processes == "auto":
+        processes = max(1, min(os.cpu_count() or 1, math.ceil(rate / AUTO_RATE_PER_PROCESS)))
+    return LoadConfig(
+        url=args.url,
+        api=args.api,
+        model=args.model,
+        texts=texts,
+        inputs_per_request=args.inputs,
+        timeout_s=args.timeout,
+        client_timeout_s=args.client_timeout,
+        rate=rate,
+        duration_s=args.duration,
+        arrivals=args.arrivals,
+        seed=args.seed,
+        processes=processes,
+        max_connections=max(args.max_connections, processes),
+        kserve_input=args.kserve_input,
+        api_key=args.api_key,
+        name=name,
+    )
+
+
+def _header(cfg: LoadConfig, rates: list[float]) -> str:
+    deadline = f"{cfg.timeout_s * 1e3:g}ms" if cfg.timeout_s is not None else "none"
+    offered = ", ".join(f"{r:g}" for r in rates)
+    return (
+        f"target: {cfg.url} ({cfg.api}, model {cfg.model}, {cfg.inputs_per_request} "
+        f"input{'s' if cfg.inputs_per_request > 1 else ''}/request)\n"
+        f"offered load: {offered} requests/s for {cfg.duration_s:g}s each, {cfg.arrivals} "
+        f"arrivals (seed {cfg.seed}), deadline {deadline}, {cfg.processes} sender "
+        f"process{'es' if cfg.processes > 1 else ''}\n"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the load (or the sweep) and print the report."""
+    if args.rate <= 0:
+        raise ConfigError(f"--rate must be > 0, got {args.rate}")
+    rates = parse_rates(args.sweep) if args.sweep else [args.rate]
+    if args.plot and not args.sweep:
+        raise ConfigError("--plot needs --sweep RATES (a plot of one run says nothing)")
+    configs = {rate: config_from_args(args, rate=rate, sweep=bool(args.sweep)) for rate in rates}
+    first = configs[rates[0]]
+    if not (args.json or args.csv):
+        print(_header(first, rates))
+
+    displays: list[ProgressDisplay] = []
+
+    def progress(cfg: LoadConfig) -> Callable[[Progress], None] | None:
+        if args.quiet:
+            return None
+        display = ProgressDisplay(
+            sys.stderr,
+            total=len(cfg.schedule()),
+            duration_s=cfg.duration_s,
+            label=cfg.label,
+        )
+        displays.append(display)
+        return display
+
+    printed_header = False
+
+    def emit(run_: LoadRun) -> None:
+        nonlocal printed_header
+        for display in displays:
+            display.close()
+        report = run_.report
+        if args.json:
+            print(json.dumps(report.to_dict()), flush=True)
+        elif args.csv:
+            print(format_csv([report], header=not printed_header), end="", flush=True)
+            printed_header = True
+        else:
+            print(report.format_text() + "\n", flush=True)
+        if (args.json or args.csv) and report.warnings:
+            for warning in report.warnings:
+                print(f"warning: {report.summary.name}: {warning}", file=sys.stderr)
+
+    if args.sweep:
+        reports: list[LoadReport] = run_sweep(
+            [configs[r] for r in rates], pause_s=args.sweep_pause, on_run=emit, progress=progress
+        )
+        if args.plot:
+            plot_sweep(reports, args.plot, title=_title(first))
+            if not (args.json or args.csv):
+                print(f"plot written to {args.plot}")
+    else:
+        emit(run_load(first, on_progress=progress(first)))
+    return 0
+
+
+def _title(cfg: LoadConfig) -> str:
+    return f"batchserve load: {cfg.url} ({cfg.api}, {cfg.model}), {cfg.arrivals} arrivals"

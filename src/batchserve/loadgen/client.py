@@ -1,0 +1,368 @@
+"""A small HTTP/1.1 keep-alive client built for open-loop load: one request per connection.
+
+Why not httpx or aiohttp: at 10,000 requests per second a general client's per-request
+machinery (a task, a future, a header object, a body decoder) costs more CPU than this
+machine has to spare, and its pool makes a request wait for a free connection, which paces
+sends by answers: closed loop again. Here a request is a pre-encoded ``bytes`` written on a
+connection of its own; responses are parsed by ``httptools`` (C) through callbacks, and only
+the headers the report needs are kept. No task or future is created per request.
+
+How a request finds a connection (:meth:`Pool.submit`): an idle connection if there is one
+(most recently used first); otherwise it joins a FIFO of waiting requests and a new
+connection is dialled for it. Whichever becomes free first, a dialled connection or one
+whose answer just came, takes the oldest waiter. Two bounds keep an overloaded server from
+being buried under connection attempts, which cost it several times more than a request
+(about 250 µs each here) and would feed on themselves: at most ``max_dials`` attempts at
+once, and at most ``max_connections`` open. Time spent waiting counts in the request's lag
+and latency (both run from its scheduled instant), and the waits are counted.
+
+A request ends exactly once: answered, failed (its connection broke, or a dial failed: each
+failed dial fails the oldest waiter, so an unreachable server cannot hang the run) or
+abandoned (:meth:`Pool.abandon`, at the client's give-up time). A connection that had
+already served a request and dies before the first byte of its answer (the keep-alive race
+with a server closing it) gets its request retried once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+
+import httptools
+
+__all__ = ["Completion", "Connection", "Pool", "PoolStatistics"]
+
+#: ``completion(index, status, reason, batch_ids, t_done)``: a request ended. ``status`` is
+#: 0 when no response came; ``batch_ids`` is the raw ``X-Batch-Id`` value or None.
+Completion = Callable[[int, int, "str | None", "bytes | None", float], None]
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive connection carrying at most one request at a time."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+        self._parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.index = -1  # the request in flight, -1 when idle
+        self.served = 0  # responses completed on this connection
+        self.got_bytes = False
+        self._reason: str | None = None
+        self._batch_ids: bytes | None = None
+        self._t_recv = 0.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Keep the transport (asyncio callback)."""
+        # uvloop's transports do not derive from asyncio.Transport but have its methods.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def send(self, index: int, data: bytes) -> None:
+        """Write request ``index``; the connection must be idle."""
+        self.index = index
+        self.got_bytes = False
+        self._reason = None
+        self._batch_ids = None
+        assert self.transport is not None
+        self._pool.sent(index)
+        self.transport.write(data)
+
+    def data_received(self, data: bytes) -> None:
+        """Feed the parser; stamp the time first, so parsing is not counted (asyncio)."""
+        self._t_recv = self._pool.now()
+        self.got_bytes = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._pool.broken(self, f"protocol: {exc}")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """Keep ``X-Reason`` and ``X-Batch-Id`` (httptools callback)."""
+        # The length test spares a lower() on every other header.
+        size = len(name)
+        if size == 10 and name.lower() == b"x-batch-id":
+            self._batch_ids = value
+        elif size == 8 and name.lower() == b"x-reason":
+            self._reason = value.decode("latin-1").strip()
+
+    def on_message_complete(self) -> None:
+        """Hand the finished response to the pool (httptools callback)."""
+        self.served += 1
+        self._pool.complete(
+            self,
+            self._parser.get_status_code(),
+            self._reason,
+            self._batch_ids,
+            self._t_recv,
+            self._parser.should_keep_alive(),
+        )
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Tell the pool (asyncio callback)."""
+        self._pool.lost(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolStatistics:
+    """What the pool did.
+
+    Attributes:
+        opened: connection attempts (including failed ones).
+        failed: connection attempts that failed.
+        open: connections open now.
+        peak_open: the most connections open at once.
+        waits: requests that found no idle connection and waited for one.
+        cap_waits: of those, requests that arrived while ``max_connections`` were open.
+        retries: requests resent after a kept-alive connection died under them.
+    """
+
+    opened: int
+    failed: int
+    open: int
+    peak_open: int
+    waits: int
+    cap_waits: int
+    retries: int
+
+
+class Pool:
+    """Connections to one server, opened on demand so that no request waits for an answer.
+
+    Args:
+        loop: the event loop.
+        host: an address to connect to (resolve names before, once).
+        port: the TCP port.
+        max_connections: the cap on open connections (>= 1).
+        max_dials: the cap on connection attempts in progress (>= 1).
+        data: the bytes to write for a request index.
+        now: the clock that stamps send and receive times, in seconds.
+        on_sent: called with ``(index, t_sent)`` just before a request is written.
+        on_done: called once per submitted request when it ends (see :data:`Completion`).
+    """
+
+    def __init__(
+        self,
+        *,
+        loop: asyncio.AbstractEventLoop,
+        host: str,
+        port: int,
+        max_connections: int,
+        max_dials: int = 32,
+        data: Callable[[int], bytes],
+        now: Callable[[], float],
+        on_sent: Callable[[int, float], None],
+        on_done: Completion,
+    ) -> None:
+        self._loop = loop
+        self._host = host
+        self._port = port
+        self._max = max_connections
+        self._max_dials = max_dials
+        self._data = data
+        self.now = now
+        self._on_sent = on_sent
+        self._on_done = on_done
+        self._idle: dict[Connection, None] = {}  # insertion-ordered: popitem() is LIFO
+        self._inflight: dict[int, Connection] = {}
+        self._waiting: dict[int, None] = {}  # insertion-ordered: FIFO
+        self._dials: set[asyncio.Task[None]] = set()
+        self._retried: set[int] = set()
+        self._open = 0  # connected, not yet lost
+        self._peak = 0
+        self._opened = 0
+        self._failed = 0
+        self._waits = 0
+        self._cap_waits = 0
+        self._closed = False
+
+    def statistics(self) -> PoolStatistics:
+        """A snapshot of the pool's counters."""
+        return PoolStatistics(
+            opened=self._opened,
+            failed=self._failed,
+            open=self._open,
+            peak_open=self._peak,
+            waits=self._waits,
+            cap_waits=self._cap_waits,
+            retries=len(self._retried),
+        )
+
+    @property
+    def pending(self) -> int:
+        """Requests submitted and not yet ended."""
+        return len(self._inflight) + len(self._waiting)
+
+    async def warm(self, count: int) -> None:
+        """Open up to ``count`` idle connections now (before a run starts).
+
+        Raises:
+            OSError: the server cannot be reached; the message names the address.
+        """
+        count = min(count, self._max - self._open)
+        if count <= 0:
+            return
+        self._opened += count
+        results = await asyncio.gather(
+            *(self._connect() for _ in range(count)), return_exceptions=True
+        )
+        for res in results:
+            if isinstance(res, Connection):
+                self._connected(res)
+                if res.transport is not None and not res.transport.is_closing():
+                    self._idle[res] = None
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            self._failed += len(failures)
+            self.close()
+            raise OSError(
+                f"cannot connect to {self._host}:{self._port}: {failures[0]}"
+            ) from failures[0]
+
+    def submit(self, index: int) -> None:
+        """Send request ``index`` now on an idle connection, else queue it and dial."""
+        if self._idle:
+            conn, _ = self._idle.popitem()
+            self._inflight[index] = conn
+            conn.send(index, self._data(index))
+            return
+        self._waits += 1
+        if self._open + len(self._dials) >= self._max:
+            self._cap_waits += 1
+        self._waiting[index] = None
+        self._dial_for_waiters()
+
+    def abandon(self, index: int, reason: str) -> bool:
+        """End request ``index`` now with status 0 and ``reason``, if it has not ended.
+
+        A request in flight loses its connection (HTTP/1.1 cannot cancel it otherwise).
+
+        Returns:
+            True if the request was still pending.
+        """
+        conn = self._inflight.pop(index, None)
+        if conn is not None:
+            conn.index = -1
+            if conn.transport is not None:
+                conn.transport.abort()
+        elif index in self._waiting:
+            del self._waiting[index]
+        else:
+            return False
+        self._on_done(index, 0, reason, None, self.now())
+        return True
+
+    def close(self) -> None:
+        """Close idle connections and stop dialling; call when no request is pending."""
+        self._closed = True
+        for task in list(self._dials):
+            task.cancel()
+        for conn in list(self._idle):
+            if conn.transport is not None:
+                conn.transport.close()
+        self._idle.clear()
+
+    # -- called by connections -------------------------------------------------------------
+
+    def sent(self, index: int) -> None:
+        """A connection is about to write request ``index``."""
+        self._on_sent(index, self.now())
+
+    def complete(
+        self,
+        conn: Connection,
+        status: int,
+        reason: str | None,
+        batch_ids: bytes | None,
+        t_done: float,
+        keep_alive: bool,
+    ) -> None:
+        """A response ended on ``conn``."""
+        index = conn.index
+        conn.index = -1
+        if index >= 0 and self._inflight.pop(index, None) is conn:
+            self._on_done(index, status, reason, batch_ids, t_done)
+        if not keep_alive or self._closed:
+            if conn.transport is not None:
+                conn.transport.close()
+            return
+        self._use(conn)
+
+    def broken(self, conn: Connection, reason: str) -> None:
+        """The server sent something unparseable on ``conn``: fail its request, drop it."""
+        index = conn.index
+        conn.index = -1
+        if index >= 0 and self._inflight.pop(index, None) is conn:
+            self._on_done(index, 0, reason, None, self.now())
+        if conn.transport is not None:
+            conn.transport.abort()
+
+    def lost(self, conn: Connection) -> None:
+        """``conn`` closed: retry or fail its request, and dial for waiters if needed."""
+        self._open -= 1
+        self._idle.pop(conn, None)
+        index = conn.index
+        conn.index = -1
+        if index >= 0 and self._inflight.pop(index, None) is conn:
+            if conn.served > 0 and not conn.got_bytes and index not in self._retried:
+                self._retried.add(index)
+                # Ahead of the other waiters: it was due before them.
+                self._waiting = {index: None, **self._waiting}
+            else:
+                self._on_done(index, 0, "connection_lost", None, self.now())
+        self._dial_for_waiters()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    async def _connect(self) -> Connection:
+        _, conn = await self._loop.create_connection(
+            lambda: Connection(self), self._host, self._port
+        )
+        return conn
+
+    def _connected(self, conn: Connection) -> None:
+        self._open += 1
+        if self._open > self._peak:
+            self._peak = self._open
+
+    def _use(self, conn: Connection) -> None:
+        """Give a free connection to the oldest waiter, or park it."""
+        if self._waiting:
+            nxt = next(iter(self._waiting))
+            del self._waiting[nxt]
+            self._inflight[nxt] = conn
+            conn.send(nxt, self._data(nxt))
+        else:
+            self._idle[conn] = None
+
+    def _dial_for_waiters(self) -> None:
+        if self._closed:
+            return
+        room = min(
+            len(self._waiting) - len(self._dials),
+            self._max_dials - len(self._dials),
+            self._max - self._open - len(self._dials),
+        )
+        for _ in range(room):
+            self._opened += 1
+            task = self._loop.create_task(self._dial())
+            self._dials.add(task)
+            task.add_done_callback(self._dials.discard)
+
+    async def _dial(self) -> None:
+        try:
+            conn = await self._connect()
+        except OSError as exc:
+            self._failed += 1
+            if self._waiting:  # each failed dial fails the oldest waiter
+                index = next(iter(self._waiting))
+                del self._waiting[index]
+                self._on_done(index, 0, f"connect: {type(exc).__name__}", None, self.now())
+            self._loop.call_soon(self._dial_for_waiters)
+            return
+        self._connected(conn)
+        if self._closed:
+            if conn.transport is not None:
+                conn.transport.close()
+            return
+        self._use(conn)

@@ -1,0 +1,384 @@
+"""From the senders' raw records to one report: summary, generator health, JSON, CSV, text.
+
+:func:`merge` puts every process's :class:`~batchserve.loadgen.sender.ShareResult` back in
+schedule order (:class:`Records`) and :func:`build_report` computes the
+:class:`~batchserve.report.LoadSummary` that ``demo`` and ``simulate`` print (same keys, same
+percentile rule), plus what only an HTTP run knows: the rate actually achieved, rejections by
+status, client-side timeouts, the generator's lag behind its schedule and its CPU use.
+
+Counting rules: ``rejected`` is 429 and 503, by ``X-Reason``; ``timed_out`` is 504 plus
+requests the client gave up on; ``errors`` is everything else, by status (or ``connect``,
+``connection_lost``, ``protocol`` when no response came). Average batch size is items over
+distinct ``X-Batch-Id`` values: items per forward pass, as the seed counts it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
+
+from batchserve.loadgen.config import LoadConfig
+from batchserve.loadgen.protocol import CLIENT_TIMEOUT, Outcome, classify
+from batchserve.loadgen.sender import ShareResult
+from batchserve.report import LoadSummary, percentile, summarize
+
+__all__ = [
+    "LAG_WARN_MAX_MS",
+    "LAG_WARN_P99_MS",
+    "LoadReport",
+    "Merged",
+    "Records",
+    "build_report",
+    "format_csv",
+    "merge",
+    "write_csv",
+]
+
+#: The generator warns that it fell behind when its send lag's p99 exceeds this.
+LAG_WARN_P99_MS = 1.0
+#: ... or when its largest send lag exceeds this.
+LAG_WARN_MAX_MS = 10.0
+
+#: The keys ``batchserve demo --json`` prints first, in its order.
+DEMO_KEYS = (
+    "name",
+    "max_batch_size",
+    "max_wait_s",
+    "offered_per_s",
+    "ok_per_s",
+    "avg_batch",
+    "p50_ms",
+    "p99_ms",
+    "rejected",
+    "timed_out",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Records:
+    """Every request of a run in schedule order (global index); times in seconds.
+
+    Attributes:
+        offset_s: scheduled send time from the start.
+        lag_s: write time minus scheduled time (NaN: never written).
+        latency_s: answer time minus scheduled time (NaN: no answer).
+        status: HTTP status, 0 when no response came.
+        reason: ``X-Reason`` or the client's reason ("" for successes).
+    """
+
+    offset_s: tuple[float, ...]
+    lag_s: tuple[float, ...]
+    latency_s: tuple[float, ...]
+    status: tuple[int, ...]
+    reason: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.offset_s)
+
+    def outcomes(self) -> list[Outcome]:
+        """Each request's outcome."""
+        return [classify(s, r) for s, r in zip(self.status, self.reason, strict=True)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Merged:
+    """The records plus the run-wide counters summed over processes."""
+
+    records: Records
+    items: int
+    batches: int
+    start_at: float
+    end_at: float
+    cpu_s: float
+    processes: int
+    connections_opened: int
+    connect_failures: int
+    peak_connections: int
+    connection_waits: int
+    cap_waits: int
+    retries: int
+
+
+def merge(results: Sequence[ShareResult], *, extra_cpu_s: float = 0.0) -> Merged:
+    """Combine the shares of one run (``extra_cpu_s``: the coordinator's own CPU)."""
+    n = sum(len(r.indices) for r in results)
+    offset = [math.nan] * n
+    lag = [math.nan] * n
+    latency = [math.nan] * n
+    status = [0] * n
+    reason = [""] * n
+    ids: set[bytes] = set()
+    for r in results:
+        for pos, gi in enumerate(r.indices):
+            offset[gi] = r.offsets[pos]
+            lag[gi] = r.lag_s[pos]
+            latency[gi] = r.latency_s[pos]
+            status[gi] = r.status[pos]
+        for pos, text in r.reasons.items():
+            reason[r.indices[pos]] = text
+        ids |= r.batch_ids
+    return Merged(
+        records=Records(
+            offset_s=tuple(offset),
+            lag_s=tuple(lag),
+            latency_s=tuple(latency),
+            status=tuple(status),
+            reason=tuple(reason),
+        ),
+        items=sum(r.items for r in results),
+        batches=len(ids),
+        start_at=min((r.start_at for r in results), default=0.0),
+        end_at=max((r.end_at for r in results), default=0.0),
+        cpu_s=sum(r.cpu_s for r in results) + extra_cpu_s,
+        processes=len(results),
+        connections_opened=sum(r.connections_opened for r in results),
+        connect_failures=sum(r.connect_failures for r in results),
+        peak_connections=sum(r.peak_connections for r in results),
+        connection_waits=sum(r.connection_waits for r in results),
+        cap_waits=sum(r.cap_waits for r in results),
+        retries=sum(r.retries for r in results),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadReport:
+    """What one HTTP load run measured. Latencies in ms from the scheduled send time.
+
+    Attributes:
+        summary: the figures ``demo`` and ``simulate`` print, with the same keys.
+        api, url, arrivals, seed, inputs_per_request, timeout_s: what was sent.
+        achieved_per_s: requests written per second (below ``offered_per_s`` when the
+            generator fell behind).
+        lag_p50_ms, lag_p99_ms, lag_max_ms: how late requests were written.
+        unsent: requests abandoned before they could be written.
+        timed_out_server: 504 answers; timed_out_client: requests the client gave up on.
+        rejected_by_status: 429/503 answers by status.
+        errors_by_kind: errors by status, or by what failed when no response came.
+        items, batches: inputs answered and distinct batch ids (``avg_batch`` = ratio).
+        connections_opened, connect_failures, peak_connections: connection counts.
+        connection_waits: requests that found no idle connection (they waited for a new
+            one or a freed one; the wait is in their lag); cap_waits: of those, while
+            ``max_connections`` were open.
+        retries: requests resent after a kept-alive connection closed under them.
+        processes: sender processes; cpu_s: the generator's CPU time during the run;
+        cpu_core_percent: that per second of run, in % of one core; cpu_machine_percent:
+            the same in % of all cores.
+        warnings: sentences about anything that makes the figures doubtful.
+    """
+
+    summary: LoadSummary
+    api: str
+    url: str
+    arrivals: str
+    seed: int
+    inputs_per_request: int
+    timeout_s: float | None
+    achieved_per_s: float
+    lag_p50_ms: float
+    lag_p99_ms: float
+    lag_max_ms: float
+    unsent: int
+    timed_out_server: int
+    timed_out_client: int
+    rejected_by_status: dict[str, int] = field(default_factory=dict)
+    errors_by_kind: dict[str, int] = field(default_factory=dict)
+    items: int
+    batches: int
+    connections_opened: int
+    connect_failures: int
+    peak_connections: int
+    connection_waits: int
+    cap_waits: int
+    retries: int
+    processes: int
+    cpu_s: float
+    cpu_core_percent: float
+    cpu_machine_percent: float
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def fell_behind(self) -> bool:
+        """Whether the generator missed its schedule by more than the warning thresholds."""
+        return (
+            self.lag_p99_ms > LAG_WARN_P99_MS or self.lag_max_ms > LAG_WARN_MAX_MS
+        ) or self.unsent > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: the demo's keys first in its order, then the rest."""
+        summary = self.summary.to_dict()
+        out = {k: summary[k] for k in DEMO_KEYS}
+        out.update({k: v for k, v in summary.items() if k not in out})
+        extras = asdict(self)
+        del extras["summary"]
+        extras["warnings"] = list(self.warnings)
+        out.update(extras)
+        return out
+
+    def format_text(self) -> str:
+        """The seed's one-line row, then the details, for a terminal."""
+        s = self.summary
+        rej = ", ".join(f"{k} {v}" for k, v in sorted(s.rejected_by_reason.items())) or "none"
+        by_status = ", ".join(f"{k}: {v}" for k, v in sorted(self.rejected_by_status.items()))
+        errs = ", ".join(f"{k} {v}" for k, v in sorted(self.errors_by_kind.items())) or "none"
+        lines = [
+            s.format_row(),
+            f"  rate      offered {s.offered_per_s:.1f}/s  achieved {self.achieved_per_s:.1f}/s"
+            f"  ok {s.ok_per_s:.1f}/s   ({s.sent} scheduled, {s.ok} ok,"
+            f" {s.duration_s:.2f} s)",
+            f"  latency   p50 {s.p50_ms:.2f}  p90 {s.p90_ms:.2f}  p99 {s.p99_ms:.2f}"
+            f"  max {s.max_ms:.2f} ms (ok requests, from the scheduled send time)",
+            f"  batches   {s.avg_batch:.2f} items per batch ({self.items} items,"
+            f" {self.batches} batch ids)",
+            f"  rejected  {rej}" + (f" ({by_status})" if by_status else ""),
+            f"  timed out {self.timed_out_server} by the server (504),"
+            f" {self.timed_out_client} by the client",
+            f"  errors    {errs}",
+            f"  generator lag p50 {self.lag_p50_ms:.3f}  p99 {self.lag_p99_ms:.3f}"
+            f"  max {self.lag_max_ms:.3f} ms; CPU {self.cpu_core_percent:.0f}% of one core"
+            f" ({self.cpu_machine_percent:.0f}% of {os.cpu_count() or 1}) in"
+            f" {self.processes} process{'es' if self.processes > 1 else ''};"
+            f" {self.connections_opened} connections opened, peak {self.peak_connections}",
+        ]
+        lines.extend(f"  WARNING: {w}" for w in self.warnings)
+        return "\n".join(lines)
+
+
+def build_report(config: LoadConfig, merged: Merged) -> LoadReport:
+    """Summarize a merged run of ``config``."""
+    rec = merged.records
+    n = len(rec)
+    ok_latencies: list[float] = []
+    rejected_by_reason: dict[str, int] = {}
+    rejected_by_status: dict[str, int] = {}
+    errors_by_kind: dict[str, int] = {}
+    timed_out_server = timed_out_client = 0
+    for status, reason, latency in zip(rec.status, rec.reason, rec.latency_s, strict=True):
+        outcome = classify(status, reason)
+        if outcome is Outcome.OK:
+            ok_latencies.append(latency)
+        elif outcome is Outcome.REJECTED:
+            key = reason or f"http_{status}"
+            rejected_by_reason[key] = rejected_by_reason.get(key, 0) + 1
+            rejected_by_status[str(status)] = rejected_by_status.get(str(status), 0) + 1
+        elif outcome is Outcome.TIMED_OUT:
+            if reason == CLIENT_TIMEOUT and status == 0:
+                timed_out_client += 1
+            else:
+                timed_out_server += 1
+        else:
+            kind = str(status) if status else (reason.split(":", 1)[0] or "unknown")
+            errors_by_kind[kind] = errors_by_kind.get(kind, 0) + 1
+    wall_s = max(merged.end_at - merged.start_at, 0.0)
+    duration_s = max(wall_s, config.duration_s)
+    written = [(off, lag) for off, lag in zip(rec.offset_s, rec.lag_s, strict=True) if lag == lag]
+    lags_ms = sorted(lag * 1e3 for _, lag in written)
+    last_write = max((off + lag for off, lag in written), default=0.0)
+    send_window = max(config.duration_s, last_write)
+    summary = summarize(
+        name=config.label,
+        latencies_s=ok_latencies,
+        sent=n,
+        duration_s=duration_s,
+        offered_per_s=n / config.duration_s if config.duration_s > 0 else 0.0,
+        rejected_by_reason=rejected_by_reason,
+        timed_out=timed_out_server + timed_out_client,
+        errors=sum(errors_by_kind.values()),
+        items=merged.items,
+        batches=merged.batches,
+    )
+    cpus = os.cpu_count() or 1
+    core_pct = 100.0 * merged.cpu_s / wall_s if wall_s > 0 else 0.0
+    lag_p99 = percentile(lags_ms, 0.99)
+    lag_max = lags_ms[-1] if lags_ms else 0.0
+    unsent = n - len(written)
+    warnings: list[str] = []
+    if lag_p99 > LAG_WARN_P99_MS or lag_max > LAG_WARN_MAX_MS or unsent:
+        late = sum(1 for v in lags_ms if v > LAG_WARN_P99_MS)
+        warnings.append(
+            f"the generator fell behind its schedule: send lag p99 {lag_p99:.2f} ms, max "
+            f"{lag_max:.2f} ms, {late} of {n} requests written more than "
+            f"{LAG_WARN_P99_MS:g} ms late, {unsent} never written. Latencies still count from "
+            f"the scheduled time, but the server did not get the load as scheduled: lower "
+            f"the rate or add --processes"
+        )
+    if merged.cap_waits:
+        warnings.append(
+            f"max_connections ({config.max_connections}) was reached: {merged.cap_waits} "
+            f"requests waited for a connection to free up (closed-loop pacing); raise "
+            f"--max-connections"
+        )
+    if merged.connect_failures:
+        warnings.append(f"{merged.connect_failures} connection attempts failed")
+    return LoadReport(
+        summary=summary,
+        api=config.api,
+        url=config.url,
+        arrivals=config.arrivals,
+        seed=config.seed,
+        inputs_per_request=config.inputs_per_request,
+        timeout_s=config.timeout_s,
+        achieved_per_s=_r(len(written) / send_window if send_window > 0 else 0.0),
+        lag_p50_ms=_r(percentile(lags_ms, 0.5)),
+        lag_p99_ms=_r(lag_p99),
+        lag_max_ms=_r(lag_max),
+        unsent=unsent,
+        timed_out_server=timed_out_server,
+        timed_out_client=timed_out_client,
+        rejected_by_status=rejected_by_status,
+        errors_by_kind=errors_by_kind,
+        items=merged.items,
+        batches=merged.batches,
+        connections_opened=merged.connections_opened,
+        connect_failures=merged.connect_failures,
+        peak_connections=merged.peak_connections,
+        connection_waits=merged.connection_waits,
+        cap_waits=merged.cap_waits,
+        retries=merged.retries,
+        processes=merged.processes,
+        cpu_s=_r(merged.cpu_s),
+        cpu_core_percent=_r(core_pct),
+        cpu_machine_percent=_r(core_pct / cpus),
+        warnings=tuple(warnings),
+    )
+
+
+def format_csv(reports: Iterable[LoadReport], *, header: bool = True) -> str:
+    """CSV rows with :meth:`LoadReport.to_dict`'s keys as columns.
+
+    Dict-valued cells are compact JSON; the warnings are joined with `` | ``.
+    """
+    buf = io.StringIO()
+    write_csv(buf, reports, header=header)
+    return buf.getvalue()
+
+
+def write_csv(out: TextIO, reports: Iterable[LoadReport], *, header: bool = True) -> None:
+    """Write :func:`format_csv`'s rows to ``out``."""
+    writer: Any = None
+    for report in reports:
+        row = report.to_dict()
+        if writer is None:
+            writer = csv.DictWriter(out, fieldnames=list(row), lineterminator="\n")
+            if header:
+                writer.writeheader()
+        writer.writerow({k: _cell(v) for k, v in row.items()})
+
+
+def _cell(value: object) -> object:
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    if isinstance(value, list):
+        return " | ".join(str(v) for v in value)
+    if value is None:
+        return ""
+    return value
+
+
+def _r(v: float) -> float:
+    return round(v, 3) if math.isfinite(v) else v

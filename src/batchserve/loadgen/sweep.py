@@ -1,0 +1,123 @@
+"""Several runs at increasing offered rates, and the picture that tells the story.
+
+:func:`run_sweep` runs one config per rate in turn, with a pause between runs so the
+server's queue drains. :func:`plot_sweep` draws two panels: what the server delivered
+against what was offered (achieved send rate and ok/s, with the diagonal: where ok/s leaves
+it, the server is saturated), and latency p50/p99 against the offered rate with the average
+batch size on a second axis (batching should grow as the load grows, buying the throughput).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from batchserve.errors import ConfigError
+from batchserve.loadgen.config import LoadConfig
+from batchserve.loadgen.report import LoadReport
+from batchserve.loadgen.runner import LoadRun, run_load
+from batchserve.loadgen.sender import Progress
+
+__all__ = ["parse_rates", "plot_sweep", "run_sweep"]
+
+
+def parse_rates(text: str) -> list[float]:
+    """``"100,200,400"`` as ``[100.0, 200.0, 400.0]``.
+
+    Raises:
+        ConfigError: an item is not a number > 0, or the list is empty.
+    """
+    rates: list[float] = []
+    for item in text.split(","):
+        try:
+            rate = float(item)
+        except ValueError:
+            raise ConfigError(f"sweep rates must be numbers > 0, got {item.strip()!r}") from None
+        if not rate > 0 or rate == float("inf"):
+            raise ConfigError(f"sweep rates must be numbers > 0, got {item.strip()!r}")
+        rates.append(rate)
+    if not rates:
+        raise ConfigError(f"sweep must list at least one rate, got {text!r}")
+    return rates
+
+
+def run_sweep(
+    configs: Sequence[LoadConfig],
+    *,
+    pause_s: float = 1.0,
+    on_run: Callable[[LoadRun], None] | None = None,
+    progress: Callable[[LoadConfig], Callable[[Progress], None] | None] | None = None,
+) -> list[LoadReport]:
+    """Run each config in order (typically one per rate: ``config.with_rate(r)``).
+
+    Args:
+        configs: the runs.
+        pause_s: seconds to wait between runs, so the server drains (blocks).
+        on_run: called after each run (to print it at once).
+        progress: given each run's config, returns that run's progress callback.
+
+    Returns:
+        One report per config, in order.
+    """
+    reports: list[LoadReport] = []
+    for i, cfg in enumerate(configs):
+        if i and pause_s > 0:
+            time.sleep(pause_s)
+        run = run_load(cfg, on_progress=progress(cfg) if progress is not None else None)
+        if on_run is not None:
+            on_run(run)
+        reports.append(run.report)
+    return reports
+
+
+def plot_sweep(reports: Sequence[LoadReport], path: str | Path, *, title: str = "") -> None:
+    """Write a PNG of the sweep to ``path`` (matplotlib, no display needed)."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FormatStrFormatter, FuncFormatter
+
+    offered = [r.summary.offered_per_s for r in reports]
+    fig = Figure(figsize=(11, 4.5), layout="constrained")
+    rates_ax, lat_ax = fig.subplots(1, 2)
+    top = max([*offered, *(r.achieved_per_s for r in reports), 1.0])
+    rates_ax.plot([0, top], [0, top], color="0.75", linestyle="--", label="offered")
+    rates_ax.plot(offered, [r.achieved_per_s for r in reports], "o-", label="sent (achieved)")
+    rates_ax.plot(offered, [r.summary.ok_per_s for r in reports], "s-", label="ok/s")
+    rates_ax.set_xlabel("offered rate (requests/s)")
+    rates_ax.set_ylabel("requests/s")
+    rates_ax.set_title("throughput")
+    rates_ax.legend(loc="upper left")
+    rates_ax.grid(alpha=0.3)
+
+    lat_ax.plot(offered, [r.summary.p50_ms for r in reports], "o-", label="p50")
+    lat_ax.plot(offered, [r.summary.p99_ms for r in reports], "s-", label="p99")
+    lat_ax.set_xlabel("offered rate (requests/s)")
+    lat_ax.set_ylabel("latency from scheduled send (ms)")
+    if any(r.summary.p99_ms > 0 for r in reports):
+        lat_ax.set_yscale("log")
+        lat_ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        lat_ax.yaxis.set_minor_formatter(FuncFormatter(_minor_log_label))
+    lat_ax.set_title("latency and batch size")
+    lat_ax.grid(alpha=0.3)
+    batch_ax = lat_ax.twinx()
+    batch_ax.plot(
+        offered, [r.summary.avg_batch for r in reports], "^:", color="tab:green", label="batch"
+    )
+    batch_ax.set_ylabel("average batch size (items per forward pass)")
+    batch_ax.set_ylim(bottom=0)
+    lines = lat_ax.get_lines() + batch_ax.get_lines()
+    lat_ax.legend(lines, [ln.get_label() for ln in lines], loc="upper left")
+    if title:
+        fig.suptitle(title)
+    fig.savefig(str(path), format="png", dpi=110)
+
+
+def _minor_log_label(value: float, _pos: int) -> str:
+    """Label the minor ticks at 2x and 5x a power of ten; leave the others bare."""
+    if value <= 0:
+        return ""
+    mantissa = value / 10 ** math.floor(math.log10(value))
+    return (
+        f"{value:g}" if round(mantissa) in (2, 5) and abs(mantissa - round(mantissa)) < 1e-6 else ""
+    )

@@ -1,0 +1,110 @@
+"""What goes on the wire, and how answers are counted: pure functions, no I/O."""
+
+import json
+
+import pytest
+
+from batchserve.errors import ConfigError
+from batchserve.loadgen.config import LoadConfig, Target
+from batchserve.loadgen.protocol import (
+    CLIENT_TIMEOUT,
+    Outcome,
+    classify,
+    encode_request,
+    request_texts,
+    split_header_list,
+)
+
+
+def _split(raw: bytes) -> tuple[list[str], dict[str, str], dict[str, object]]:
+    head, body = raw.split(b"\r\n\r\n", 1)
+    lines = head.decode().split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    assert int(headers["Content-Length"]) == len(body)
+    return lines[0].split(" "), headers, json.loads(body)
+
+
+def test_openai_request_one_input_and_deadline_header() -> None:
+    cfg = LoadConfig(url="http://127.0.0.1:8123", model="m", timeout_s=0.25)
+    line, headers, body = _split(encode_request(cfg, ["hello"]))
+    assert line == ["POST", "/v1/embeddings", "HTTP/1.1"]
+    assert headers["Host"] == "127.0.0.1:8123"
+    assert headers["X-Request-Timeout"] == "0.25"
+    assert "Authorization" not in headers
+    assert body == {"model": "m", "input": "hello", "encoding_format": "float"}
+
+
+def test_openai_request_several_inputs_is_a_list_and_no_deadline_without_timeout() -> None:
+    cfg = LoadConfig(url="http://h/prefix/", model="m", api_key="k")
+    line, headers, body = _split(encode_request(cfg, ["a", "b"]))
+    assert line[1] == "/prefix/v1/embeddings"
+    assert headers["Host"] == "h"
+    assert headers["Authorization"] == "Bearer k"
+    assert "X-Request-Timeout" not in headers
+    assert body["input"] == ["a", "b"]
+
+
+def test_kserve_request_sends_the_deadline_twice() -> None:
+    cfg = LoadConfig(url="http://h:1", api="kserve", model="a b", timeout_s=1.5)
+    line, headers, body = _split(encode_request(cfg, ["x", "y", "z"]))
+    assert line[1] == "/v2/models/a%20b/infer"
+    assert headers["X-Request-Timeout"] == "1.5"
+    assert body == {
+        "inputs": [{"name": "text", "shape": [3], "datatype": "BYTES", "data": ["x", "y", "z"]}],
+        "parameters": {"timeout": 1_500_000},
+    }
+
+
+def test_outcomes_follow_the_servers_table() -> None:
+    assert classify(200) is Outcome.OK
+    assert classify(429, "queue_full") is Outcome.REJECTED
+    assert classify(503, "draining") is Outcome.REJECTED
+    assert classify(504, "deadline_exceeded") is Outcome.TIMED_OUT
+    assert classify(0, CLIENT_TIMEOUT) is Outcome.TIMED_OUT
+    assert classify(0, "connect: ConnectionRefusedError") is Outcome.ERROR
+    assert classify(500, "model_error") is Outcome.ERROR
+    assert classify(400) is Outcome.ERROR
+
+
+def test_texts_cycle_through_the_pool_in_request_order() -> None:
+    cfg = LoadConfig(url="http://h", texts=("a", "b", "c"), inputs_per_request=2)
+    assert [request_texts(cfg, i) for i in range(4)] == [
+        ["a", "b"],
+        ["c", "a"],
+        ["b", "c"],
+        ["a", "b"],
+    ]
+
+
+def test_header_lists() -> None:
+    assert split_header_list(b"3, 3,4") == [b"3", b"3", b"4"]
+    assert split_header_list(b"7") == [b"7"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"url": "https://h"}, "url must look like http://host:port"),
+        ({"url": "http://h", "api": "grpc"}, "api must be one of openai, kserve, got 'grpc'"),
+        ({"url": "http://h", "rate": 0}, "rate must be > 0, got 0"),
+        ({"url": "http://h", "arrivals": "burst"}, "arrivals must be one of"),
+        ({"url": "http://h", "inputs_per_request": 0}, "inputs_per_request must be >= 1"),
+        ({"url": "http://h", "timeout_s": -1.0}, "timeout_s must be > 0, got -1.0"),
+        ({"url": "http://h", "texts": ()}, "texts must be a non-empty tuple"),
+        ({"url": "http://h", "processes": 0}, "processes must be >= 1, got 0"),
+    ],
+)
+def test_config_errors_name_the_field_the_rule_and_the_value(
+    kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        LoadConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_target_and_give_up_time() -> None:
+    assert Target.parse("http://[::1]:9/p") == Target(host="::1", port=9, prefix="/p")
+    assert Target.parse("http://[::1]:9/p").host_header == "[::1]:9"
+    assert LoadConfig(url="http://h", timeout_s=0.25).give_up_s == 1.25
+    assert LoadConfig(url="http://h").give_up_s == 30.0
+    assert LoadConfig(url="http://h", timeout_s=0.25, client_timeout_s=0.5).give_up_s == 0.5
+    assert "k3y" not in repr(LoadConfig(url="http://h", api_key="k3y"))
