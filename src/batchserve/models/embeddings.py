@@ -48,6 +48,13 @@ def _sentence_transformer(path: str | Path) -> Any:
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
         raise ImportError(EXTRA_HINT) from exc
+    try:
+        # A progress bar per load would clutter the server's stderr.
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
     return SentenceTransformer(str(path), device="cpu", local_files_only=True)
 
 

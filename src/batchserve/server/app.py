@@ -13,7 +13,9 @@ and never reach the model. The answer carries the timing headers; an error carri
 
 The deadline of a request is the tightest of ``X-Request-Timeout`` (seconds, ``0.25``, or
 with a unit, ``250ms``), KServe's ``parameters.timeout`` (microseconds), and the model's
-default (``--timeout``), counted from the request's arrival.
+default (``--timeout``), counted from the request's arrival. The steps every inference call
+shares (API key, deadline, disconnect watch, timing headers) are in
+:mod:`batchserve.server.calls`.
 
 Draining (:meth:`App.begin_drain`, on SIGTERM): every new inference request is answered 503
 ``draining`` with Retry-After, ``/v2/health/ready`` turns 503, and :meth:`App.drain` waits
@@ -24,14 +26,12 @@ timeout.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
-from batchserve.batcher import Served
 from batchserve.errors import DeadlineExceeded
 from batchserve.metrics import CONTENT_TYPE, Metrics
 from batchserve.models.loader import LoadedModel, load_model
@@ -46,13 +46,12 @@ from batchserve.server.asgi import (
     json_bytes,
     read_body,
     send,
-    watch_disconnect,
 )
+from batchserve.server.calls import authorize, compute, request_deadline, timing_headers
 from batchserve.server.openapi import docs_html, openapi_spec
 from batchserve.server.registry import Registry, ServedModel
 from batchserve.server.settings import ServerSettings
 from batchserve.server.statuses import ApiError, from_exception
-from batchserve.units import parse_duration
 
 __all__ = ["App", "create_app"]
 
@@ -68,19 +67,6 @@ def create_app(
 ) -> App:
     """Build the ASGI application for ``settings`` (models load on startup)."""
     return App(settings, loader=loader)
-
-
-def timing_headers(served: list[Served[Any]]) -> Headers:
-    """The timing headers of an answer: one comma-separated value per input, in order.
-
-    ``X-Queue-Wait-S``, ``X-Batch-Size``, ``X-Batch-Id`` and ``X-Forward-S``.
-    """
-    return [
-        (b"x-queue-wait-s", ",".join(f"{s.queue_wait_s:.6f}" for s in served).encode()),
-        (b"x-batch-size", ",".join(str(s.batch_size) for s in served).encode()),
-        (b"x-batch-id", ",".join(str(s.batch_id) for s in served).encode()),
-        (b"x-forward-s", ",".join(f"{s.forward_s:.6f}" for s in served).encode()),
-    ]
 
 
 class App:
@@ -255,19 +241,6 @@ class App:
 
     # -- shared steps ----------------------------------------------------------------------
 
-    def _authorize(self, scope: Scope) -> None:
-        if self._key is None:
-            return
-        given = get_header(scope, b"authorization") or ""
-        scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self._key):
-            raise ApiError(
-                "unauthorized",
-                "this endpoint needs the header 'Authorization: Bearer <api key>'"
-                + (" (the key given is wrong)" if given else ""),
-                param="Authorization",
-            )
-
     def _model(self, name: str | None, param: str = "model") -> ServedModel:
         model = self.registry.get(name)
         if model is None:
@@ -287,49 +260,6 @@ class App:
         model.require_batcher()
         assert model.loaded is not None
         return model.loaded
-
-    def _deadline(
-        self, scope: Scope, model: ServedModel, start: float, extra: float | None
-    ) -> float:
-        timeouts = [] if extra is None else [extra]
-        header = get_header(scope, b"x-request-timeout")
-        if header is not None:
-            try:
-                t = parse_duration(header, name="X-Request-Timeout", default_unit="s")
-            except ValueError as exc:
-                raise ApiError("invalid", str(exc), param="X-Request-Timeout") from None
-            if t <= 0:
-                raise ApiError(
-                    "invalid", f"X-Request-Timeout must be > 0, got {header!r}", "X-Request-Timeout"
-                )
-            timeouts.append(t)
-        return model.deadline_for(min(timeouts) if timeouts else None, start)
-
-    async def _compute(
-        self, model: ServedModel, items: list[Any], deadline: float, receive: Receive
-    ) -> list[Served[Any]] | None:
-        """Run ``items``; None if the client disconnected (its inputs were withdrawn)."""
-        task = asyncio.current_task()
-        assert task is not None
-        left = False
-
-        def on_disconnect(watcher: asyncio.Future[None]) -> None:
-            nonlocal left
-            if not watcher.cancelled() and watcher.exception() is None:
-                left = True
-                task.cancel()
-
-        watcher = asyncio.ensure_future(watch_disconnect(receive))
-        watcher.add_done_callback(on_disconnect)
-        try:
-            return await model.infer(items, deadline)
-        except asyncio.CancelledError:
-            if left and task.uncancel() == 0:
-                return None
-            raise
-        finally:
-            watcher.remove_done_callback(on_disconnect)
-            watcher.cancel()
 
     async def _inference(
         self,
@@ -376,7 +306,7 @@ class App:
 
     async def _openai_embeddings(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
         async def work(call: _Call) -> tuple[bytes, Headers, bytes] | None:
-            self._authorize(scope)
+            authorize(scope, self._key)
             body = await read_body(scope, receive, self.limits.max_body_bytes)
             req = openai.parse_embeddings_request(body, self.limits)
             model = self._model(req.model)
@@ -390,8 +320,8 @@ class App:
                     param="model",
                 )
             openai.check_dimensions(req.dimensions, loaded.dimension)
-            deadline = self._deadline(scope, model, call.start, None)
-            served = await self._compute(model, req.texts, deadline, receive)
+            deadline = request_deadline(scope, model, call.start, None)
+            served = await compute(model, req.texts, deadline, receive)
             if served is None:
                 return None
             if loaded.count_tokens is not None:
@@ -406,11 +336,11 @@ class App:
         await self._inference(send_fn, "openai", work)
 
     async def _openai_models(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        self._authorize(scope)
+        authorize(scope, self._key)
         await send(send_fn, 200, json_bytes(openai.models_response(list(self.registry.models))))
 
     async def _openai_model(self, scope: Scope, receive: Receive, send_fn: Send, name: str) -> None:
-        self._authorize(scope)
+        authorize(scope, self._key)
         self._model(name)
         await send(send_fn, 200, json_bytes(openai.model_entry(name)))
 
@@ -446,7 +376,7 @@ class App:
 
     async def _kserve_infer(self, scope: Scope, receive: Receive, send_fn: Send, name: str) -> None:
         async def work(call: _Call) -> tuple[bytes, Headers, bytes] | None:
-            self._authorize(scope)
+            authorize(scope, self._key)
             model = self._model(name, param="name")
             call.model = model.name
             loaded = self._admit(model)
@@ -467,8 +397,8 @@ class App:
                     )
             else:
                 items = kserve.generic_items(req, self.limits)
-            deadline = self._deadline(scope, model, call.start, req.timeout_s)
-            served = await self._compute(model, items, deadline, receive)
+            deadline = request_deadline(scope, model, call.start, req.timeout_s)
+            served = await compute(model, items, deadline, receive)
             if served is None:
                 return None
             outputs = kserve.stack_outputs(loaded.kind, [s.output for s in served])

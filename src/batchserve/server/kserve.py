@@ -33,11 +33,16 @@ from batchserve.server.statuses import ApiError
 from batchserve.server.tensors import Tensor, decode_tensor, encode_tensor
 
 __all__ = [
+    "EMBEDDING_OUTPUT",
+    "GENERIC_OUTPUT",
     "InferRequest",
     "build_infer_response",
+    "embedding_items",
+    "generic_items",
     "model_metadata",
     "parse_infer_request",
     "server_metadata",
+    "stack_outputs",
 ]
 
 EMBEDDING_OUTPUT = "embedding"

@@ -27,8 +27,10 @@ from batchserve.server.statuses import ApiError
 
 __all__ = [
     "EmbeddingsRequest",
+    "check_dimensions",
     "embeddings_response",
     "error_body",
+    "model_entry",
     "models_response",
     "parse_embeddings_request",
 ]
