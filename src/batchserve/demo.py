@@ -3,7 +3,8 @@
 :func:`run_open_loop` sends requests on a schedule fixed in advance (constant spacing, or
 Poisson with a seed), never paced by answers, and measures each request's latency from its
 scheduled send time, so a stalled batcher cannot hide its queue. :func:`seed_scenarios` lists
-the seed's four configurations plus what this engine adds.
+the seed's four configurations plus what this engine adds. :func:`predict_seed_demo` gives
+the simulator's prediction of each row, for the table to show beside the measurement.
 """
 
 from __future__ import annotations
@@ -15,13 +16,21 @@ from dataclasses import dataclass
 from batchserve.arrivals import arrival_times
 from batchserve.batcher import Batcher, Ticket
 from batchserve.clock import MonotonicClock
-from batchserve.config import BatchConfig
+from batchserve.config import BatchConfig, CostEstimate
 from batchserve.errors import DeadlineExceeded, ModelError, Rejected
 from batchserve.models.base import BatchFn
 from batchserve.models.synthetic import SyntheticModel
 from batchserve.report import LoadSummary, summarize
+from batchserve.sim import simulate
 
-__all__ = ["Scenario", "arrival_times", "run_open_loop", "seed_scenarios"]
+__all__ = [
+    "Scenario",
+    "arrival_times",
+    "predict_seed_demo",
+    "run_open_loop",
+    "run_seed_demo",
+    "seed_scenarios",
+]
 
 #: The seed's model: 8 ms per call + 0.25 ms per item.
 SEED_FIXED_S = 0.008
@@ -164,3 +173,33 @@ async def run_seed_demo(
             )
         )
     return rows
+
+
+def predict_seed_demo(
+    *,
+    rate: float = SEED_RATE,
+    duration_s: float = SEED_DURATION_S,
+    timeout_s: float = SEED_TIMEOUT_S,
+    queue_size: int = SEED_QUEUE,
+    fixed_s: float = SEED_FIXED_S,
+    per_item_s: float = SEED_PER_ITEM_S,
+    scenarios: list[Scenario] | None = None,
+) -> list[LoadSummary]:
+    """The simulator's prediction for each row of :func:`run_seed_demo`.
+
+    The same settings, schedule, deadlines and model cost, on virtual time: the server as
+    it would run with no overhead of its own. Instant and deterministic.
+    """
+    schedule = arrival_times(rate=rate, duration_s=duration_s)
+    cost = CostEstimate(fixed_s=fixed_s, per_item_s=per_item_s)
+    return [
+        simulate(
+            config=sc.config,
+            cost=cost,
+            arrivals=schedule,
+            timeout_s=timeout_s,
+            duration_s=duration_s,
+            name=sc.name,
+        ).summary
+        for sc in (scenarios if scenarios is not None else seed_scenarios(queue_size=queue_size))
+    ]

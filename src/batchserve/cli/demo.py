@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from dataclasses import replace
 from typing import Any
 
 from batchserve.cli._common import duration, positive_int
@@ -15,6 +16,7 @@ from batchserve.demo import (
     SEED_QUEUE,
     SEED_RATE,
     SEED_TIMEOUT_S,
+    predict_seed_demo,
     run_seed_demo,
 )
 from batchserve.report import LoadSummary
@@ -53,10 +55,17 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def _json_row(row: LoadSummary) -> dict[str, Any]:
+#: The simulator's figures added to each JSON row, as ``predicted_<key>``.
+_PREDICTED_KEYS = ("ok_per_s", "avg_batch", "p50_ms", "p99_ms", "rejected", "timed_out")
+
+
+def _json_row(row: LoadSummary, predicted: LoadSummary | None = None) -> dict[str, Any]:
     full = row.to_dict()
     out = {k: full[k] for k in _JSON_KEYS}
     out.update({k: v for k, v in full.items() if k not in out})
+    if predicted is not None:
+        guess = predicted.to_dict()
+        out.update({f"predicted_{k}": guess[k] for k in _PREDICTED_KEYS})
     return out
 
 
@@ -70,21 +79,27 @@ def run(args: argparse.Namespace) -> int:
             f"Offered load: {args.rate:g} requests/s for {args.duration:g}s, "
             f"deadline {args.timeout * 1e3:g}ms, queue {args.queue_size}\n"
         )
-    rows = asyncio.run(
-        run_seed_demo(
-            rate=args.rate,
-            duration_s=args.duration,
-            timeout_s=args.timeout,
-            queue_size=args.queue_size,
-            fixed_s=args.fixed,
-            per_item_s=args.per_item,
-        )
-    )
-    for i, row in enumerate(rows):
+    scenario = {
+        "rate": args.rate,
+        "duration_s": args.duration,
+        "timeout_s": args.timeout,
+        "queue_size": args.queue_size,
+        "fixed_s": args.fixed,
+        "per_item_s": args.per_item,
+    }
+    rows = asyncio.run(run_seed_demo(**scenario))
+    predictions = predict_seed_demo(**scenario)
+    for i, (row, predicted) in enumerate(zip(rows, predictions, strict=True)):
         if args.json:
-            print(json.dumps(_json_row(row)))
+            print(json.dumps(_json_row(row, predicted)))
             continue
         if i == 4:
             print("\nWhat this engine adds: the same rows without deadline-aware admission")
         print(row.format_row())
+        print(replace(predicted, name="  predicted (simulator)").format_row())
+    if not args.json:
+        print(
+            "\npredicted: the same settings and schedule on the simulator, the server with "
+            "no overhead of its own (batchserve simulate)"
+        )
     return 0

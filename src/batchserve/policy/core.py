@@ -245,15 +245,13 @@ class Policy(Generic[P]):
             return [now] * workers
         fixed_s = cost.fixed_s
         per_item_s = cost.per_item_s
-        free = []
-        for batch in running.values():
+        free = [now] * workers
+        for i, batch in enumerate(running.values()):
             start = batch.start
             expected = start + fixed_s + len(batch.entries) * per_item_s
             # A pass already over its prediction is assumed to last as long again as it has
             # run so far: a stuck model makes admission stricter instead of optimistic.
-            free.append(expected if expected >= now else now + (now - start))
-        if len(free) < workers:
-            free.extend([now] * (workers - len(free)))
+            free[i] = expected if expected >= now else now + (now - start)
         return free
 
     # -- events ----------------------------------------------------------------------------
