@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from loadgen_server import Reply, TinyServer
 
-from batchserve.cli import main
+from batchserve.cli import build_parser, main
+from batchserve.cli.load import config_from_args
 from batchserve.loadgen.report import DEMO_KEYS
 
 
@@ -65,3 +66,16 @@ def test_sweep_prints_a_row_per_rate_and_writes_the_plot(
     assert [r["name"] for r in rows] == ["tiny 50/s", "tiny 100/s"]
     assert [r["sent"] for r in rows] == [10, 20]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_readmes_load_commands_parse() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Load testing", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```sh", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    commands = [line.split() for line in block.splitlines() if line.startswith("batchserve load")]
+    assert len(commands) == 2
+    for words in commands:
+        words = words[1 : words.index(">")] if ">" in words else words[1:]
+        args = build_parser().parse_args(words)
+        assert args.run is not None
+        config_from_args(args)  # the flags make a valid config
