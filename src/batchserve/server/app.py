@@ -11,9 +11,9 @@ reads ``http.disconnect``: a client that leaves cancels its inputs, which leave 
 and never reach the model. The answer carries the timing headers; an error carries
 ``X-Reason`` (and for refusals ``Retry-After``), in the protocol's own error shape.
 
-The deadline of a request is the tightest of ``X-Request-Timeout`` (seconds, ``0.25``, or
-with a unit, ``250ms``), KServe's ``parameters.timeout`` (microseconds), and the model's
-default (``--timeout``), counted from the request's arrival. The steps every inference call
+The deadline of a request is the tighter of ``X-Request-Timeout`` (seconds, ``0.25``, or
+with a unit, ``250ms``) and KServe's ``parameters.timeout`` (microseconds) when it gives
+them, else the model's default (``--timeout``), counted from the request's arrival. The steps every inference call
 shares (API key, deadline, disconnect watch, timing headers) are in
 :mod:`batchserve.server.calls`.
 

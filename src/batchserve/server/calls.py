@@ -1,9 +1,10 @@
 """The steps every inference call shares: API key, deadline, disconnect watch, headers.
 
 * :func:`authorize` checks ``Authorization: Bearer <key>`` (401 ``unauthorized``).
-* :func:`request_deadline` is the tightest of ``X-Request-Timeout`` (seconds, ``0.25``, or
-  with a unit, ``250ms``), the protocol's own timeout (KServe ``parameters.timeout``) and the
-  model's default, counted from the request's arrival, on the batcher's clock.
+* :func:`request_deadline` is the tighter of ``X-Request-Timeout`` (seconds, ``0.25``, or
+  with a unit, ``250ms``) and the protocol's own timeout (KServe ``parameters.timeout``) when
+  the request gives them, else the model's default, counted from the request's arrival, on
+  the batcher's clock.
 * :func:`compute` hands the inputs to the model's batcher while a watcher reads
   ``http.disconnect``: a client that leaves cancels the waiting handler, its inputs are
   withdrawn (queued ones never reach the model) and the call returns None.
