@@ -52,7 +52,7 @@ def _sentence_transformer(path: str | Path) -> Any:
         # A progress bar per load would clutter the server's stderr.
         from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     except ImportError:
         pass
     return SentenceTransformer(str(path), device="cpu", local_files_only=True)

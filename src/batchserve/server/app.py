@@ -13,9 +13,9 @@ and never reach the model. The answer carries the timing headers; an error carri
 
 The deadline of a request is the tighter of ``X-Request-Timeout`` (seconds, ``0.25``, or
 with a unit, ``250ms``) and KServe's ``parameters.timeout`` (microseconds) when it gives
-them, else the model's default (``--timeout``), counted from the request's arrival. The steps every inference call
-shares (API key, deadline, disconnect watch, timing headers) are in
-:mod:`batchserve.server.calls`.
+them, else the model's default (``--timeout``), counted from the request's arrival. The
+steps every inference call shares (API key, deadline, disconnect watch, timing headers) are
+in :mod:`batchserve.server.calls`.
 
 Draining (:meth:`App.begin_drain`, on SIGTERM): every new inference request is answered 503
 ``draining`` with Retry-After, ``/v2/health/ready`` turns 503, and :meth:`App.drain` waits
