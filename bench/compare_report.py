@@ -72,6 +72,9 @@ def summarize_cell(cell: dict[str, Any]) -> dict[str, Any] | None:
         "server_avg_batch",
         "server_items",
         "offered_per_s",
+        "achieved_per_s",
+        "lag_p99_ms",
+        "unsent",
     ):
         out[key] = _med(runs, key)
     if cell["server"] == "batchserve":
@@ -148,6 +151,8 @@ def single_load_table(
         "errors",
         "ok/s ÷ best peer",
         "p99 ÷ best peer",
+        "sent/s (gen lag p99 ms)",
+        "load",
     ]
     if capacity:
         head.insert(2, "% of capacity")
@@ -174,6 +179,8 @@ def single_load_table(
             _f(s["errors"], ".0f"),
             _ratio(s["ok_per_s"], best_ok),
             _ratio(s["p99_ms"], best_p99),
+            f"{_f(s['achieved_per_s'], '.0f')} ({_f(s['lag_p99_ms'], '.1f')})",
+            _f(cell.get("loadavg_1m"), ".1f"),
         ]
         if capacity:
             vals.insert(2, _f(100 * (s["ok_per_s"] or 0) / capacity, ".0f") + "%")
@@ -198,6 +205,7 @@ def framework_table(cells: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         "next step p99 ms",
         "next step ok share",
         "÷ best peer",
+        "load",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for cell in cells:
@@ -220,6 +228,7 @@ def framework_table(cells: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
                     _f(s.get("failed_ok_share") and 100 * s["failed_ok_share"], ".1f")
                     + ("%" if s.get("failed_ok_share") is not None else ""),
                     _ratio(s["held_rate"], best),
+                    _f(cell.get("loadavg_1m"), ".1f"),
                 ]
             )
             + " |"
@@ -366,9 +375,11 @@ def _machine() -> str:
 
 CAVEATS = """\
 - **Shared, small machine.** 2 cores run the server under test, its model worker and the
-  load generator at once, while other work may run beside them (load average before and
-  after the run is given above). Figures move by several percent between runs; the ranges
-  in brackets are the spread of the repeats. Compare within one run, not across runs.
+  load generator at once, while other work may run beside them: the "load" column is the
+  machine's 1-minute load average as each cell started (above 2, something else competed
+  for the CPU). Figures move by several percent between runs; the ranges in brackets are
+  the spread of the repeats. Compare within one run, not across runs. The "sent/s" column
+  is the rate the generator achieved, with its lag behind schedule (p99).
 - **The generator shares the CPU.** At the overload and framework rates the generator's own
   process needs a large part of one core; a server that needs less CPU per request leaves
   more for the generator, and vice versa. Where the generator lags its schedule, the

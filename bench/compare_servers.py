@@ -228,17 +228,58 @@ class Running:
         return out
 
     def stop(self, timeout_s: float = 20.0) -> None:
-        """SIGTERM the process group, wait up to ``timeout_s``, then SIGKILL it."""
+        """SIGTERM the process group, wait up to ``timeout_s``, then SIGKILL what is left.
+
+        What is left: the group, and every descendant of the server seen before the
+        SIGTERM (Ray's daemons and LitServe's or Mosec's workers may sit in other groups
+        or outlive their parent).
+        """
+        family = _descendants(self.proc.pid)
         if self.proc.poll() is None:
             _signal_group(self.proc.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=timeout_s)
-        # Children (LitServe's and Mosec's workers) may outlive their leader.
         _signal_group(self.proc.pid, signal.SIGKILL)
+        for pid, started in family.items():
+            if _start_time(pid) == started:  # the same process, not a reused id
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
         if self.proc.poll() is None:
             self.proc.wait(timeout=5)
         for t in self._threads:
             t.join(timeout=1)
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time field of ``/proc/PID/stat`` (None if the process is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """Every live descendant of ``root``, by pid, with its start time."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out: dict[int, str] = {}
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        started = _start_time(pid)
+        if started is not None:
+            out[pid] = started
+        todo.extend(children.get(pid, []))
+    return out
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -8,8 +8,9 @@ every batch at 5), and the proxy queues at most ``--queue-size`` more (Ray's
 (``asyncio.to_thread``), so the replica's event loop keeps collecting meanwhile. Ray has no
 per-request deadline.
 
-Ray is started small for a 2-core machine: ``num_cpus=2``, no dashboard, no usage stats,
-a 128 MB object store, warnings only.
+Ray is started small for a 2-core machine, on loopback only: ``num_cpus=2``, no dashboard,
+no usage stats, workers at normal priority (Ray's default niceness is 15),
+a 128 MB object store, warnings only, no access log.
 
 Run: ``bench/.venvs/rayserve/bin/python bench/peers/rayserve_server.py --port 8000``
 """
@@ -30,10 +31,14 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# Ray starts its workers (the proxy and the replica among them) at niceness 15 by default; on
+# a machine shared with the load generator that starves the server under test.
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 import ray
 from _common import build_model, embedding_reply, peer_args, text_of
 from ray import serve
+from ray.serve.schema import LoggingConfig
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -46,6 +51,7 @@ def make_app(args: Any) -> Any:
         max_ongoing_requests=2 * args.max_batch,
         max_queued_requests=args.queue_size,
         ray_actor_options={"num_cpus": 0},
+        logging_config=LoggingConfig(enable_access_log=False, log_level="WARNING"),
     )
     class Embeddings:
         def __init__(self) -> None:
@@ -72,6 +78,7 @@ def make_app(args: Any) -> Any:
 def main() -> None:
     args = peer_args(__doc__.splitlines()[0])
     ray.init(
+        _node_ip_address="127.0.0.1",  # every Ray process on loopback only
         num_cpus=2,
         include_dashboard=False,
         object_store_memory=128 * 1024 * 1024,
@@ -79,7 +86,9 @@ def main() -> None:
         log_to_driver=False,
         configure_logging=True,
     )
-    serve.start(http_options={"host": args.host, "port": args.port}, logging_config=None)
+    # No access log and warnings only: Ray Serve's performance advice for high request rates.
+    quiet = LoggingConfig(enable_access_log=False, log_level="WARNING")
+    serve.start(http_options={"host": args.host, "port": args.port}, logging_config=quiet)
     serve.run(make_app(args), name="embeddings", route_prefix="/v1/embeddings")
     print(f"ready on http://{args.host}:{args.port}", flush=True)
 
