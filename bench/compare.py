@@ -279,7 +279,7 @@ class Bench:
             "model": asdict(model),
             "steps": [],
         }
-        rec["loadavg_1m"] = (_loadavg() or [None])[0]
+        rec["loadavg_1m"] = next(iter(_loadavg()), None)
         why = available(server)
         if why:
             rec["error"] = why
