@@ -55,11 +55,11 @@ def test_one_request_of_each_outcome_and_they_add_up(tmp_path: pathlib.Path) -> 
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
 
-            async def embed(text: str, timeout: str = "5s") -> httpx.Response:
+            async def embed(text: str, deadline: str = "5s") -> httpx.Response:
                 return await c.post(
                     "/v1/embeddings",
                     json={"input": text, "model": "m"},
-                    headers={"X-Request-Timeout": timeout},
+                    headers={"X-Request-Timeout": deadline},
                 )
 
             assert (await embed("fine")).status_code == 200

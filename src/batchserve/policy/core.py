@@ -12,7 +12,10 @@ Events, each handed the current time ``now`` by the driver:
   live items, ``DeadlineInfeasible`` when admission is on and the cost model predicts the
   item would finish after its deadline (with a margin: two standard errors of the passes
   ahead, from the cost model's own prediction error, plus 2% of the predicted wait). Nothing
-  is ever queued to be refused later.
+  is ever queued to be refused later. One exception keeps the belief honest: when nothing
+  is queued, a worker is idle and the cost model has measured at least one pass, the item is
+  admitted as a probe whatever the prediction, so a model that was stuck or slow and has
+  recovered is measured again instead of being refused forever.
 * ``cancel(now, entry)`` removes a queued entry (its caller left). A running entry is only
   marked, so the driver can skip it just before the forward pass.
 * ``poll(now)`` returns the actions due now: entries whose deadline has passed while queued
@@ -301,7 +304,7 @@ class Policy(Generic[P]):
                     passes = depth // cfg.max_batch_size + 1 + len(self._running)
                     margin += 2.0 * spread * math.sqrt(passes)
                 finish += margin
-            if finish > deadline or deadline <= now:
+            if deadline <= now or (finish > deadline and not self._probe_ok(depth)):
                 self._rejected["infeasible"] += 1
                 raise DeadlineInfeasible(
                     f"deadline cannot be met: predicted to finish in {finish - now:.4f}s, "
@@ -314,6 +317,16 @@ class Policy(Generic[P]):
             heapq.heappush(self._deadlines, (deadline, entry.id, entry))
         self._pending += 1
         return entry
+
+    def _probe_ok(self, depth: int) -> bool:
+        # A refusal on belief alone when nothing waits and a worker is idle would rest on a
+        # cost model that nothing can correct: with nothing admitted nothing is measured, so
+        # after a stuck or slow spell of the model the server would refuse forever. Such an
+        # item is admitted as a probe (it only uses an idle worker) and its pass refreshes
+        # the belief. A cost stated up front and never measured is trusted.
+        return (
+            depth == 0 and len(self._running) < self.config.workers and self.cost_model.samples > 0
+        )
 
     def cancel(self, now: float, entry: Entry[P]) -> bool:
         """The caller of ``entry`` left.
