@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -194,6 +195,9 @@ class Server:
             cwd=ROOT,
         )
         self.pid = self.proc.pid
+        #: ``time.monotonic()`` when the process exited (None while it runs).
+        self.exited_at: float | None = None
+        threading.Thread(target=self._watch_exit, daemon=True).start()
         line = self._ready_line(ready_timeout_s)
         match = re.match(r"batchserve ready on (http://\S+) models=", line)
         if match is None:
@@ -202,6 +206,10 @@ class Server:
         self.url = match.group(1)
         self.port = int(self.url.rsplit(":", 1)[1])
         self.client = httpx.Client(base_url=self.url, timeout=10.0)
+
+    def _watch_exit(self) -> None:
+        self.proc.wait()
+        self.exited_at = time.monotonic()
 
     def _ready_line(self, timeout_s: float) -> str:
         assert self.proc.stdout is not None
@@ -282,8 +290,6 @@ class _Killer:
     """Kills a process that has not printed its ready line in time."""
 
     def __init__(self, proc: subprocess.Popen[str], timeout_s: float) -> None:
-        import threading
-
         self._timer = threading.Timer(timeout_s, proc.kill)
         self._timer.daemon = True
         self._timer.start()

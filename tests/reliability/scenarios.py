@@ -502,7 +502,8 @@ def shutdown_under_load(
         )
         run = run_load(config, events=events)
         status = server.wait_exit(drain_timeout_s + 10)
-        exited = time.monotonic()
+        wait_until(lambda: server.exited_at is not None, 1.0)
+        exited = server.exited_at if server.exited_at is not None else math.inf
         stderr = server.stderr_text()
     if stall_file.exists():
         stall_file.unlink()

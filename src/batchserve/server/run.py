@@ -84,7 +84,11 @@ class _Lifecycle:
     def on_signal(self, sig: int) -> None:
         name = signal.Signals(sig).name
         if self.signalled:
-            print(f"batchserve: second {name}: exiting now, without draining", file=self.err)
+            print(
+                f"batchserve: second {name}: exiting now, without draining; "
+                f"{self.app.inflight} accepted requests get no answer",
+                file=self.err,
+            )
             self.err.flush()
             sys.stdout.flush()
             os._exit(1)

@@ -1,0 +1,65 @@
+"""Scenario 6: SIGTERM in the middle of steady load, then a second SIGTERM.
+
+200 requests/s for 3 s with 20 s deadlines; SIGTERM at 1.5 s. Every request accepted
+before the signal is answered 200 (the model saw exactly the requests answered 200), those
+after it get 503 ``draining`` or, once the listener has closed, a refused connection, and
+the process exits 0 well within its 10 s drain timeout. With the model stuck, a second
+SIGTERM 0.5 s after the first stops it at once (within 1 s, not after the drain timeout)
+with a non-zero status, and it says so. Tolerance: the signal is asynchronous, so which
+side of it a request falls on is only known to 50 ms.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+from scenarios import REFUSED_CONNECTION, shutdown_under_load
+
+pytestmark = [pytest.mark.reliability, pytest.mark.slow]
+
+EDGE_S = 0.05
+
+
+def test_sigterm_under_load_answers_everything_accepted(tmp_path: pathlib.Path) -> None:
+    f = shutdown_under_load(tmp_path, duration_s=3.0, signal_at_s=1.5, drain_timeout_s=10.0)
+    run = f.run
+    assert run is not None
+    summary = (
+        f"{f.extra['statuses']} exit {f.extra['exit_status']} after {f.extra['exit_after_s']:.2f} s"
+    )
+    assert f.extra["exit_status"] == 0, summary + f.extra["stderr"]
+    assert f.extra["exit_after_s"] < 10.0, summary
+    assert "draining" in f.extra["stderr"]
+    signal_at = f.extra["signal_offset_s"]
+    offsets = run.result.offsets
+    ok = run.indices(200)
+    refused = [i for i in range(run.n) if run.status[i] == 503]
+    closed = [i for i in range(run.n) if run.reason(i).startswith(REFUSED_CONNECTION)]
+    # Nothing else happened to any request: no error, no hang, no lost answer.
+    assert len(ok) + len(refused) + len(closed) == run.n, summary
+    assert f.lost == 0, summary
+    assert all(run.reason(i) == "draining" for i in refused), summary
+    # Before the signal: answered. After it: refused.
+    assert len(ok) > 250, summary
+    assert max(offsets[i] for i in ok) < signal_at + EDGE_S, summary
+    assert min(offsets[i] for i in refused + closed) > signal_at - EDGE_S, summary
+    # Every accepted request reached the model and was answered: the model computed
+    # exactly the texts of the 200s.
+    assert sorted(f.extra["computed"]) == sorted(run.text(i) for i in ok)
+
+
+def test_a_second_sigterm_stops_at_once_and_says_so(tmp_path: pathlib.Path) -> None:
+    f = shutdown_under_load(
+        tmp_path,
+        duration_s=2.0,
+        signal_at_s=1.0,
+        second_signal_after_s=0.5,
+        drain_timeout_s=10.0,
+        stall=True,
+    )
+    stderr = f.extra["stderr"]
+    assert f.extra["exit_status"] not in (None, 0), stderr
+    assert f.extra["exit_after_s"] < 0.5 + 1.0, stderr
+    assert "second SIGTERM: exiting now, without draining" in stderr
+    assert "accepted requests get no answer" in stderr
