@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from batchserve.config import BatchConfig
 from batchserve.demo import arrival_times, run_open_loop
@@ -157,6 +158,15 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str, 
     return proc, match.group(1), int(match.group(2))
 
 
+def arun(coro: Any) -> Any:
+    """Run on uvloop when installed: the sender's own CPU competes with the server's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=600.0)
@@ -184,11 +194,9 @@ def main() -> int:
     served = []
     try:
         # One warm-up run so the server's cost model has measured the model.
-        asyncio.run(
-            http_open_loop(host, port, schedule[: len(schedule) // 3], args.timeout, "seed")
-        )
+        arun(http_open_loop(host, port, schedule[: len(schedule) // 3], args.timeout, "seed"))
         for r in range(args.rounds):
-            local = asyncio.run(
+            local = asyncio.run(  # as `batchserve demo` runs it
                 run_open_loop(
                     name="in-process",
                     model=SyntheticModel(args.fixed, args.per_item),
@@ -198,7 +206,7 @@ def main() -> int:
                     duration_s=args.duration,
                 )
             )
-            run = asyncio.run(http_open_loop(host, port, schedule, args.timeout, "seed"))
+            run = arun(http_open_loop(host, port, schedule, args.timeout, "seed"))
             remote = http_summary(run, args.duration)
             print(f"round {r + 1}:")
             for row in (local, remote):
