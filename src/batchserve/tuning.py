@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from batchserve.arrivals import arrival_times
-from batchserve.config import BatchConfig, CostEstimate, check_positive
+from batchserve.config import BatchConfig, CostEstimate, check_non_negative, check_positive
 from batchserve.errors import ConfigError
 from batchserve.sim.engine import simulate
 
@@ -92,6 +92,7 @@ class Scenario:
         admission: whether the server refuses work predicted to miss its deadline.
         initial_cost: where the server's cost model starts (zero: no profile given).
         max_loss: the share of requests that may go unserved while meeting the target.
+        overhead_s: seconds the server adds to every pass (see :func:`simulate`).
     """
 
     rate: float
@@ -102,10 +103,12 @@ class Scenario:
     admission: bool = True
     initial_cost: CostEstimate = _ZERO_COST
     max_loss: float = 0.01
+    overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         check_positive("rate", self.rate)
         check_positive("p99_target_s", self.p99_target_s)
+        check_non_negative("overhead_s", self.overhead_s)
         if not 0.0 <= self.max_loss < 1.0:
             raise ConfigError(f"max_loss must be in [0, 1), got {self.max_loss!r}")
 
@@ -218,6 +221,7 @@ class TuneResult:
             "queue_size": sc.queue_size,
             "admission": sc.admission,
             "max_loss": sc.max_loss,
+            "overhead_s": sc.overhead_s,
             "met": self.met,
             "best": self.best.to_dict() if self.best else None,
             "candidates": [e.to_dict() for e in self.ranked],
@@ -244,7 +248,8 @@ def candidate_grid(
         raise ConfigError(f"max_workers must be >= 1, got {max_workers}")
     if max_batch_size < 1:
         raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
-    rate, cost, target = scenario.rate, scenario.cost, scenario.p99_target_s
+    rate, target = scenario.rate, scenario.p99_target_s
+    fixed_s, per_item_s = scenario.cost.fixed_s + scenario.overhead_s, scenario.cost.per_item_s
     reach = max(1, math.ceil(2.0 * rate * target))
     sizes: set[int] = set()
     b = 1
@@ -255,9 +260,9 @@ def candidate_grid(
         b *= 2
     for w in range(1, max_workers + 1):
         share = rate / w
-        spare = 1.0 - share * cost.per_item_s
+        spare = 1.0 - share * per_item_s
         if spare > 0:
-            knee = max(1, math.ceil(share * cost.fixed_s / spare))
+            knee = max(1, math.ceil(share * fixed_s / spare))
             sizes.update(n for n in (knee, 2 * knee) if n <= max_batch_size)
     waits = sorted({w for w in waits_s if w < target})
     return [
@@ -283,6 +288,7 @@ def evaluate(
             arrivals=arrivals,
             timeout_s=scenario.timeout_s,
             duration_s=duration_s,
+            overhead_s=scenario.overhead_s,
         ).summary
         sent += s.sent
         ok += s.ok
@@ -347,12 +353,13 @@ def rate_bound(scenario: Scenario, *, max_workers: int = 4) -> float:
     at most ``max_workers * n / (fixed_s + n * per_item_s)`` items per second. 0.0 when not
     even one item fits.
     """
-    cost, target = scenario.cost, scenario.p99_target_s
-    if cost.fixed_s + cost.per_item_s > target:
+    target = scenario.p99_target_s
+    fixed_s, per_item_s = scenario.cost.fixed_s + scenario.overhead_s, scenario.cost.per_item_s
+    if fixed_s + per_item_s > target:
         return 0.0
     # With no cost per item, any batch fits: a large one stands for "unbounded".
-    n = math.floor((target - cost.fixed_s) / cost.per_item_s) if cost.per_item_s > 0 else 1 << 30
-    t = cost.fixed_s + n * cost.per_item_s
+    n = math.floor((target - fixed_s) / per_item_s) if per_item_s > 0 else 1 << 30
+    t = fixed_s + n * per_item_s
     return math.inf if t <= 0 else max_workers * n / t
 
 

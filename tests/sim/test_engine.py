@@ -37,6 +37,17 @@ def test_single_request_waits_max_wait_then_runs_alone() -> None:
     )
 
 
+def test_overhead_is_added_to_every_pass_and_learned_by_the_servers_cost_model() -> None:
+    r = simulate(
+        config=cfg(max_wait_s=0.0), cost=COST, arrivals=[0.0, 1.0], overhead_s=0.125, trace=True
+    )
+    assert [e for e in r.trace if e.kind == "finish"] == [
+        TraceEvent(0.875, "finish", (0,)),
+        TraceEvent(1.875, "finish", (1,)),
+    ]
+    assert r.stats.cost.fixed_s == 0.875  # one size seen: the slope stays at its start (0)
+
+
 def test_full_batch_goes_at_once_when_the_last_item_fills_it() -> None:
     r = simulate(
         config=cfg(max_wait_s=10.0), cost=COST, arrivals=[0.0, 0.125, 0.25, 0.375], trace=True

@@ -63,6 +63,13 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
         "`serve --profile`",
     )
     g.add_argument(
+        "--overhead",
+        type=duration,
+        default=0.0,
+        help="time the server adds to every pass on top of its cost (0: none); what "
+        "`batchserve demo` shows as the gap between measured and predicted",
+    )
+    g.add_argument(
         "--warm-start",
         action="store_true",
         help="start the server's cost model from the true cost (default: from zero, as a "
@@ -148,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
             max_batch_size=args.max_batch_size,
             cost=cost,
             workers=args.workers,
+            overhead_s=args.overhead,
         )
         print(json.dumps(backlog.to_dict()) if args.json else backlog.format())
         return 0 if backlog.ok else 1
@@ -170,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
         arrivals=schedule,
         timeout_s=args.timeout,
         duration_s=duration_s,
+        overhead_s=args.overhead,
         name=args.name or row_name(args.max_batch_size, args.max_wait, args.workers),
     )
     scenario = {
@@ -183,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
         "admission": args.admission,
         "fixed_s": cost.fixed_s,
         "per_item_s": cost.per_item_s,
+        "overhead_s": args.overhead,
     }
     if args.json:
         print(json.dumps({**result.to_dict(), **scenario}))
@@ -197,9 +207,10 @@ def run(args: argparse.Namespace) -> int:
 def _header(sc: dict[str, Any], duration_s: float) -> str:
     deadline = "none" if sc["timeout_s"] is None else format_duration(sc["timeout_s"])
     seed = f", seed {sc['seed']}" if sc["arrivals"] == "poisson" else ""
+    overhead = f" + {format_duration(sc['overhead_s'])} overhead" if sc["overhead_s"] else ""
     return (
         f"simulated: {format_duration(sc['fixed_s'])} per call + "
-        f"{format_duration(sc['per_item_s'])} per item. Offered load: {sc['rate']:g} "
+        f"{format_duration(sc['per_item_s'])} per item{overhead}. Offered load: {sc['rate']:g} "
         f"requests/s ({sc['arrivals']}{seed}) for {format_duration(duration_s)}, "
         f"deadline {deadline}, queue {sc['queue_size']}, "
         f"admission {'on' if sc['admission'] else 'off'}"

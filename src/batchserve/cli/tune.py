@@ -117,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
             admission=args.admission,
             initial_cost=initial_cost_from_args(args, cost),
             max_loss=args.max_loss,
+            overhead_s=args.overhead,
         )
         result = tune(scenario, max_workers=args.max_workers, max_batch_size=args.max_batch_limit)
         if not result.met:
@@ -142,7 +143,7 @@ def format_result(result: TuneResult, *, top: int = 5) -> str:
         f"admission {'on' if sc.admission else 'off'}",
     ]
     if result.searched == 0:
-        one = sc.cost.fixed_s + sc.cost.per_item_s
+        one = sc.cost.fixed_s + sc.cost.per_item_s + sc.overhead_s
         lines.append(
             f"no setting can meet p99 <= {target}: one pass of one item takes "
             f"{format_duration(one)}"

@@ -117,7 +117,9 @@ class BacklogResult:
         return "\n".join(lines)
 
 
-def _serve(requests: int, max_batch_size: int, cost: CostEstimate, workers: int) -> BacklogRun:
+def _serve(
+    requests: int, max_batch_size: int, cost: CostEstimate, workers: int, overhead_s: float
+) -> BacklogRun:
     config = BatchConfig(
         max_batch_size=max_batch_size,
         max_wait_s=0.0,
@@ -125,7 +127,9 @@ def _serve(requests: int, max_batch_size: int, cost: CostEstimate, workers: int)
         workers=workers,
         admission=False,
     )
-    result = simulate(config=config, cost=cost, arrivals=[0.0] * requests, drain=True)
+    result = simulate(
+        config=config, cost=cost, arrivals=[0.0] * requests, drain=True, overhead_s=overhead_s
+    )
     total_s = result.end_s
     return BacklogRun(
         max_batch_size=max_batch_size,
@@ -136,7 +140,12 @@ def _serve(requests: int, max_batch_size: int, cost: CostEstimate, workers: int)
 
 
 def simulate_backlog(
-    *, requests: int, max_batch_size: int, cost: CostEstimate, workers: int = 1
+    *,
+    requests: int,
+    max_batch_size: int,
+    cost: CostEstimate,
+    workers: int = 1,
+    overhead_s: float = 0.0,
 ) -> BacklogResult:
     """Serve ``requests`` waiting at time 0, unbatched and then in passes of at most ``B``.
 
@@ -145,6 +154,7 @@ def simulate_backlog(
         max_batch_size: the batched run's ``B`` (>= 1).
         cost: the cost of a pass; its fixed cost must be > 0 (else throughput is unbounded).
         workers: passes that may run at once.
+        overhead_s: seconds added to every pass (see :func:`~batchserve.sim.simulate`).
 
     Raises:
         ConfigError: a size is < 1 or the cost of a pass is zero.
@@ -156,6 +166,6 @@ def simulate_backlog(
     return BacklogResult(
         requests=requests,
         cost=cost,
-        unbatched=_serve(requests, 1, cost, workers),
-        batched=_serve(requests, max_batch_size, cost, workers),
+        unbatched=_serve(requests, 1, cost, workers, overhead_s),
+        batched=_serve(requests, max_batch_size, cost, workers, overhead_s),
     )

@@ -11,9 +11,11 @@ same events the Batcher does, at virtual times:
   counted by reason and nothing else happens, as in ``Batcher.submit_nowait``;
 * a **timer** at the ``wake_at`` the policy asked for last (one timer, re-armed when
   ``wake_at`` changes, stale ones ignored);
-* a **finished pass** at ``batch.start + fixed_s + n * per_item_s``: ``finish(now, batch)``.
-  The policy's own cost model learns ``now - batch.start``, which here is exactly the
-  configured cost: the simulated server has no overhead of its own.
+* a **finished pass** at ``batch.start + fixed_s + n * per_item_s + overhead_s``:
+  ``finish(now, batch)``. The policy's own cost model learns ``now - batch.start``, which
+  here is exactly that. ``overhead_s`` (0 by default: a server with no overhead of its own)
+  stands for what a real driver adds to each pass: handing the batch to a worker thread and
+  the answer back to the event loop, the timer slack of the model's own waits.
 
 After each event it calls ``poll(now)`` and carries the answer out at once: expired items
 are answered at ``now``, each dispatched batch gets its finish event, the timer is re-armed.
@@ -108,6 +110,7 @@ def simulate(
     timeout_s: float | None = None,
     duration_s: float | None = None,
     drain: bool = False,
+    overhead_s: float = 0.0,
     name: str = "simulated",
     trace: bool = False,
 ) -> SimResult:
@@ -124,6 +127,7 @@ def simulate(
             ``ok_per_s`` is counted over (as the demo does); None: the last arrival's time.
         drain: close the policy after the last arrival (nothing more will come), so the
             queue is served without waiting for ``max_wait_s``.
+        overhead_s: seconds the driver adds to every pass, on top of ``cost``.
         name: the summary's label.
         trace: record every event in :attr:`SimResult.trace`.
 
@@ -131,20 +135,22 @@ def simulate(
         The prediction. It depends only on the arguments.
 
     Raises:
-        ConfigError: ``timeout_s`` is not > 0 or ``duration_s`` is negative.
+        ConfigError: ``timeout_s`` is not > 0, or ``duration_s`` or ``overhead_s`` is
+            negative.
         ValueError: the arrivals are not sorted or one is negative.
     """
     if timeout_s is not None:
         check_positive("timeout_s", timeout_s)
     if duration_s is not None:
         check_non_negative("duration_s", duration_s)
+    check_non_negative("overhead_s", overhead_s)
     _check_sorted(arrivals)
     n = len(arrivals)
     if duration_s is None:
         duration_s = arrivals[-1] if n else 0.0
 
     policy: Policy[int] = Policy(config)
-    fixed = cost.fixed_s
+    fixed = cost.fixed_s + overhead_s
     per_item = cost.per_item_s
     # (time, seq, batch): a finish event; batch None is a timer, valid only if seq matches.
     heap: list[tuple[float, int, Batch[int] | None]] = []
