@@ -34,6 +34,9 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 # Ray starts its workers (the proxy and the replica among them) at niceness 15 by default; on
 # a machine shared with the load generator that starves the server under test.
 os.environ.setdefault("RAY_worker_niceness", "0")
+# A single-node Ray on loopback only (as Ray runs on macOS): without it, Ray advertises and
+# talks to the machine's network address even when told 127.0.0.1.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 import ray
 from _common import build_model, embedding_reply, peer_args, text_of
