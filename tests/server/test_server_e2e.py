@@ -133,61 +133,52 @@ def test_sigterm_under_load_loses_nothing(tmp_path: pathlib.Path) -> None:
     record = tmp_path / "computed.txt"
     env = {"BATCHSERVE_TEST_RECORD": str(record), "BATCHSERVE_TEST_SLEEP": "0.05"}
     args = [
-        "--model",
-        "rec=batchserve_testmodels:Recorder",
-        "--max-batch-size",
-        "4",
-        "--queue-size",
-        "1000",
-        "--admission",
-        "off",
-        "--drain-timeout",
-        "20s",
-    ]
+        "--model", "rec=batchserve_testmodels:Recorder",
+        "--max-batch-size", "4",
+        "--queue-size", "1000",
+        "--admission", "off",
+        "--drain-timeout", "20s",
+    ]  # fmt: skip
     with server_process(args, env) as server:
-        results: dict[str, tuple[float, Any]] = {}
+        results: dict[str, Any] = {}
 
         async def one(client: httpx.AsyncClient, text: str) -> None:
-            sent = time.monotonic()
             try:
-                r = await client.post("/v1/embeddings", json={"input": text, "model": "rec"})
-                results[text] = (sent, r)
+                results[text] = await client.post(
+                    "/v1/embeddings", json={"input": text, "model": "rec"}
+                )
             except httpx.TransportError as exc:
-                results[text] = (sent, exc)
+                results[text] = exc
 
-        async def load() -> float:
+        async def load() -> None:
             limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
             async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=30) as client:
                 tasks = []
                 start = time.monotonic()
-                sigterm_at = 0.0
                 for i in range(120):  # 200 requests/s for 0.6 s, capacity ~80/s: a backlog
                     await asyncio.sleep(max(0.0, start + i / 200 - time.monotonic()))
                     if i == 60:
-                        sigterm_at = time.monotonic()
                         server.proc.send_signal(signal.SIGTERM)
                     tasks.append(asyncio.ensure_future(one(client, f"request {i}")))
                 await asyncio.gather(*tasks)
-                return sigterm_at
 
-        sigterm_at = asyncio.run(load())
+        asyncio.run(load())
         code, err = server.wait()
     assert code == 0, err
     assert "draining" in err
-    computed = computed_texts(record)
-    ok = {
-        t for t, (_, r) in results.items() if isinstance(r, httpx.Response) and r.status_code == 200
-    }
+    answers = [r for r in results.values() if isinstance(r, httpx.Response)]
+    ok = {t for t, r in results.items() if isinstance(r, httpx.Response) and r.status_code == 200}
     # Every answered request was computed once, and everything computed was answered.
-    assert sorted(computed) == sorted(ok)
-    for text, (sent, r) in results.items():
+    assert sorted(computed_texts(record)) == sorted(ok)
+    for text, r in results.items():
         if isinstance(r, httpx.Response) and r.status_code != 200:
             assert r.status_code == 503, r.text
             assert r.headers["x-reason"] == "draining"
             assert int(r.headers["retry-after"]) >= 1
         elif not isinstance(r, httpx.Response):
-            # Only after SIGTERM may a connection be refused (the listener closes at exit).
-            assert sent >= sigterm_at, (text, r)
+            # Refused at connect (the listener closes at exit): never accepted, not lost. A
+            # connection dropped with a request on it would be a ReadError or similar.
+            assert isinstance(r, httpx.ConnectError), (text, r)
     # The server says how many requests it had accepted when SIGTERM came: all were answered.
     # (Which requests those were is the server's view: on a loaded machine the client's send
     # times say little about when a request reached the server.)
@@ -196,7 +187,7 @@ def test_sigterm_under_load_loses_nothing(tmp_path: pathlib.Path) -> None:
     accepted = int(match.group(1))
     assert accepted > 0  # the drain happened under load
     assert len(ok) >= accepted
-    assert any(isinstance(r, httpx.Response) and r.status_code == 503 for _, r in results.values())
+    assert any(r.status_code == 503 for r in answers)
 
 
 def test_a_client_that_disconnects_while_queued_never_reaches_the_model(
