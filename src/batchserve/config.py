@@ -16,7 +16,7 @@ __all__ = ["BatchConfig", "CostEstimate", "check_positive", "check_non_negative"
 
 
 def _check_number(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{name} must be a number, got {value!r}")
     if math.isnan(value) or math.isinf(value):
         raise ConfigError(f"{name} must be finite, got {value!r}")

@@ -27,20 +27,29 @@ class CostModel:
     Args:
         initial: the estimate used before any batch is measured.
         decay: weight kept by past observations at each new one, in (0, 1].
+
+    Attributes:
+        estimate: the current fitted coefficients (read-only: only ``observe`` changes it).
+        spread_s: root-mean-square error of the model's recent predictions, in seconds
+            (read-only, like ``estimate``).
+        samples: passes observed.
+
+    ``estimate`` and ``spread_s`` are read at every admission, so they are plain attributes
+    that ``observe`` updates, not properties computed on each read.
     """
 
     __slots__ = (
         "_decay",
-        "_est",
         "_initial",
         "_s0",
         "_s1",
         "_s2",
         "_sny",
-        "_spread",
         "_sq",
         "_sy",
+        "estimate",
         "samples",
+        "spread_s",
     )
 
     def __init__(self, initial: CostEstimate, *, decay: float = 0.97) -> None:
@@ -49,24 +58,13 @@ class CostModel:
         self._initial = initial
         self._decay = decay
         self._s0 = self._s1 = self._s2 = self._sy = self._sny = self._sq = 0.0
-        self._est = initial
-        self._spread = 0.0
+        self.estimate = initial
+        self.spread_s = 0.0
         self.samples = 0
-
-    @property
-    def estimate(self) -> CostEstimate:
-        """The current fitted coefficients."""
-        return self._est
-
-    @property
-    def spread_s(self) -> float:
-        """Root-mean-square error of the model's recent predictions, in seconds."""
-        # Read at every admission, changed only by ``observe``: computed there.
-        return self._spread
 
     def cost(self, n: int) -> float:
         """Predicted seconds for a forward pass of ``n`` items."""
-        est = self._est
+        est = self.estimate
         return est.fixed_s + n * est.per_item_s
 
     def observe(self, n: int, seconds: float) -> None:
@@ -83,8 +81,8 @@ class CostModel:
         self._sy = self._sy * d + seconds
         self._sny = self._sny * d + n * seconds
         self.samples += 1
-        self._est = self._fit()
-        self._spread = (self._sq / self._s0) ** 0.5
+        self.estimate = self._fit()
+        self.spread_s = (self._sq / self._s0) ** 0.5
 
     def _fit(self) -> CostEstimate:
         s0, s1, s2, sy, sny = self._s0, self._s1, self._s2, self._sy, self._sny

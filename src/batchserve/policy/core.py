@@ -39,7 +39,7 @@ from collections import OrderedDict
 from collections.abc import Collection
 from typing import Generic, TypeVar
 
-from batchserve.config import BatchConfig, CostEstimate
+from batchserve.config import BatchConfig
 from batchserve.costmodel import CostModel
 from batchserve.errors import DeadlineInfeasible, QueueFull, ShuttingDown
 from batchserve.policy.admission import drain_rate, predict_finish_at
@@ -223,6 +223,8 @@ class Policy(Generic[P]):
         # This runs for every admitted item: plain locals, positional calls, no copies.
         cfg = self.config
         cost = self.cost_model.estimate
+        fixed_s = cost.fixed_s
+        per_item_s = cost.per_item_s
         queue = self._queue
         position = len(queue)
         head = now
@@ -230,32 +232,24 @@ class Policy(Generic[P]):
             arrival = next(iter(queue.values())).arrival
             if arrival < now:
                 head = arrival
-        return predict_finish_at(
-            now,
-            position,
-            head,
-            self._worker_free_at(now, cost),
-            cfg.max_batch_size,
-            0.0 if self._draining else cfg.max_wait_s,
-            cost.fixed_s,
-            cost.per_item_s,
-        )
-
-    def _worker_free_at(self, now: float, cost: CostEstimate) -> list[float]:
-        workers = self.config.workers
-        running = self._running
-        if not running:
-            return [now] * workers
-        fixed_s = cost.fixed_s
-        per_item_s = cost.per_item_s
-        free = [now] * workers
-        for i, batch in enumerate(running.values()):
+        # When each worker is predicted to be free: now if idle, else at the end of its pass.
+        free = [now] * cfg.workers
+        for i, batch in enumerate(self._running.values()):
             start = batch.start
             expected = start + fixed_s + len(batch.entries) * per_item_s
             # A pass already over its prediction is assumed to last as long again as it has
             # run so far: a stuck model makes admission stricter instead of optimistic.
             free[i] = expected if expected >= now else now + (now - start)
-        return free
+        return predict_finish_at(
+            now,
+            position,
+            head,
+            free,
+            cfg.max_batch_size,
+            0.0 if self._draining else cfg.max_wait_s,
+            fixed_s,
+            per_item_s,
+        )
 
     # -- events ----------------------------------------------------------------------------
 
