@@ -264,11 +264,14 @@ class Bench:
         loads: list[Load],
         *,
         stop_when: Any = None,
+        fresh_each_repeat: bool = False,
     ) -> dict[str, Any]:
         """Start ``server``, run each load ``plan.repeats`` times, stop it; the cell's record.
 
         ``stop_when(runs)`` (optional) ends the list of loads early once it returns True for
-        the repeats of one load (the framework scenario's rate steps).
+        the repeats of one load (the framework scenario's rate steps). With
+        ``fresh_each_repeat`` every repeat gets a newly started server (after an overload,
+        a server with an unbounded queue would still be working off the last run's backlog).
         """
         tag = f"{scenario}-{config}".replace(" ", "_").replace(",", "")
         rec: dict[str, Any] = {
@@ -278,20 +281,59 @@ class Bench:
             "knobs": asdict(knobs),
             "model": asdict(model),
             "steps": [],
+            "loadavg_1m": next(iter(_loadavg()), None),
         }
-        rec["loadavg_1m"] = next(iter(_loadavg()), None)
         why = available(server)
         if why:
             rec["error"] = why
             self.cells.append(rec)
             print(f"  {server:<10} skipped: {why}", flush=True)
             return rec
-        t0 = time.monotonic()
-        run: Running | None = None
+        rounds = self.plan.repeats if fresh_each_repeat else 1
+        per_round = 1 if fresh_each_repeat else self.plan.repeats
+        runs_by_load: list[list[dict[str, Any]]] = [[] for _ in loads]
         try:
-            run = start(server, model, knobs, logs=self.logs, tag=tag)
+            for round_ in range(rounds):
+                done = self._round(
+                    rec,
+                    server,
+                    model,
+                    knobs,
+                    loads,
+                    runs_by_load,
+                    seeds=range(round_ * per_round, (round_ + 1) * per_round),
+                    tag=tag,
+                    stop_when=stop_when,
+                    last=round_ == rounds - 1,
+                )
+                if not done:
+                    break
+        except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
+            rec["error"] = f"{type(exc).__name__}: {exc}"
+            print(f"  {server:<10} FAILED: {rec['error'][:400]}", flush=True)
+        self.cells.append(rec)
+        return rec
+
+    def _round(
+        self,
+        rec: dict[str, Any],
+        server: str,
+        model: ModelSpec,
+        knobs: Knobs,
+        loads: list[Load],
+        runs_by_load: list[list[dict[str, Any]]],
+        *,
+        seeds: range,
+        tag: str,
+        stop_when: Any,
+        last: bool,
+    ) -> bool:
+        """One server start: warm up, then each load once per seed. False: stop the cell."""
+        t0 = time.monotonic()
+        run = start(server, model, knobs, logs=self.logs, tag=tag)
+        try:
             rec["command"] = describe(run.argv)
-            rec["startup_s"] = round(time.monotonic() - t0, 1)
+            rec.setdefault("startup_s", []).append(round(time.monotonic() - t0, 1))
             warm = Load(
                 rate=min(100.0, loads[0].rate),
                 duration_s=self.plan.warmup_s,
@@ -299,11 +341,13 @@ class Bench:
             )
             drive(run.url, warm, seed=999)
             _wait_idle(run)
-            for load in loads:
-                runs = []
-                for r in range(self.plan.repeats):
-                    runs.append(measure(run, load, seed=r))
+            for i, load in enumerate(loads):
+                runs = runs_by_load[i]
+                for seed in seeds:
+                    runs.append(measure(run, load, seed=seed))
                     time.sleep(0.3)
+                if not last:
+                    continue
                 step = {
                     "load": asdict(load),
                     "runs": runs,
@@ -313,14 +357,9 @@ class Bench:
                 print(f"  {server:<10} {short(step)}", flush=True)
                 if stop_when is not None and stop_when(runs):
                     break
-        except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
-            rec["error"] = f"{type(exc).__name__}: {exc}"
-            print(f"  {server:<10} FAILED: {rec['error'][:400]}", flush=True)
         finally:
-            if run is not None:
-                run.stop()
-        self.cells.append(rec)
-        return rec
+            run.stop()
+        return True
 
 
 def short(step: dict[str, Any]) -> str:
@@ -367,7 +406,13 @@ def overload_scenario(bench: Bench) -> None:
     bench.extra["capacity_per_s"] = capacity_per_s(32)
     for server in bench.servers:
         bench.cell(
-            "overload", "max batch 32, wait 2 ms", server, ModelSpec(kind="sleep"), knobs, [load]
+            "overload",
+            "max batch 32, wait 2 ms",
+            server,
+            ModelSpec(kind="sleep"),
+            knobs,
+            [load],
+            fresh_each_repeat=True,
         )
 
 
