@@ -472,10 +472,12 @@ def write_results(data: dict[str, Any], path: Path | None) -> str:
             sections.append(
                 f"## 4. The real model\n\nall-MiniLM-L6-v2 on the CPU "
                 f"({enc.get('threads', '?')} torch threads). `encode` alone, "
-                f"one process, no HTTP, items/s by batch size: {per}; best "
-                f"{enc.get('best_per_s', 0):.0f}/s at batch "
-                f"{enc.get('best_batch', '?')}. Each server: {config}, "
-                f"{rate:.0f} requests/s offered (1.25x encode alone), "
+                f"one process, no HTTP, measured before and after the servers "
+                f"({len(enc.get('sweeps', []))} sweep(s), median), items/s by batch "
+                f"size: {per}; best {enc.get('best_per_s', 0):.0f}/s at batch "
+                f"{enc.get('best_batch', '?')}. Each server: {config} (the best batch of "
+                f"the first sweep), {rate:.0f} requests/s offered (1.25x encode alone in "
+                "the first sweep), "
                 f"{plan['real_s']:g} s, 2 s deadline.\n\n{table}\n"
             )
     parts.append("## Targets\n")
