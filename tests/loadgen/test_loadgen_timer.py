@@ -31,12 +31,13 @@ async def _lateness(kind: str, n: int = 40) -> list[float]:
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fd", "loop"])
 def test_the_timer_fires_at_or_after_its_instant(kind: str) -> None:
-    # Tolerance: never early; the timerfd's median within 1 ms, the loop timer's within 3 ms
-    # (it rounds up to whole milliseconds by design).
+    # Tolerance: never early; the median within 3 ms for the timerfd (typically ~0.1 ms on an
+    # idle machine) and 6 ms for the loop timer (it rounds up to whole milliseconds, plus one):
+    # generous, because other processes may hold the CPUs.
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         late = runner.run(_lateness(kind))
     assert min(late) >= 0
-    assert sorted(late)[len(late) // 2] < (0.001 if kind == "fd" else 0.003)
+    assert sorted(late)[len(late) // 2] < (0.003 if kind == "fd" else 0.006)
 
 
 def test_rearming_replaces_the_earlier_instant() -> None:
