@@ -112,6 +112,15 @@ class Scenario:
         if not 0.0 <= self.max_loss < 1.0:
             raise ConfigError(f"max_loss must be in [0, 1), got {self.max_loss!r}")
 
+    def serve_flags(self, setting: Setting) -> str:
+        """``serve`` flags for the whole configuration the prediction assumed."""
+        flags = f"{setting.flags()} --queue-size {self.queue_size}"
+        if self.timeout_s is not None:
+            flags += f" --timeout {self.timeout_s * 1e3:g}ms"
+        if not self.admission:
+            flags += " --admission off"
+        return flags
+
     def config(self, setting: Setting) -> BatchConfig:
         """The server's whole configuration with ``setting``."""
         return BatchConfig(

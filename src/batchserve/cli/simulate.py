@@ -35,6 +35,7 @@ __all__ = [
     "add_parser",
     "cost_from_args",
     "initial_cost_from_args",
+    "on_off",
     "optional_duration",
     "row_name",
 ]
@@ -77,11 +78,20 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_batch_args(p: argparse.ArgumentParser, *, search: bool = False) -> None:
-    """The open-loop scenario flags shared by ``simulate`` and ``tune``."""
+def on_off(text: str) -> bool:
+    """Argparse type: ``on`` or ``off`` (as ``serve --admission`` takes it)."""
+    value = text.strip().lower()
+    if value in ("on", "true", "yes", "1"):
+        return True
+    if value in ("off", "false", "no", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"must be on or off, got {text!r}")
+
+
+def add_batch_args(p: argparse.ArgumentParser) -> None:
+    """The open-loop scenario and server flags of ``simulate``."""
     g = p.add_argument_group("load (open loop)")
-    if not search:
-        g.add_argument("--rate", type=float, default=SEED_RATE, help="requests per second")
+    g.add_argument("--rate", type=float, default=SEED_RATE, help="requests per second")
     g.add_argument("--duration", type=duration, default=None, help="schedule length (1.5s)")
     g.add_argument("--arrivals", choices=ARRIVAL_MODES, default=None, help="arrival process")
     g.add_argument("--seed", type=int, default=0, help="random seed for poisson arrivals")
@@ -91,15 +101,15 @@ def add_batch_args(p: argparse.ArgumentParser, *, search: bool = False) -> None:
     s = p.add_argument_group("server settings, as `serve` takes them")
     s.add_argument("--queue-size", type=positive_int, default=SEED_QUEUE, help="(64)")
     s.add_argument(
-        "--no-admission",
-        dest="admission",
-        action="store_false",
-        help="admit work the cost model predicts will miss its deadline",
+        "--admission",
+        type=on_off,
+        default=True,
+        metavar="on|off",
+        help="refuse at once what the cost model predicts will miss its deadline (on)",
     )
-    if not search:
-        s.add_argument("--max-batch-size", type=positive_int, default=32, help="(32)")
-        s.add_argument("--max-wait", type=duration, default=0.002, help="(2ms)")
-        s.add_argument("--workers", type=positive_int, default=1, help="(1)")
+    s.add_argument("--max-batch-size", type=positive_int, default=32, help="(32)")
+    s.add_argument("--max-wait", type=duration, default=0.002, help="(2ms)")
+    s.add_argument("--workers", type=positive_int, default=1, help="(1)")
 
 
 def cost_from_args(args: argparse.Namespace) -> CostEstimate:

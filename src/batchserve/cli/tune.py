@@ -17,6 +17,7 @@ from batchserve.cli.simulate import (
     add_cost_args,
     cost_from_args,
     initial_cost_from_args,
+    on_off,
     optional_duration,
 )
 from batchserve.demo import SEED_QUEUE, SEED_TIMEOUT_S
@@ -82,10 +83,11 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--queue-size", type=positive_int, default=SEED_QUEUE, help="(64)")
     p.add_argument(
-        "--no-admission",
-        dest="admission",
-        action="store_false",
-        help="the server admits work predicted to miss its deadline",
+        "--admission",
+        type=on_off,
+        default=True,
+        metavar="on|off",
+        help="the server refuses at once what it predicts will miss its deadline (on)",
     )
     p.add_argument("--max-workers", type=positive_int, default=4, help="search 1..N (4)")
     p.add_argument(
@@ -157,7 +159,8 @@ def format_result(result: TuneResult, *, top: int = 5) -> str:
     lines.append("")
     best = result.best
     if best is not None and result.met:
-        lines.append(f"best: {best.setting.label()}  ->  serve {best.setting.flags()}")
+        lines.append(f"best: {best.setting.label()}")
+        lines.append(f"  batchserve serve {sc.serve_flags(best.setting)} ...")
         lines.append(
             f"  meets the target: p99 {best.p99_ms:.1f} ms, serves {best.served * 100:.1f}% "
             f"of the offered load"
