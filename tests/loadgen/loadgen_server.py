@@ -27,6 +27,7 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: bytes
+    conn_served: int = 0  # requests this connection had answered before this one
     answered: float = float("nan")
 
 
@@ -41,6 +42,7 @@ class Reply:
     at: float | None = None
     never: bool = False
     close: bool = False
+    drop: bool = False  # close the connection at once, without an answer
 
 
 Handler = Callable[[Seen], Reply]
@@ -56,6 +58,7 @@ class _Conn(asyncio.Protocol):
         self.headers: dict[str, str] = {}
         self.body = b""
         self.url = b""
+        self.served = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -89,11 +92,16 @@ class _Conn(asyncio.Protocol):
             path=self.url.decode(),
             headers=self.headers,
             body=self.body,
+            conn_served=self.served,
         )
         self.server.seen.append(seen)
         reply = self.server.handler(seen)
+        if reply.drop and self.transport is not None:
+            self.transport.close()
+            return
         if reply.never:
             return
+        self.served += 1
         loop = asyncio.get_running_loop()
         at = reply.at if reply.at is not None else seen.arrived + reply.delay_s
         loop.call_later(max(0.0, at - time.monotonic()), self.answer, seen, reply)

@@ -150,6 +150,28 @@ def test_a_server_that_closes_every_connection_still_gets_every_request() -> Non
     assert len(srv.seen) == 30
 
 
+def test_a_kept_alive_connection_closed_under_a_request_gets_it_retried_once() -> None:
+    # The keep-alive race: the server closes a connection just as a request is written on it.
+    # Here it drops the first try of every request that arrives on a reused connection; each
+    # is retried once on a new connection and answered.
+    dropped: set[bytes] = set()
+
+    def handler(s: Seen) -> Reply:
+        if s.conn_served > 0 and s.body not in dropped:
+            dropped.add(s.body)
+            return Reply(drop=True)
+        return Reply()
+
+    with TinyServer(handler) as srv:
+        run = run_load(
+            LoadConfig(url=srv.url, rate=100, duration_s=0.3, texts=_texts(30), warm_connections=1)
+        )
+    r = run.report
+    assert r.summary.ok == 30
+    assert r.retries == len(dropped) > 0
+    assert len(srv.seen) == 30 + len(dropped)
+
+
 def test_two_processes_send_the_whole_schedule_once() -> None:
     # Tolerance: as the first test, the server's 5 ms is a lower bound on every latency.
     with TinyServer(lambda s: Reply(delay_s=0.005)) as srv:

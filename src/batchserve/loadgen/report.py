@@ -161,7 +161,8 @@ class LoadReport:
         rejected_by_status: 429/503 answers by status.
         errors_by_kind: errors by status, or by what failed when no response came.
         items, batches: inputs answered and distinct batch ids (``avg_batch`` = ratio).
-        connections_opened, connect_failures, peak_connections: connection counts.
+        connections_opened, connect_failures: connection attempts; peak_connections: the
+            most open at once (summed over processes' peaks).
         connection_waits: requests that found no idle connection (they waited for a new
             one or a freed one; the wait is in their lag); cap_waits: of those, while
             ``max_connections`` were open.
@@ -300,12 +301,18 @@ def build_report(config: LoadConfig, merged: Merged) -> LoadReport:
     warnings: list[str] = []
     if lag_p99 > LAG_WARN_P99_MS or lag_max > LAG_WARN_MAX_MS or unsent:
         late = sum(1 for v in lags_ms if v > LAG_WARN_P99_MS)
+        waits = (
+            f" ({merged.connection_waits} found no idle connection and waited for one)"
+            if merged.connection_waits
+            else ""
+        )
         warnings.append(
             f"the generator fell behind its schedule: send lag p99 {lag_p99:.2f} ms, max "
             f"{lag_max:.2f} ms, {late} of {n} requests written more than "
-            f"{LAG_WARN_P99_MS:g} ms late, {unsent} never written. Latencies still count from "
-            f"the scheduled time, but the server did not get the load as scheduled: lower "
-            f"the rate or add --processes"
+            f"{LAG_WARN_P99_MS:g} ms late{waits}, {unsent} never written. Latencies still "
+            f"count from the scheduled time, but the server did not get the load as "
+            f"scheduled: lower the rate, add --processes, or give the generator a quieter "
+            f"CPU"
         )
     if merged.cap_waits:
         warnings.append(
