@@ -90,3 +90,11 @@ def double(items: Sequence[Any]) -> list[Any]:
 def upper(items: Sequence[Any]) -> list[bytes]:
     """A generic model over BYTES rows: each item upper-cased."""
     return [bytes(x).upper() for x in items]
+
+
+class SlowToLoad(Recorder):
+    """A model whose construction (its "load") takes ``BATCHSERVE_TEST_LOAD_S`` seconds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        time.sleep(float(os.environ.get("BATCHSERVE_TEST_LOAD_S", "2")))

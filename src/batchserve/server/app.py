@@ -39,6 +39,7 @@ from batchserve.server import kserve, openai
 from batchserve.server.asgi import (
     JSON_TYPE,
     Headers,
+    Message,
     Receive,
     Scope,
     Send,
@@ -181,6 +182,7 @@ class App:
 
     async def _http(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
         path: str = scope["path"]
+        send_fn = self._closing_when_draining(send_fn)
         try:
             handler, args = self._route(scope["method"], path)
             await handler(scope, receive, send_fn, *args)
@@ -189,6 +191,21 @@ class App:
             if error.reason == "internal":
                 log.exception("internal error on %s %s", scope["method"], path)
             await self._send_error(send_fn, path, error)
+
+    def _closing_when_draining(self, send_fn: Send) -> Send:
+        """``send_fn``, adding ``Connection: close`` to answers sent while draining.
+
+        So clients stop reusing their connections before the listener closes at exit: a
+        request sent on an idle keep-alive connection just as the server closes it would
+        fail on the client's side although the server never saw it.
+        """
+
+        async def send_closing(message: Message) -> None:
+            if self.draining and message["type"] == "http.response.start":
+                message = {**message, "headers": [*message["headers"], (b"connection", b"close")]}
+            await send_fn(message)
+
+        return send_closing
 
     async def _send_error(self, send_fn: Send, path: str, error: ApiError) -> None:
         if path.startswith("/v2"):

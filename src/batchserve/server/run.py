@@ -152,19 +152,24 @@ async def serve_async(
     try:
         while not server.started and not serving.done():  # noqa: ASYNC110 - uvicorn has no event
             await asyncio.sleep(0.01)
-        try:
-            await app.wait_ready()
-        except Exception as exc:
-            load_error = exc
-            server.should_exit = True
-        else:
-            # The models and everything loaded with them will live as long as the process:
-            # keep them out of the cyclic collector's full passes (shorter GC pauses).
-            gc.collect()
-            gc.freeze()
-            if not life.signalled:
-                print(f"batchserve ready on {url} models={names}", file=out, flush=True)
+        # A signal may stop the server while the models still load: wait for either.
+        ready = loop.create_task(app.wait_ready())
+        await asyncio.wait({ready, serving}, return_when=asyncio.FIRST_COMPLETED)
+        if ready.done() and not ready.cancelled():
+            load_error = ready.exception()
+            if load_error is not None:
+                server.should_exit = True
+            else:
+                # The models and everything loaded with them live as long as the process:
+                # keep them out of the cyclic collector's full passes (shorter GC pauses).
+                gc.collect()
+                gc.freeze()
+                if not life.signalled:
+                    print(f"batchserve ready on {url} models={names}", file=out, flush=True)
         await serving
+        if not ready.done() or ready.cancelled():
+            ready.cancel()
+            print("batchserve: stopped before the models finished loading", file=err, flush=True)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
