@@ -108,7 +108,18 @@ def add_parser(sub: Any) -> None:
         help=f"sender processes, or auto (one per {AUTO_RATE_PER_PROCESS:g}/s, at most one "
         "per CPU) (1)",
     )
-    g.add_argument("--max-connections", type=positive_int, default=10_000, help="cap (10000)")
+    g.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=10_000,
+        help="cap on open connections, over all processes (10000)",
+    )
+    g.add_argument(
+        "--max-dials",
+        type=positive_int,
+        default=32,
+        help="cap on connection attempts in progress, per process (32)",
+    )
     o = p.add_argument_group("output")
     fmt = o.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="one JSON object per run")
@@ -147,6 +158,7 @@ def config_from_args(
         seed=args.seed,
         processes=processes,
         max_connections=max(args.max_connections, processes),
+        max_dials=args.max_dials,
         kserve_input=args.kserve_input,
         api_key=args.api_key,
         name=name,

@@ -114,6 +114,8 @@ class PoolStatistics:
         peak_open: the most connections open at once.
         waits: requests that found no idle connection and waited for one.
         cap_waits: of those, requests that arrived while ``max_connections`` were open.
+        dial_waits: of those, requests that arrived while ``max_dials`` attempts were in
+            progress (they wait for whichever connection frees or opens first).
         retries: requests resent after a kept-alive connection died under them.
     """
 
@@ -123,6 +125,7 @@ class PoolStatistics:
     peak_open: int
     waits: int
     cap_waits: int
+    dial_waits: int
     retries: int
 
 
@@ -174,6 +177,7 @@ class Pool:
         self._failed = 0
         self._waits = 0
         self._cap_waits = 0
+        self._dial_waits = 0
         self._closed = False
 
     def statistics(self) -> PoolStatistics:
@@ -185,6 +189,7 @@ class Pool:
             peak_open=self._peak,
             waits=self._waits,
             cap_waits=self._cap_waits,
+            dial_waits=self._dial_waits,
             retries=len(self._retried),
         )
 
@@ -229,6 +234,8 @@ class Pool:
         self._waits += 1
         if self._open + len(self._dials) >= self._max:
             self._cap_waits += 1
+        elif len(self._dials) >= self._max_dials:
+            self._dial_waits += 1
         self._waiting[index] = None
         self._dial_for_waiters()
 

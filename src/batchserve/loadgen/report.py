@@ -102,6 +102,7 @@ class Merged:
     peak_connections: int
     connection_waits: int
     cap_waits: int
+    dial_waits: int
     retries: int
 
 
@@ -142,6 +143,7 @@ def merge(results: Sequence[ShareResult], *, extra_cpu_s: float = 0.0) -> Merged
         peak_connections=sum(r.peak_connections for r in results),
         connection_waits=sum(r.connection_waits for r in results),
         cap_waits=sum(r.cap_waits for r in results),
+        dial_waits=sum(r.dial_waits for r in results),
         retries=sum(r.retries for r in results),
     )
 
@@ -165,7 +167,8 @@ class LoadReport:
             most open at once (summed over processes' peaks).
         connection_waits: requests that found no idle connection (they waited for a new
             one or a freed one; the wait is in their lag); cap_waits: of those, while
-            ``max_connections`` were open.
+            ``max_connections`` were open; dial_waits: while ``max_dials`` connection
+            attempts were in progress.
         retries: requests resent after a kept-alive connection closed under them.
         processes: sender processes; cpu_s: the generator's CPU time during the run;
         cpu_core_percent: that per second of run, in % of one core; cpu_machine_percent:
@@ -196,6 +199,7 @@ class LoadReport:
     peak_connections: int
     connection_waits: int
     cap_waits: int
+    dial_waits: int
     retries: int
     processes: int
     cpu_s: float
@@ -302,7 +306,9 @@ def build_report(config: LoadConfig, merged: Merged) -> LoadReport:
     if lag_p99 > LAG_WARN_P99_MS or lag_max > LAG_WARN_MAX_MS or unsent:
         late = sum(1 for v in lags_ms if v > LAG_WARN_P99_MS)
         waits = (
-            f" ({merged.connection_waits} found no idle connection and waited for one)"
+            f" ({merged.connection_waits} found no idle connection and waited for one,"
+            f" {merged.dial_waits} of them behind {config.max_dials} connection attempts"
+            f" in progress)"
             if merged.connection_waits
             else ""
         )
@@ -346,6 +352,7 @@ def build_report(config: LoadConfig, merged: Merged) -> LoadReport:
         peak_connections=merged.peak_connections,
         connection_waits=merged.connection_waits,
         cap_waits=merged.cap_waits,
+        dial_waits=merged.dial_waits,
         retries=merged.retries,
         processes=merged.processes,
         cpu_s=_r(merged.cpu_s),

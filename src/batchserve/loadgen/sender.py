@@ -128,7 +128,7 @@ class ShareResult:
         end_at: when the last request ended.
         cpu_s: CPU seconds this sender used from the start instant to the end.
         connections_opened, connect_failures, peak_connections, connection_waits, cap_waits,
-            retries: the pool's counters (see
+            dial_waits, retries: the pool's counters (see
             :class:`~batchserve.loadgen.client.PoolStatistics`).
     """
 
@@ -148,6 +148,7 @@ class ShareResult:
     peak_connections: int = 0
     connection_waits: int = 0
     cap_waits: int = 0
+    dial_waits: int = 0
     retries: int = 0
 
 
@@ -297,6 +298,7 @@ class Sender:
             peak_connections=stats.peak_open,
             connection_waits=stats.waits,
             cap_waits=stats.cap_waits,
+            dial_waits=stats.dial_waits,
             retries=stats.retries,
         )
 
