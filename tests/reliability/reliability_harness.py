@@ -202,7 +202,8 @@ class Server:
         match = re.match(r"batchserve ready on (http://\S+) models=", line)
         if match is None:
             self.close()
-            raise RuntimeError(f"server did not start: {line!r}\n{self.stderr_text()}")
+            err = self.stderr_path.read_text(errors="replace")
+            raise RuntimeError(f"server did not start: {line!r}\n{err}")
         self.url = match.group(1)
         self.port = int(self.url.rsplit(":", 1)[1])
         self.client = httpx.Client(base_url=self.url, timeout=10.0)

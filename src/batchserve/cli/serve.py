@@ -14,6 +14,7 @@ The same settings can come from ``--config FILE`` (TOML)::
     max_body_bytes = 8388608
     max_inputs = 2048
     max_input_chars = 32768
+    read_timeout = "30s"
 
     [defaults]                # every model
     max_batch_size = 32
@@ -72,6 +73,7 @@ _SERVER_KEYS = {
     "max_body_bytes": "int",
     "max_inputs": "int",
     "max_input_chars": "int",
+    "read_timeout": "duration",
     "api_key": "str",
 }
 _NAMED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)=(.*)$")
@@ -118,6 +120,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-body-bytes", type=int, help="request body limit (default 8 MiB)")
     p.add_argument("--max-inputs", type=int, help="inputs per request (default 2048)")
     p.add_argument("--max-input-chars", type=int, help="characters per input (default 32768)")
+    p.add_argument(
+        "--read-timeout",
+        help="a request's head, then its body, must arrive within this, else 408 (default 30s)",
+    )
     p.add_argument(
         "--api-key",
         help=f"require 'Authorization: Bearer KEY' on inference endpoints (or ${API_KEY_ENV})",
@@ -255,7 +261,8 @@ def build_settings(
             k: server.pop(k)
             for k in ("max_body_bytes", "max_inputs", "max_input_chars")
             if k in server
-        }
+        },
+        **({"read_timeout_s": server.pop("read_timeout")} if "read_timeout" in server else {}),
     )
     if "drain_timeout" in server:
         server["drain_timeout_s"] = server.pop("drain_timeout")

@@ -38,11 +38,13 @@ from batchserve.models.loader import LoadedModel, load_model
 from batchserve.server import kserve, openai
 from batchserve.server.asgi import (
     JSON_TYPE,
+    ClientGone,
     Headers,
     Message,
     Receive,
     Scope,
     Send,
+    check_body_type,
     get_header,
     json_bytes,
     read_body,
@@ -61,6 +63,9 @@ log = logging.getLogger("batchserve.server")
 Handler = Callable[..., Awaitable[None]]
 _HTML = b"text/html; charset=utf-8"
 _OCTETS = b"application/octet-stream"
+#: The media types each protocol's bodies may be sent as (none given: read as JSON).
+_OPENAI_TYPES = frozenset({"application/json"})
+_KSERVE_TYPES = frozenset({"application/json", "application/octet-stream"})
 
 
 def create_app(
@@ -237,9 +242,9 @@ class App:
             raise ApiError("not_found", f"no route {path!r}; see /docs")
         handler = methods.get(method)
         if handler is None:
+            allowed = ", ".join(sorted(methods))
             raise ApiError(
-                "method_not_allowed",
-                f"{path} takes {', '.join(sorted(methods))}, got {method}",
+                "method_not_allowed", f"{path} takes {allowed}, got {method}", allow=allowed
             )
         return handler, args
 
@@ -257,6 +262,10 @@ class App:
         }
 
     # -- shared steps ----------------------------------------------------------------------
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        limits = self.limits
+        return await read_body(scope, receive, limits.max_body_bytes, limits.read_timeout_s)
 
     def _model(self, name: str | None, param: str = "model") -> ServedModel:
         model = self.registry.get(name)
@@ -301,6 +310,8 @@ class App:
             body, headers, ctype = answer
             await send(send_fn, 200, body, headers, ctype)
             reason = "ok"
+        except ClientGone:
+            reason = "cancelled"  # it left half way through its body: nobody to answer
         except Exception as exc:
             reason = from_exception(exc).reason
             if isinstance(exc, DeadlineExceeded) and exc.during_pass:
@@ -324,7 +335,8 @@ class App:
     async def _openai_embeddings(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
         async def work(call: _Call) -> tuple[bytes, Headers, bytes] | None:
             authorize(scope, self._key)
-            body = await read_body(scope, receive, self.limits.max_body_bytes)
+            check_body_type(scope, _OPENAI_TYPES)
+            body = await self._read_body(scope, receive)
             req = openai.parse_embeddings_request(body, self.limits)
             model = self._model(req.model)
             call.model = model.name
@@ -397,7 +409,8 @@ class App:
             model = self._model(name, param="name")
             call.model = model.name
             loaded = self._admit(model)
-            body = await read_body(scope, receive, self.limits.max_body_bytes)
+            check_body_type(scope, _KSERVE_TYPES)
+            body = await self._read_body(scope, receive)
             req = kserve.parse_infer_request(
                 body, get_header(scope, b"inference-header-content-length")
             )

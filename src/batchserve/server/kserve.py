@@ -28,6 +28,7 @@ import numpy as np
 
 from batchserve import __version__
 from batchserve.models.loader import LoadedModel
+from batchserve.server.asgi import load_json
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
 from batchserve.server.tensors import Tensor, decode_tensor, encode_tensor
@@ -47,6 +48,24 @@ __all__ = [
 
 EMBEDDING_OUTPUT = "embedding"
 GENERIC_OUTPUT = "output"
+
+#: At most this many tensors in ``inputs`` (or ``outputs``) of one request: each costs the
+#: event loop some work to decode, so a body of a hundred thousand tiny tensors must be
+#: refused before it is decoded.
+MAX_TENSORS = 256
+
+
+def _params(spec: dict[str, Any], where: str) -> dict[str, Any]:
+    params = spec.get("parameters")
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise ApiError(
+            "invalid",
+            f"{where}.parameters must be an object, got {type(params).__name__}",
+            param=f"{where}.parameters",
+        )
+    return params
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,10 +130,7 @@ def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
                 param="Inference-Header-Content-Length",
             )
         body, binary = body[:n], body[n:]
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError("malformed", f"body must be valid JSON: {exc}", param="body") from None
+    data = load_json(body)
     if not isinstance(data, dict):
         raise ApiError("invalid", "body must be a JSON object", param="body")
     params = data.get("parameters") or {}
@@ -123,12 +139,18 @@ def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
     specs = data.get("inputs")
     if not isinstance(specs, list) or not specs:
         raise ApiError("invalid", "inputs must be a non-empty list of tensors", param="inputs")
+    if len(specs) > MAX_TENSORS:
+        raise ApiError(
+            "too_large",
+            f"inputs must hold at most {MAX_TENSORS} tensors, got {len(specs)}",
+            param="inputs",
+        )
     inputs: list[Tensor] = []
     offset = 0
-    for spec in specs:
+    for i, spec in enumerate(specs):
         if not isinstance(spec, dict):
             raise ApiError("invalid", "each of inputs must be an object", param="inputs")
-        size = (spec.get("parameters") or {}).get("binary_data_size")
+        size = _params(spec, f"inputs[{i}]").get("binary_data_size")
         chunk = None
         if size is not None:
             if isinstance(size, bool) or not isinstance(size, int) or size < 0:
@@ -155,11 +177,17 @@ def _requested_outputs(value: Any) -> dict[str, bool]:
         return {}
     if not isinstance(value, list):
         raise ApiError("invalid", "outputs must be a list", param="outputs")
+    if len(value) > MAX_TENSORS:
+        raise ApiError(
+            "too_large",
+            f"outputs must hold at most {MAX_TENSORS} tensors, got {len(value)}",
+            param="outputs",
+        )
     out = {}
-    for spec in value:
+    for i, spec in enumerate(value):
         if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
             raise ApiError("invalid", "each of outputs must have a string name", param="outputs")
-        out[spec["name"]] = (spec.get("parameters") or {}).get("binary_data") is True
+        out[spec["name"]] = _params(spec, f"outputs[{i}]").get("binary_data") is True
     return out
 
 
@@ -172,9 +200,17 @@ def _timeout(value: Any) -> float | None:
             f"parameters.timeout must be a number of microseconds > 0, got {value!r}",
             param="parameters.timeout",
         )
-    if not math.isfinite(value):
-        raise ApiError("invalid", f"parameters.timeout must be finite, got {value!r}")
-    return float(value) / 1e6
+    try:
+        seconds = float(value) / 1e6
+    except OverflowError:  # an integer too large for a float
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        raise ApiError(
+            "invalid",
+            f"parameters.timeout must be finite, got {value!r:.40}",
+            param="parameters.timeout",
+        )
+    return seconds
 
 
 def embedding_items(request: InferRequest, limits: RequestLimits) -> list[str]:
@@ -238,6 +274,15 @@ def generic_items(request: InferRequest, limits: RequestLimits) -> list[Any]:
         if not t.shape:
             raise ApiError(
                 "invalid", f"input {t.name!r} must have a batch axis, got shape []", t.name
+            )
+        if t.shape[0] > limits.max_inputs:
+            # Checked before the rows are made: a shape such as [10**9, 0] holds no data
+            # at all, yet would make a billion rows.
+            raise ApiError(
+                "too_large",
+                f"input {t.name!r} must hold at most {limits.max_inputs} rows (--max-inputs), "
+                f"got {t.shape[0]}",
+                param=t.name,
             )
         sizes.add(t.shape[0])
         if t.datatype == "BYTES":

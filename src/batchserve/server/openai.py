@@ -14,7 +14,6 @@ server's reason as ``code`` (see :mod:`batchserve.server.statuses`).
 from __future__ import annotations
 
 import base64
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from batchserve.server.asgi import load_json
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
 
@@ -74,10 +74,7 @@ def parse_embeddings_request(body: bytes, limits: RequestLimits) -> EmbeddingsRe
         ApiError: ``malformed`` (not JSON), ``invalid`` (a field breaks a rule) or
             ``too_large`` (too many inputs, a text too long); the message names the field.
     """
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError("malformed", f"body must be valid JSON: {exc}", param="body") from None
+    data = load_json(body)
     if not isinstance(data, dict):
         raise ApiError(
             "invalid", f"body must be a JSON object, got {type(data).__name__}", param="body"
@@ -140,6 +137,16 @@ def _texts(value: Any, limits: RequestLimits) -> list[str]:
             )
         if not text:
             raise ApiError("invalid", f"{where} must not be an empty string", param=where)
+        if not text.isascii():
+            try:
+                text.encode()
+            except UnicodeEncodeError:
+                raise ApiError(
+                    "invalid",
+                    f"{where} must be valid Unicode text, got a lone surrogate "
+                    "(half of an escaped UTF-16 pair)",
+                    param=where,
+                ) from None
         if len(text) > limits.max_input_chars:
             raise ApiError(
                 "too_large",

@@ -69,6 +69,8 @@ def _error_responses(reasons: list[str], schema: str) -> dict[str, Any]:
 
 _INFER_ERRORS = [
     "malformed",
+    "request_timeout",
+    "unsupported_media_type",
     "invalid",
     "too_large",
     "unauthorized",

@@ -34,6 +34,7 @@ import uvicorn
 
 from batchserve.models.loader import LoadedModel, load_model
 from batchserve.server.app import App
+from batchserve.server.guard import guarded_protocol
 from batchserve.server.settings import ServerSettings
 
 __all__ = ["bind", "serve", "serve_async"]
@@ -139,6 +140,7 @@ async def serve_async(
         log_level=log_level,
         timeout_graceful_shutdown=5,
         timeout_keep_alive=5,
+        http=guarded_protocol(read_timeout_s=settings.limits.read_timeout_s),
     )
     server = _Server(config)
     life = _Lifecycle(app, server, settings.drain_timeout_s, err)

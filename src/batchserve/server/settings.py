@@ -35,16 +35,22 @@ class RequestLimits:
         max_body_bytes: bytes in the request body.
         max_inputs: inputs (texts, tensor rows) in one request.
         max_input_chars: characters in one input text.
+        read_timeout_s: seconds in which a request's head must arrive (from the connection's
+            opening, or its first byte on a kept-alive connection), and then its whole body
+            (from the end of the head); 408 after that, and the connection is closed: a
+            slow or stalled client holds nothing for long.
     """
 
     max_body_bytes: int = 8 * 1024 * 1024
     max_inputs: int = 2048
     max_input_chars: int = 32_768
+    read_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         _check_limit("max_body_bytes", self.max_body_bytes)
         _check_limit("max_inputs", self.max_inputs)
         _check_limit("max_input_chars", self.max_input_chars)
+        check_positive("read_timeout_s", self.read_timeout_s)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,24 +6,29 @@ field, the rule and the value, and for refusals a ``retry_after_s``. :data:`STAT
 the only place that says which reason gets which status, and :func:`from_exception` the only
 place that turns the core's exceptions (which know nothing of HTTP) into those reasons.
 
-=====================  ======  ============================================================
-reason                 status  when
-=====================  ======  ============================================================
-queue_full             429     the model's bounded queue is full (Retry-After)
-infeasible             429     the cost model predicts the deadline cannot be met (Retry-After)
-draining               503     the server is shutting down and admits nothing (Retry-After)
-not_ready              503     the model is still loading (Retry-After)
-deadline_exceeded      504     the deadline passed while the request was queued or running
-malformed              400     the body is not valid JSON (or not a valid binary tensor body)
-invalid                422     a field has the wrong type or breaks a rule (empty input...)
-too_large              413     body bytes, inputs per request or characters per input over limit
-model_error            422     the model raised for this input, isolated by bisection
-unauthorized           401     an API key is required and missing or wrong
-not_found              404     no such route or model
-method_not_allowed     405     the route exists for another method
-internal               500     a fault of the server itself (including a model that broke the
-                               one-output-per-input contract)
-=====================  ======  ============================================================
+======================  ======  ===========================================================
+reason                  status  when
+======================  ======  ===========================================================
+queue_full              429     the model's bounded queue is full (Retry-After)
+infeasible              429     the cost model predicts the deadline cannot be met (Retry-After)
+draining                503     the server is shutting down and admits nothing (Retry-After)
+not_ready               503     the model is still loading (Retry-After)
+deadline_exceeded       504     the deadline passed while the request was queued or running
+malformed               400     the body is not valid JSON (or not a valid binary tensor body)
+request_timeout         408     the head or body did not arrive within the read timeout (slow
+                                client); the connection is closed
+unsupported_media_type  415     a Content-Type or Content-Encoding the endpoint does not read
+head_too_large          431     the request line and headers are over 64 KiB (the connection
+                                is closed; answered below the app, see server.guard)
+invalid                 422     a field has the wrong type or breaks a rule (empty input...)
+too_large               413     body bytes, inputs per request or characters per input over limit
+model_error             422     the model raised for this input, isolated by bisection
+unauthorized            401     an API key is required and missing or wrong
+not_found               404     no such route or model
+method_not_allowed      405     the route exists for another method
+internal                500     a fault of the server itself (including a model that broke the
+                                one-output-per-input contract)
+======================  ======  ===========================================================
 """
 
 from __future__ import annotations
@@ -49,6 +54,9 @@ STATUS_TABLE: dict[str, tuple[int, str]] = {
     "not_ready": (503, "the model is still loading"),
     "deadline_exceeded": (504, "the deadline passed while the request was queued or running"),
     "malformed": (400, "the body is not valid JSON or not a valid binary tensor body"),
+    "request_timeout": (408, "the head or body did not arrive within the read timeout"),
+    "unsupported_media_type": (415, "a Content-Type or Content-Encoding the endpoint cannot read"),
+    "head_too_large": (431, "the request line and headers are over the limit"),
     "invalid": (422, "a field has the wrong type or breaks a rule"),
     "too_large": (413, "body bytes, inputs per request or characters per input over the limit"),
     "model_error": (422, "the model raised for this input (isolated by bisection)"),
@@ -70,6 +78,7 @@ class ApiError(Exception):
         message: what went wrong; names the field, the rule and the value.
         param: the offending field (``input``, ``input[3]``, ``X-Request-Timeout``...).
         retry_after_s: for refusals, when a retry may be admitted.
+        allow: for 405, the methods the route takes (sent as ``Allow``, as RFC 9110 asks).
 
     Raises:
         KeyError: ``reason`` is not in the table (a bug of the server).
@@ -82,8 +91,10 @@ class ApiError(Exception):
         param: str | None = None,
         *,
         retry_after_s: float | None = None,
+        allow: str | None = None,
     ) -> None:
         super().__init__(message)
+        self.allow = allow
         self.status = STATUS_TABLE[reason][0]
         self.reason = reason
         self.message = message
@@ -93,12 +104,19 @@ class ApiError(Exception):
         self.retry_after_s = retry_after_s
 
     def headers(self) -> list[tuple[bytes, bytes]]:
-        """``X-Reason`` and, for refusals, ``Retry-After`` and ``Retry-After-Ms``."""
+        """``X-Reason`` and, for refusals, ``Retry-After`` and ``Retry-After-Ms``.
+
+        A 408 also closes the connection: the rest of its body may still be on the way.
+        """
         out = [(b"x-reason", self.reason.encode())]
         if self.retry_after_s is not None:
             out.extend(retry_after_headers(self.retry_after_s))
         if self.status == 401:
             out.append((b"www-authenticate", b"Bearer"))
+        if self.status == 408:
+            out.append((b"connection", b"close"))
+        if self.allow is not None:
+            out.append((b"allow", self.allow.encode()))
         return out
 
 

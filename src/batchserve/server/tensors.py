@@ -105,13 +105,23 @@ def pack_bytes(elements: list[bytes]) -> bytes:
     return b"".join(parts)
 
 
+#: The most axes a tensor may have (numpy's own limit is 64).
+MAX_DIMS = 32
+
+
 def _shape(spec: Any, name: str) -> tuple[int, ...]:
     if not isinstance(spec, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in spec
     ):
         raise ApiError(
             "invalid",
-            f"inputs[{name!r}].shape must be a list of integers >= 0, got {spec!r}",
+            f"inputs[{name!r}].shape must be a list of integers >= 0, got {spec!r:.200}",
+            param="shape",
+        )
+    if len(spec) > MAX_DIMS:
+        raise ApiError(
+            "invalid",
+            f"inputs[{name!r}].shape must have at most {MAX_DIMS} axes, got {len(spec)}",
             param="shape",
         )
     return tuple(spec)
@@ -172,7 +182,15 @@ def decode_tensor(spec: dict[str, Any], binary: bytes | None) -> Tensor:
                     f"input {name!r}: BYTES data must be strings, got {type(v).__name__}",
                     param="data",
                 )
-            elements.append(v.encode())
+            try:
+                elements.append(v.encode())
+            except UnicodeEncodeError:
+                raise ApiError(
+                    "invalid",
+                    f"input {name!r}: BYTES data must be valid Unicode text, got a lone "
+                    "surrogate (half of an escaped UTF-16 pair)",
+                    param="data",
+                ) from None
         return Tensor(name=name, datatype=datatype, shape=shape, value=elements)
     try:
         arr = np.asarray(flat, dtype=np.dtype(DTYPES[datatype])).reshape(shape)

@@ -1,0 +1,149 @@
+"""A guard on every HTTP/1.1 connection, below the ASGI app: request heads slow or too big.
+
+uvicorn reads a request's head (its request line and headers) before the application sees
+anything, and on its fast path (``httptools``) it puts no bound on either: a client that
+opens a connection and never sends, or sends its headers a byte at a time (slow loris),
+holds a connection and its memory for ever, and one that sends a 20 MB header is buffered
+whole. The application cannot answer what it never sees, so the guard is a subclass of
+uvicorn's ``HttpToolsProtocol``, handed to uvicorn as its protocol class:
+
+* **time**: a request's head must arrive within ``read_timeout_s`` of the connection's
+  opening (first request) or of its first byte (later requests on a kept-alive connection);
+  otherwise the client gets 408 ``request_timeout`` and the connection is closed. A
+  connection that sends nothing at all is closed silently. (The body has its own deadline,
+  enforced by the app: :func:`batchserve.server.asgi.read_body`.)
+* **size**: a head over ``max_head_bytes`` is refused with 431 ``head_too_large`` as soon as
+  it passes the limit, and the connection is closed.
+
+Both answers carry ``X-Reason`` and a JSON ``{"error": message}`` body, like the app's. They
+are not inference requests: the request counters do not see them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from batchserve.server.statuses import STATUS_TABLE
+
+__all__ = ["MAX_HEAD_BYTES", "guarded_protocol"]
+
+#: The default limit on a request's head (request line and headers), in bytes.
+MAX_HEAD_BYTES = 64 * 1024
+
+_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+
+
+class _HeadTooLarge(Exception):
+    """Raised inside a parser callback to stop parsing a head over the limit."""
+
+
+def guarded_protocol(*, read_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYTES) -> Any:
+    """The httptools protocol class of uvicorn with the guard, for ``uvicorn.Config(http=...)``.
+
+    Returns ``"auto"`` (uvicorn's own choice: h11, which limits head sizes itself but not
+    their time) when ``httptools`` is not installed.
+    """
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:
+        return "auto"
+
+    class GuardedHttpToolsProtocol(HttpToolsProtocol):
+        """``HttpToolsProtocol`` with a deadline and a size limit on request heads."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._head_timer: asyncio.TimerHandle | None = None
+            self._head_bytes = 0
+            self._in_head = False
+            self._too_large = False
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if self.transport.is_closing():
+                return
+            super().data_received(data)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._head_bytes = 0
+            self._in_head = True
+            self._arm()
+
+        def on_url(self, url: bytes) -> None:
+            self._count(len(url))
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._count(len(name) + len(value) + 4)
+            super().on_header(name, value)
+
+        def on_headers_complete(self) -> None:
+            self._disarm()
+            self._in_head = False
+            super().on_headers_complete()
+
+        def send_400_response(self, msg: str) -> None:
+            # uvicorn answers a parser error with 400; a head stopped for its size gets 431.
+            if self._too_large:
+                self._refuse(
+                    431,
+                    "head_too_large",
+                    f"the request line and headers must be at most {max_head_bytes} bytes",
+                )
+                return
+            super().send_400_response(msg)
+
+        def _count(self, n: int) -> None:
+            self._head_bytes += n
+            if self._head_bytes > max_head_bytes:
+                self._too_large = True
+                raise _HeadTooLarge
+
+        def _arm(self) -> None:
+            if self._head_timer is None:
+                self._head_timer = self.loop.call_later(read_timeout_s, self._on_timeout)
+
+        def _disarm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _on_timeout(self) -> None:
+            self._head_timer = None
+            if self.transport.is_closing():
+                return
+            if self._in_head:
+                self._refuse(
+                    408,
+                    "request_timeout",
+                    f"the request's head must arrive within {read_timeout_s:g}s (--read-timeout)",
+                )
+            else:
+                self.transport.close()  # opened and never used
+
+        def _refuse(self, status: int, reason: str, message: str) -> None:
+            assert STATUS_TABLE[reason][0] == status
+            body = json.dumps({"error": message}).encode()
+            head = (
+                f"HTTP/1.1 {status} ".encode()
+                + _REASONS[status]
+                + b"\r\ncontent-type: application/json\r\ncontent-length: "
+                + str(len(body)).encode()
+                + b"\r\nx-reason: "
+                + reason.encode()
+                + b"\r\nconnection: close\r\n\r\n"
+            )
+            self.transport.write(head + body)
+            self.transport.close()
+
+    return GuardedHttpToolsProtocol
