@@ -446,13 +446,29 @@ class App:
     async def _metrics(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
         await send(send_fn, 200, self.metrics.exposition(), content_type=CONTENT_TYPE.encode())
 
+    def _openapi_spec(self) -> dict[str, Any]:
+        dimensions = [
+            m.loaded.dimension
+            for m in self.registry.models.values()
+            if m.loaded is not None and m.loaded.dimension is not None
+        ]
+        return openapi_spec(
+            list(self.registry.models),
+            secured=self._key is not None,
+            limits=self.limits,
+            dimensions=dimensions,
+        )
+
     async def _openapi(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        if self._spec is None:
-            self._spec = json_bytes(openapi_spec(list(self.registry.models)))
-        await send(send_fn, 200, self._spec)
+        spec = self._spec
+        if spec is None:
+            spec = json_bytes(self._openapi_spec())
+            if self.registry.ready:  # the models' dimensions are known: it will not change
+                self._spec = spec
+        await send(send_fn, 200, spec)
 
     async def _docs(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        html = docs_html(openapi_spec(list(self.registry.models)))
+        html = docs_html(self._openapi_spec())
         await send(send_fn, 200, html.encode(), content_type=_HTML)
 
     async def _index(self, scope: Scope, receive: Receive, send_fn: Send) -> None:

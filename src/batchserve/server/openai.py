@@ -94,6 +94,9 @@ def parse_embeddings_request(body: bytes, limits: RequestLimits) -> EmbeddingsRe
             f"encoding_format must be 'float' or 'base64', got {fmt!r}",
             param="encoding_format",
         )
+    user = data.get("user")
+    if user is not None and not isinstance(user, str):
+        raise ApiError("invalid", f"user must be a string, got {type(user).__name__}", "user")
     dims = data.get("dimensions")
     if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
         raise ApiError(

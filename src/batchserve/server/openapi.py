@@ -14,7 +14,10 @@ import json
 from typing import Any
 
 from batchserve import __version__
+from batchserve.server.kserve import MAX_TENSORS
+from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import RETRY_REASONS, STATUS_TABLE
+from batchserve.server.tensors import DTYPES, MAX_DIMS
 
 __all__ = ["DEADLINE_HEADER", "TIMING_HEADERS", "docs_html", "openapi_spec"]
 
@@ -37,7 +40,12 @@ _DEADLINE_PARAM = {
     "(`0.25`) or with a unit (`250ms`, `2s`). Default: the model's `--timeout`. A request "
     "the cost model predicts cannot finish in time is refused at once (429 `infeasible`); "
     "one whose deadline passes while queued or running is answered 504.",
-    "schema": {"type": "string", "examples": ["0.25", "250ms"]},
+    "schema": {
+        "type": "string",
+        # A positive number of seconds, or of a unit (the server also reads exponents).
+        "pattern": r"^([0-9]*[1-9][0-9]*(\.[0-9]+)?|[0-9]*\.[0-9]*[1-9][0-9]*)(us|ms|s|m|min|h)?$",
+        "examples": ["0.25", "250ms"],
+    },
 }
 
 
@@ -105,14 +113,21 @@ def _simple(summary: str, description: str, tag: str, errors: list[str] | None =
     return {"summary": summary, "description": description, "tags": [tag], "responses": responses}
 
 
-def _schemas(models: list[str]) -> dict[str, Any]:
+def _schemas(models: list[str], limits: RequestLimits, dimensions: list[int]) -> dict[str, Any]:
+    # The limits are stated in words, not as maxItems/maxLength: they are settings of the
+    # deployment, and a request over one is answered 413, like a body over the byte limit.
+    text = {"type": "string", "minLength": 1}
     tensor = {
         "type": "object",
         "required": ["name", "datatype", "shape"],
         "properties": {
             "name": {"type": "string"},
-            "datatype": {"type": "string", "examples": ["BYTES", "FP32", "INT64"]},
-            "shape": {"type": "array", "items": {"type": "integer"}},
+            "datatype": {"enum": ["BYTES", *DTYPES]},
+            "shape": {
+                "type": "array",
+                "items": {"type": "integer", "minimum": 0},
+                "maxItems": MAX_DIMS,
+            },
             "data": {"type": "array", "description": "Row-major elements (JSON mode)."},
             "parameters": {
                 "type": "object",
@@ -126,21 +141,24 @@ def _schemas(models: list[str]) -> dict[str, Any]:
             "required": ["input"],
             "properties": {
                 "input": {
-                    "description": "A text, or a list of texts (at most --max-inputs, each at "
-                    "most --max-input-chars characters, none empty).",
-                    "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+                    "description": f"A text, or a list of at most {limits.max_inputs} texts "
+                    f"(--max-inputs), each of at most {limits.max_input_chars} characters "
+                    "(--max-input-chars), none empty; over a limit: 413.",
+                    "oneOf": [text, {"type": "array", "items": text, "minItems": 1}],
                 },
+                # The optional fields may also be null, which means the same as absent.
                 "model": {
-                    "type": "string",
-                    "enum": models,
+                    "type": ["string", "null"],
+                    "enum": [*models, None],
                     "description": "Default: the first served model.",
                 },
-                "encoding_format": {"enum": ["float", "base64"], "default": "float"},
+                "encoding_format": {"enum": ["float", "base64", None], "default": "float"},
                 "dimensions": {
-                    "type": "integer",
+                    "type": ["integer", "null"],
                     "description": "Only the model's own dimension is accepted.",
+                    **({"enum": [*dimensions, None]} if dimensions else {"minimum": 1}),
                 },
-                "user": {"type": "string", "description": "Ignored."},
+                "user": {"type": ["string", "null"], "description": "Ignored."},
             },
         },
         "EmbeddingsResponse": {
@@ -204,9 +222,15 @@ def _schemas(models: list[str]) -> dict[str, Any]:
                         "binary_data_output": {"type": "boolean"},
                     },
                 },
-                "inputs": {"type": "array", "items": {"$ref": "#/components/schemas/Tensor"}},
+                "inputs": {
+                    "type": "array",
+                    "items": {"$ref": "#/components/schemas/Tensor"},
+                    "minItems": 1,
+                    "maxItems": MAX_TENSORS,
+                },
                 "outputs": {
                     "type": "array",
+                    "maxItems": MAX_TENSORS,
                     "items": {
                         "type": "object",
                         "properties": {
@@ -232,9 +256,25 @@ def _schemas(models: list[str]) -> dict[str, Any]:
     }
 
 
-def openapi_spec(models: list[str]) -> dict[str, Any]:
-    """The OpenAPI 3.1 document of the server serving ``models``."""
-    secured: list[dict[str, list[str]]] = [{"bearer": []}]
+def openapi_spec(
+    models: list[str],
+    *,
+    secured: bool = True,
+    limits: RequestLimits | None = None,
+    dimensions: list[int] | None = None,
+) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the server serving ``models``.
+
+    Args:
+        models: the served models' names.
+        secured: whether inference and model listing need the API key (``--api-key``); the
+            document states it only then.
+        limits: the request limits, stated in the schemas (the defaults if None).
+        dimensions: the embedding dimensions the served models produce, if known: OpenAI's
+            ``dimensions`` accepts only those.
+    """
+    security: dict[str, Any] = {"security": [{"bearer": []}]} if secured else {}
+    limits = limits if limits is not None else RequestLimits()
     model_param = {"name": "name", "in": "path", "required": True, "schema": {"enum": models}}
     ok_infer = {
         "description": "One answer per input, in order.",
@@ -248,7 +288,7 @@ def openapi_spec(models: list[str]) -> dict[str, Any]:
                 "with other requests; the answer keeps the input order. Works with the "
                 "official `openai` client (`client.embeddings.create`).",
                 "tags": ["OpenAI"],
-                "security": secured,
+                **security,
                 "parameters": [_DEADLINE_PARAM],
                 "requestBody": {
                     "required": True,
@@ -267,7 +307,7 @@ def openapi_spec(models: list[str]) -> dict[str, Any]:
             "get": {
                 "summary": "List the served models (OpenAI)",
                 "tags": ["OpenAI"],
-                "security": secured,
+                **security,
                 "responses": {
                     "200": {"description": "OK"},
                     **_error_responses(["unauthorized"], "OpenAIError"),
@@ -278,7 +318,7 @@ def openapi_spec(models: list[str]) -> dict[str, Any]:
             "get": {
                 "summary": "One served model (OpenAI)",
                 "tags": ["OpenAI"],
-                "security": secured,
+                **security,
                 "parameters": [model_param],
                 "responses": {
                     "200": {"description": "OK"},
@@ -332,7 +372,7 @@ def openapi_spec(models: list[str]) -> dict[str, Any]:
                 "and the `X-Request-Timeout` header both bound the deadline. Also served "
                 "under `/v2/models/{name}/versions/{version}/...`.",
                 "tags": ["KServe"],
-                "security": secured,
+                **security,
                 "parameters": [
                     model_param,
                     _DEADLINE_PARAM,
@@ -386,7 +426,7 @@ def openapi_spec(models: list[str]) -> dict[str, Any]:
         },
         "paths": paths,
         "components": {
-            "schemas": _schemas(models),
+            "schemas": _schemas(models, limits, sorted(set(dimensions or []))),
             "securitySchemes": {
                 "bearer": {
                     "type": "http",
