@@ -151,7 +151,8 @@ def test_cli_profile_writes_a_file_simulate_accepts(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "prof.json"
-    spec = "synthetic:fixed=4ms,per_item=0.5ms,dim=0"
+    # Real sleeps; costs large enough that sleeping's overshoot (~0.1-0.4 ms) stays small.
+    spec = "synthetic:fixed=20ms,per_item=1ms,dim=0"
     assert (
         main(["profile", "--model", spec, "--sizes", "1,4,8", "--repeats", "3", "-o", str(out)])
         == 0
@@ -160,8 +161,8 @@ def test_cli_profile_writes_a_file_simulate_accepts(
     assert "fit: " in text
     assert "R^2" in text
     est = load_profile(out)
-    assert est.fixed_s == pytest.approx(0.004, rel=0.1)
-    assert est.per_item_s == pytest.approx(0.0005, rel=0.1)
+    assert est.fixed_s == pytest.approx(0.020, rel=0.1)
+    assert est.per_item_s == pytest.approx(0.001, rel=0.1)
     assert main(["simulate", "--profile", str(out), "--json"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert row["fixed_s"] == est.fixed_s
