@@ -31,7 +31,13 @@ class Embed(Worker):  # type: ignore[misc]
         self.args = argparse.Namespace(**json.loads(os.environ[_ARGS_ENV]))
         self.model = build_model(self.args)
 
-    def forward(self, data: list[Any]) -> list[dict[str, Any]]:
+    def forward(self, data: Any) -> Any:
+        # Mosec hands a list only when dynamic batching is on (max batch > 1).
+        if not isinstance(data, list):
+            return self._forward([data])[0]
+        return self._forward(data)
+
+    def _forward(self, data: list[Any]) -> list[dict[str, Any]]:
         items: list[tuple[str, str]] = []
         for body in data:
             try:
