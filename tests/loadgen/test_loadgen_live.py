@@ -7,6 +7,8 @@ request (request ``i`` carries the text ``t<i>``).
 """
 
 import math
+import subprocess
+import sys
 
 import pytest
 from loadgen_server import Reply, Seen, TinyServer
@@ -191,3 +193,20 @@ def test_an_unreachable_server_fails_before_the_run() -> None:
         url = srv.url
     with pytest.raises(OSError, match=r"cannot connect to 127\.0\.0\.1"):
         run_load(LoadConfig(url=url, rate=10, duration_s=0.1))
+
+
+def test_a_sender_process_that_cannot_start_is_reported_not_waited_for() -> None:
+    # A script read from stdin cannot be re-imported by a spawned child, which dies at once;
+    # the coordinator must say so rather than block on it (a large schedule once did).
+    script = (
+        "from batchserve.loadgen import LoadConfig, run_load\n"
+        "try:\n"
+        "    run_load(LoadConfig(url='http://127.0.0.1:9', rate=20000, duration_s=3,"
+        " processes=2))\n"
+        "except RuntimeError as exc:\n"
+        "    print('raised', exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-"], input=script, capture_output=True, text=True, timeout=60
+    )
+    assert "raised sender process 0" in out.stdout, out.stderr

@@ -26,6 +26,7 @@ with a server closing it) gets its request retried once.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
@@ -168,7 +169,11 @@ class Pool:
         self._on_done = on_done
         self._idle: dict[Connection, None] = {}  # insertion-ordered: popitem() is LIFO
         self._inflight: dict[int, Connection] = {}
-        self._waiting: dict[int, None] = {}  # insertion-ordered: FIFO
+        # Waiting requests: a FIFO plus the set of those still waiting (an abandoned one is
+        # dropped from the set and skipped when it reaches the front). A dict would do both,
+        # but popping its first key costs a scan past every key deleted before it.
+        self._waiting: deque[int] = deque()
+        self._waiting_set: set[int] = set()
         self._dials: set[asyncio.Task[None]] = set()
         self._retried: set[int] = set()
         self._open = 0  # connected, not yet lost
@@ -196,7 +201,7 @@ class Pool:
     @property
     def pending(self) -> int:
         """Requests submitted and not yet ended."""
-        return len(self._inflight) + len(self._waiting)
+        return len(self._inflight) + len(self._waiting_set)
 
     async def warm(self, count: int) -> None:
         """Open up to ``count`` idle connections now (before a run starts).
@@ -236,7 +241,8 @@ class Pool:
             self._cap_waits += 1
         elif len(self._dials) >= self._max_dials:
             self._dial_waits += 1
-        self._waiting[index] = None
+        self._waiting.append(index)
+        self._waiting_set.add(index)
         self._dial_for_waiters()
 
     def abandon(self, index: int, reason: str) -> bool:
@@ -252,8 +258,8 @@ class Pool:
             conn.index = -1
             if conn.transport is not None:
                 conn.transport.abort()
-        elif index in self._waiting:
-            del self._waiting[index]
+        elif index in self._waiting_set:
+            self._waiting_set.discard(index)
         else:
             return False
         self._on_done(index, 0, reason, None, self.now())
@@ -314,7 +320,8 @@ class Pool:
             if conn.served > 0 and not conn.got_bytes and index not in self._retried:
                 self._retried.add(index)
                 # Ahead of the other waiters: it was due before them.
-                self._waiting = {index: None, **self._waiting}
+                self._waiting.appendleft(index)
+                self._waiting_set.add(index)
             else:
                 self._on_done(index, 0, "connection_lost", None, self.now())
         self._dial_for_waiters()
@@ -334,19 +341,27 @@ class Pool:
 
     def _use(self, conn: Connection) -> None:
         """Give a free connection to the oldest waiter, or park it."""
-        if self._waiting:
-            nxt = next(iter(self._waiting))
-            del self._waiting[nxt]
+        nxt = self._pop_waiter()
+        if nxt >= 0:
             self._inflight[nxt] = conn
             conn.send(nxt, self._data(nxt))
         else:
             self._idle[conn] = None
 
+    def _pop_waiter(self) -> int:
+        """The oldest request still waiting, removed; -1 if none."""
+        while self._waiting:
+            index = self._waiting.popleft()
+            if index in self._waiting_set:
+                self._waiting_set.discard(index)
+                return index
+        return -1
+
     def _dial_for_waiters(self) -> None:
         if self._closed:
             return
         room = min(
-            len(self._waiting) - len(self._dials),
+            len(self._waiting_set) - len(self._dials),
             self._max_dials - len(self._dials),
             self._max - self._open - len(self._dials),
         )
@@ -361,9 +376,8 @@ class Pool:
             conn = await self._connect()
         except OSError as exc:
             self._failed += 1
-            if self._waiting:  # each failed dial fails the oldest waiter
-                index = next(iter(self._waiting))
-                del self._waiting[index]
+            index = self._pop_waiter()  # each failed dial fails the oldest waiter
+            if index >= 0:
                 self._on_done(index, 0, f"connect: {type(exc).__name__}", None, self.now())
             self._loop.call_soon(self._dial_for_waiters)
             return

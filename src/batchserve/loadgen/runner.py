@@ -131,9 +131,12 @@ def _run_here(
         return runner.run(main())
 
 
-def _child(conn: Connection, share: Share, progress_every_s: float) -> None:
-    """A sender process: prepare, report ready, wait for the start instant, send, report."""
+def _child(conn: Connection, progress_every_s: float) -> None:
+    """A sender process: get its share, prepare, say ready, wait for the start, send, report."""
     try:
+        # The share comes over our pipe, not as a spawn argument: spawn blocks writing a
+        # large argument to a child that died before reading it.
+        share: Share = conn.recv()
         _raise_fd_limit()
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
             sender = Sender(share)
@@ -168,11 +171,15 @@ def _run_children(
     try:
         for share in shares:
             mine, theirs = ctx.Pipe()
-            proc = ctx.Process(target=_child, args=(theirs, share, progress_every_s), daemon=True)
+            proc = ctx.Process(target=_child, args=(theirs, progress_every_s), daemon=True)
             proc.start()
             theirs.close()
             conns.append(mine)
             procs.append(proc)
+            try:
+                mine.send(share)
+            except OSError:
+                raise RuntimeError(f"sender process {len(procs) - 1} failed to start") from None
         for i, conn in enumerate(conns):
             if not conn.poll(READY_TIMEOUT_S):
                 raise RuntimeError(f"sender process {i} was not ready in {READY_TIMEOUT_S:g} s")
