@@ -15,13 +15,17 @@ NAN = math.nan
 
 
 def _share(
-    indices: list[int], rows: list[tuple[float, float, int, str]], **kw: object
+    indices: list[int],
+    rows: list[tuple[float, float, int, str]],
+    dispatch: list[float] | None = None,
+    **kw: object,
 ) -> ShareResult:
-    """rows: (lag_s, latency_s, status, reason) per request."""
+    """rows: (lag_s, latency_s, status, reason) per request; dispatch lags default to lags."""
     return ShareResult(
         indices=indices,
         offsets=[i * 0.1 for i in indices],
         lag_s=[r[0] for r in rows],
+        dispatch_lag_s=dispatch if dispatch is not None else [r[0] for r in rows],
         latency_s=[r[1] for r in rows],
         status=[r[2] for r in rows],
         reasons={p: r[3] for p, r in enumerate(rows) if r[3]},
@@ -85,16 +89,40 @@ def test_outcomes_are_counted_by_status_and_reason() -> None:
     assert merged.records.reason[7] == "client_timeout"
 
 
-def test_a_request_never_written_or_a_late_one_raises_the_warning() -> None:
+def test_a_request_never_written_is_reported() -> None:
     r = build_report(CFG, _report_of_mixed_run())
-    assert r.fell_behind
+    assert not r.kept_schedule
+    assert not r.fell_behind  # the generator itself was on time
     assert "1 never written" in r.warnings[0]
+
+
+def test_on_time_sends_raise_no_warning() -> None:
     on_time = _share([0, 1], [(0.0002, 0.01, 200, ""), (0.0009, 0.01, 200, "")])
-    assert build_report(CFG, merge([on_time])).warnings == ()
-    late = _share([0, 1], [(0.0002, 0.01, 200, ""), (0.012, 0.02, 200, "")])
-    r = build_report(CFG, merge([late]))
-    assert r.fell_behind
-    assert "send lag p99 0.20 ms, max 12.00 ms" in r.warnings[0]
+    r = build_report(CFG, merge([on_time]))
+    assert r.warnings == ()
+    assert r.kept_schedule
+    assert not r.fell_behind
+
+
+def test_lateness_is_blamed_on_the_generator_or_on_waiting_for_connections() -> None:
+    rows = [(0.0002, 0.01, 200, ""), (0.012, 0.02, 200, "")]
+    own = build_report(CFG, merge([_share([0, 1], rows)]))
+    assert own.fell_behind
+    assert not own.kept_schedule
+    assert own.warnings[0].startswith("the generator fell behind its schedule: it handed")
+    assert "up to 12.00 ms late (p99 0.20 ms)" in own.warnings[0]
+
+    waited = _share(
+        [0, 1], rows, dispatch=[0.0002, 0.0001], connection_waits=1, slow_dials=1,
+        max_dial_s=1.01,
+    )  # fmt: skip
+    r = build_report(CFG, merge([waited]))
+    assert not r.fell_behind
+    assert not r.kept_schedule
+    (warning,) = r.warnings
+    assert warning.startswith("requests were written late: lag p99 0.20 ms, max 12.00 ms")
+    assert "1 connection attempts took over 100 ms (longest 1010 ms" in warning
+    assert (r.dispatch_lag_max_ms, r.lag_max_ms, r.max_dial_ms) == (0.2, 12.0, 1010.0)
 
 
 def test_the_connection_cap_is_reported_when_hit() -> None:

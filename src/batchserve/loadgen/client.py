@@ -33,7 +33,11 @@ from typing import cast
 
 import httptools
 
-__all__ = ["Completion", "Connection", "Pool", "PoolStatistics"]
+__all__ = ["SLOW_DIAL_S", "Completion", "Connection", "Pool", "PoolStatistics"]
+
+#: A connection attempt slower than this is counted as slow: on a LAN or loopback it means
+#: the server's listen backlog overflowed and the kernel is retransmitting the SYN (1 s).
+SLOW_DIAL_S = 0.1
 
 #: ``completion(index, status, reason, batch_ids, t_done)``: a request ended. ``status`` is
 #: 0 when no response came; ``batch_ids`` is the raw ``X-Batch-Id`` value or None.
@@ -117,6 +121,8 @@ class PoolStatistics:
         cap_waits: of those, requests that arrived while ``max_connections`` were open.
         dial_waits: of those, requests that arrived while ``max_dials`` attempts were in
             progress (they wait for whichever connection frees or opens first).
+        slow_dials: connection attempts that took longer than :data:`SLOW_DIAL_S`.
+        max_dial_s: the longest connection attempt, in seconds.
         retries: requests resent after a kept-alive connection died under them.
     """
 
@@ -127,6 +133,8 @@ class PoolStatistics:
     waits: int
     cap_waits: int
     dial_waits: int
+    slow_dials: int
+    max_dial_s: float
     retries: int
 
 
@@ -183,6 +191,8 @@ class Pool:
         self._waits = 0
         self._cap_waits = 0
         self._dial_waits = 0
+        self._slow_dials = 0
+        self._max_dial_s = 0.0
         self._closed = False
 
     def statistics(self) -> PoolStatistics:
@@ -195,6 +205,8 @@ class Pool:
             waits=self._waits,
             cap_waits=self._cap_waits,
             dial_waits=self._dial_waits,
+            slow_dials=self._slow_dials,
+            max_dial_s=self._max_dial_s,
             retries=len(self._retried),
         )
 
@@ -348,6 +360,13 @@ class Pool:
         else:
             self._idle[conn] = None
 
+    def _dialled(self, t0: float) -> None:
+        took = self.now() - t0
+        if took > SLOW_DIAL_S:
+            self._slow_dials += 1
+        if took > self._max_dial_s:
+            self._max_dial_s = took
+
     def _pop_waiter(self) -> int:
         """The oldest request still waiting, removed; -1 if none."""
         while self._waiting:
@@ -372,15 +391,18 @@ class Pool:
             task.add_done_callback(self._dials.discard)
 
     async def _dial(self) -> None:
+        t0 = self.now()
         try:
             conn = await self._connect()
         except OSError as exc:
+            self._dialled(t0)
             self._failed += 1
             index = self._pop_waiter()  # each failed dial fails the oldest waiter
             if index >= 0:
                 self._on_done(index, 0, f"connect: {type(exc).__name__}", None, self.now())
             self._loop.call_soon(self._dial_for_waiters)
             return
+        self._dialled(t0)
         self._connected(conn)
         if self._closed:
             if conn.transport is not None:

@@ -9,9 +9,11 @@ instant ``start_at`` (a ``time.monotonic()`` value, shared by every process of t
    instant has come (``start_at + offset <= now``) to the :class:`~batchserve.loadgen.client.Pool`
    (never before its instant), and re-arms itself for the next one. Answers never pace it:
    the pool opens a new connection rather than make a request wait for a busy one;
-2. each request's *lag* is its write time minus its scheduled instant, and its *latency*
-   is its answer's arrival minus its scheduled instant, so time spent queued anywhere,
-   in this process included, is counted (no coordinated omission);
+2. each request's *lag* is its write time minus its scheduled instant: its *dispatch lag*
+   (until this process handed it to the pool: the generator's own timing and CPU) plus any
+   wait for a connection. Its *latency* is its answer's arrival minus its scheduled instant,
+   so time spent queued anywhere, in this process included, is counted (no coordinated
+   omission);
 3. a sweeper abandons requests still pending ``give_up_s`` after their scheduled instant
    (status 0, ``client_timeout``), so nothing hangs;
 4. a progress callback gets a :class:`Progress` snapshot every ``progress_every_s``;
@@ -118,6 +120,7 @@ class ShareResult:
         indices: global request indices.
         offsets: scheduled send times from the start, seconds.
         lag_s: write time minus scheduled time (NaN if never written).
+        dispatch_lag_s: hand-over to the pool minus scheduled time.
         latency_s: answer time minus scheduled time (NaN if no answer).
         status: HTTP status, 0 when no response came.
         reasons: ``X-Reason`` (or the client's reason) of requests that did not succeed,
@@ -128,13 +131,14 @@ class ShareResult:
         end_at: when the last request ended.
         cpu_s: CPU seconds this sender used from the start instant to the end.
         connections_opened, connect_failures, peak_connections, connection_waits, cap_waits,
-            dial_waits, retries: the pool's counters (see
+            dial_waits, slow_dials, max_dial_s, retries: the pool's counters (see
             :class:`~batchserve.loadgen.client.PoolStatistics`).
     """
 
     indices: list[int]
     offsets: list[float]
     lag_s: list[float]
+    dispatch_lag_s: list[float]
     latency_s: list[float]
     status: list[int]
     reasons: dict[int, str] = field(default_factory=dict)
@@ -149,6 +153,8 @@ class ShareResult:
     connection_waits: int = 0
     cap_waits: int = 0
     dial_waits: int = 0
+    slow_dials: int = 0
+    max_dial_s: float = 0.0
     retries: int = 0
 
 
@@ -168,6 +174,7 @@ class Sender:
         n = len(share.offsets)
         self._n = n
         self._lag = [math.nan] * n
+        self._dispatch_lag = [math.nan] * n
         self._latency = [math.nan] * n
         self._status = [0] * n
         self._reasons: dict[int, str] = {}
@@ -277,6 +284,7 @@ class Sender:
                     pool.abandon(pos, "cancelled")
             pool.close()
         end_at = max(now(), start_at)
+        await asyncio.sleep(0)  # let the closed connections' callbacks run before the loop ends
         cpu_s = cpu_seconds(thread_only=self._thread_only_cpu) - cpu0
         if on_progress is not None:
             on_progress(self.progress())
@@ -285,6 +293,7 @@ class Sender:
             indices=list(self._share.indices),
             offsets=list(self._share.offsets),
             lag_s=self._lag,
+            dispatch_lag_s=self._dispatch_lag,
             latency_s=self._latency,
             status=self._status,
             reasons=self._reasons,
@@ -299,6 +308,8 @@ class Sender:
             connection_waits=stats.waits,
             cap_waits=stats.cap_waits,
             dial_waits=stats.dial_waits,
+            slow_dials=stats.slow_dials,
+            max_dial_s=stats.max_dial_s,
             retries=stats.retries,
         )
 
@@ -329,8 +340,10 @@ class Sender:
         t = now()
         give_up = self._give_up
         give_up_s = self._give_up_s
+        dispatch_lag = self._dispatch_lag
         while i < n and due[i] <= t:
             give_up.append((due[i] + give_up_s, i))
+            dispatch_lag[i] = t - due[i]
             pool.submit(i)
             i += 1
         self._next = i
