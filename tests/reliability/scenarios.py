@@ -452,12 +452,14 @@ def shutdown_under_load(
     drain_timeout_s: float = 10.0,
     second_signal_after_s: float | None = None,
     stall: bool = False,
+    drain_stall_s: float = 0.0,
 ) -> Figures:
     """SIGTERM in the middle of steady load (and, if asked, a second one soon after).
 
     With ``stall`` the model is stuck from the start of the run, so a drain could not end
-    on its own. ``extra``: ``exit_status``, ``exit_after_s`` (from the first signal),
-    ``stderr``, ``computed`` (texts the model saw), ``signalled_at`` (monotonic).
+    on its own. With ``drain_stall_s`` it is stuck from the signal for that long, so the
+    drain takes at least that long. ``extra``: ``exit_status``, ``exit_after_s`` (from the
+    first signal), ``stderr``, ``computed`` (texts the model saw), ``signal_offset_s``.
     """
     record = workdir / "shutdown-record.jsonl"
     stall_file = workdir / "stall"
@@ -480,8 +482,14 @@ def shutdown_under_load(
 
         def first() -> None:
             marks["rss"] = server.rss_bytes()
+            if drain_stall_s:
+                stall_file.touch()
             marks["signal"] = time.monotonic()
             server.signal(signal.SIGTERM)
+
+        def unstall() -> None:
+            if stall_file.exists():
+                stall_file.unlink()
 
         def second() -> None:
             marks["second"] = time.monotonic()
@@ -490,6 +498,8 @@ def shutdown_under_load(
         events: list[tuple[float, Callable[[], None]]] = [(signal_at_s, first)]
         if second_signal_after_s is not None:
             events.append((signal_at_s + second_signal_after_s, second))
+        if drain_stall_s:
+            events.append((signal_at_s + drain_stall_s, unstall))
         if stall:
             stall_file.touch()
         config = load_config(

@@ -1,9 +1,11 @@
 """Scenario 6: SIGTERM in the middle of steady load, then a second SIGTERM.
 
-200 requests/s for 3 s with 20 s deadlines; SIGTERM at 1.5 s. Every request accepted
-before the signal is answered 200 (the model saw exactly the requests answered 200), those
-after it get 503 ``draining`` or, once the listener has closed, a refused connection, and
-the process exits 0 well within its 10 s drain timeout. With the model stuck, a second
+200 requests/s with 20 s deadlines; SIGTERM at 1.5 s, and the model stuck for the first 6 s
+after it, so the drain lasts longer than uvicorn's own 5 s of graceful shutdown (which
+alone would drop what is still queued). Every request accepted before the signal is
+answered 200 (the model saw exactly the requests answered 200), those after it get 503
+``draining`` while the drain lasts or, once the listener has closed, a refused connection,
+and the process exits 0 within its 10 s drain timeout. With the model stuck, a second
 SIGTERM 0.5 s after the first stops it at once (within 1 s, not after the drain timeout)
 with a non-zero status, and it says so. Tolerance: the signal is asynchronous, so which
 side of it a request falls on is only known to 50 ms.
@@ -22,14 +24,16 @@ EDGE_S = 0.05
 
 
 def test_sigterm_under_load_answers_everything_accepted(tmp_path: pathlib.Path) -> None:
-    f = shutdown_under_load(tmp_path, duration_s=3.0, signal_at_s=1.5, drain_timeout_s=10.0)
+    f = shutdown_under_load(
+        tmp_path, duration_s=8.5, signal_at_s=1.5, drain_timeout_s=10.0, drain_stall_s=6.0
+    )
     run = f.run
     assert run is not None
     summary = (
         f"{f.extra['statuses']} exit {f.extra['exit_status']} after {f.extra['exit_after_s']:.2f} s"
     )
     assert f.extra["exit_status"] == 0, summary + f.extra["stderr"]
-    assert f.extra["exit_after_s"] < 10.0, summary
+    assert 6.0 <= f.extra["exit_after_s"] < 10.0, summary
     assert "draining" in f.extra["stderr"]
     signal_at = f.extra["signal_offset_s"]
     offsets = run.result.offsets
@@ -40,6 +44,7 @@ def test_sigterm_under_load_answers_everything_accepted(tmp_path: pathlib.Path) 
     assert len(ok) + len(refused) + len(closed) == run.n, summary
     assert f.lost == 0, summary
     assert all(run.reason(i) == "draining" for i in refused), summary
+    assert len(refused) > 500, summary  # 6 s of drain at 200/s: refused, not turned away
     # Before the signal: answered. After it: refused.
     assert len(ok) > 250, summary
     assert max(offsets[i] for i in ok) < signal_at + EDGE_S, summary
