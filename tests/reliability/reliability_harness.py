@@ -37,6 +37,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from batchserve.loadgen.config import LoadConfig
+from batchserve.loadgen.runner import loop_factory
 from batchserve.loadgen.sender import Sender, Share, ShareResult
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -403,7 +404,8 @@ def run_load(
             for h in handles:
                 h.cancel()
 
-    return LoadRun(config, asyncio.run(main()))
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return LoadRun(config, runner.run(main()))
 
 
 def unique_texts(n: int, prefix: str = "text") -> tuple[str, ...]:
