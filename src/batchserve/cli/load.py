@@ -63,46 +63,74 @@ def add_parser(sub: Any) -> None:
     w = p.add_argument_group("what to send")
     w.add_argument("--api", choices=APIS, default="openai", help="protocol (openai)")
     w.add_argument("--model", default=DEFAULT_MODEL, help=f"model name ({DEFAULT_MODEL})")
-    w.add_argument("--inputs", type=positive_int, default=1, help="inputs per request (1)")
+    w.add_argument(
+        "--inputs", metavar="N", type=positive_int, default=1, help="inputs per request (1)"
+    )
     w.add_argument("--texts", metavar="FILE", help="input texts, one per line (cycled)")
     w.add_argument(
-        "--text-words", type=positive_int, default=12, help="words per generated text (12)"
+        "--text-words",
+        metavar="N",
+        type=positive_int,
+        default=12,
+        help="words per generated text (12)",
     )
     w.add_argument(
-        "--text-count", type=positive_int, default=256, help="distinct generated texts (256)"
+        "--text-count",
+        metavar="N",
+        type=positive_int,
+        default=256,
+        help="distinct generated texts (256)",
     )
     w.add_argument(
         "--timeout",
+        metavar="DURATION",
         type=duration,
         default=None,
         help="each request's deadline, sent to the server (none)",
     )
     w.add_argument(
         "--client-timeout",
+        metavar="DURATION",
         type=duration,
         default=None,
         help="give up on a request this long after its scheduled time (timeout + 1s, or 30s)",
     )
-    w.add_argument("--kserve-input", default="text", help="KServe input tensor name (text)")
+    w.add_argument(
+        "--kserve-input", metavar="NAME", default="text", help="KServe input tensor name (text)"
+    )
     w.add_argument(
         "--api-key",
+        metavar="KEY",
         default=os.environ.get(API_KEY_ENV) or None,
         help=f"sent as 'Authorization: Bearer KEY' (default ${API_KEY_ENV})",
     )
     s = p.add_argument_group("schedule")
-    s.add_argument("--rate", type=float, default=100.0, help="requests per second (100)")
-    s.add_argument("--duration", type=duration, default=10.0, help="schedule length (10s)")
-    s.add_argument("--arrivals", choices=ARRIVAL_MODES, default="constant", help="(constant)")
-    s.add_argument("--seed", type=int, default=0, help="seed of poisson arrivals and texts")
+    s.add_argument(
+        "--rate", metavar="PER_S", type=float, default=100.0, help="requests per second (100)"
+    )
+    s.add_argument(
+        "--duration", metavar="DURATION", type=duration, default=10.0, help="schedule length (10s)"
+    )
+    s.add_argument(
+        "--arrivals", choices=ARRIVAL_MODES, default="constant", help="arrival process (constant)"
+    )
+    s.add_argument(
+        "--seed", metavar="N", type=int, default=0, help="seed of poisson arrivals and texts"
+    )
     s.add_argument(
         "--sweep", metavar="RATES", help="run each of these comma-separated rates in turn"
     )
     s.add_argument(
-        "--sweep-pause", type=duration, default=1.0, help="pause between sweep runs (1s)"
+        "--sweep-pause",
+        metavar="DURATION",
+        type=duration,
+        default=1.0,
+        help="pause between sweep runs (1s)",
     )
     g = p.add_argument_group("generator")
     g.add_argument(
         "--processes",
+        metavar="N",
         type=_processes,
         default=1,
         help=f"sender processes, or auto (one per {AUTO_RATE_PER_PROCESS:g}/s, at most one "
@@ -110,12 +138,14 @@ def add_parser(sub: Any) -> None:
     )
     g.add_argument(
         "--max-connections",
+        metavar="N",
         type=positive_int,
         default=10_000,
         help="cap on open connections, over all processes (10000)",
     )
     g.add_argument(
         "--max-dials",
+        metavar="N",
         type=positive_int,
         default=32,
         help="cap on connection attempts in progress, per process (32)",
@@ -125,7 +155,7 @@ def add_parser(sub: Any) -> None:
     fmt.add_argument("--json", action="store_true", help="one JSON object per run")
     fmt.add_argument("--csv", action="store_true", help="CSV with a header row")
     o.add_argument("--plot", metavar="FILE", help="with --sweep: write a PNG")
-    o.add_argument("--name", default="", help="the row's label")
+    o.add_argument("--name", metavar="LABEL", default="", help="the row's label")
     o.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(run=run)
 
