@@ -177,12 +177,16 @@ def test_a_kept_alive_connection_closed_under_a_request_gets_it_retried_once() -
 def test_two_processes_send_the_whole_schedule_once() -> None:
     # Tolerance: as the first test, the server's 5 ms is a lower bound on every latency.
     with TinyServer(lambda s: Reply(delay_s=0.005)) as srv:
-        run: LoadRun = run_load(
-            LoadConfig(url=srv.url, rate=200, duration_s=0.5, processes=2, texts=_texts(100))
-        )
+        cfg = LoadConfig(
+            url=srv.url, rate=200, duration_s=0.5, arrivals="poisson", seed=5, processes=2,
+            texts=_texts(200),
+        )  # fmt: skip
+        run: LoadRun = run_load(cfg)
+    assert list(run.records.offset_s) == cfg.schedule()  # the seeded schedule, exactly
+    n = len(cfg.schedule())
     assert run.report.processes == 2
-    assert run.report.summary.ok == 100
-    assert sorted(_index(s) for s in srv.seen) == list(range(100))
+    assert run.report.summary.ok == n
+    assert sorted(_index(s) for s in srv.seen) == list(range(n))
     assert min(run.records.latency_s) >= 0.005
     for seen in srv.seen:
         assert seen.arrived >= run.start_at + run.records.offset_s[_index(seen)]
