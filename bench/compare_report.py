@@ -28,13 +28,25 @@ from compare_servers import MAIN_PYTHON, PEERS, ROOT, VENVS
 FRAMEWORK_P99_MS = 50.0
 
 
+#: Figures of successful requests only: a run with no success has none (not 0 ms).
+_LATENCY_KEYS = ("p50_ms", "p90_ms", "p99_ms", "max_ms")
+
+
+def _vals(runs: list[dict[str, Any]], key: str) -> list[float]:
+    return [
+        r[key]
+        for r in runs
+        if isinstance(r.get(key), int | float) and (key not in _LATENCY_KEYS or r.get("ok"))
+    ]
+
+
 def _med(runs: list[dict[str, Any]], key: str) -> float | None:
-    vals = [r[key] for r in runs if isinstance(r.get(key), int | float)]
+    vals = _vals(runs, key)
     return statistics.median(vals) if vals else None
 
 
 def _range(runs: list[dict[str, Any]], key: str, fmt: str) -> str:
-    vals = [r[key] for r in runs if isinstance(r.get(key), int | float)]
+    vals = _vals(runs, key)
     if not vals:
         return "n/a"
     mid = format(statistics.median(vals), fmt)
@@ -350,7 +362,14 @@ def _versions() -> dict[str, Any]:
             text=True,
             check=False,
         ).stdout.strip()
-        out["batchserve"]["commit"] = commit
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "src"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        out["batchserve"]["commit"] = commit + (" (+ uncommitted changes in src/)" if dirty else "")
     except (subprocess.SubprocessError, OSError, ValueError):
         pass
     return out
