@@ -52,8 +52,12 @@ now = time.monotonic
 
 
 def cpu_seconds(*, thread_only: bool = False) -> float:
-    """CPU time (user + system) of this process, or of the calling thread only."""
-    who = resource.RUSAGE_THREAD if thread_only else resource.RUSAGE_SELF
+    """CPU time (user + system) of this process, or of the calling thread only.
+
+    Per-thread figures need Linux; elsewhere the whole process is counted.
+    """
+    thread = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+    who = thread if thread_only else resource.RUSAGE_SELF
     ru = resource.getrusage(who)
     return ru.ru_utime + ru.ru_stime
 
