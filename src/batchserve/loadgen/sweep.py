@@ -74,8 +74,11 @@ def run_sweep(
 
 def plot_sweep(reports: Sequence[LoadReport], path: str | Path, *, title: str = "") -> None:
     """Write a PNG of the sweep to ``path`` (matplotlib, no display needed)."""
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import FormatStrFormatter, FuncFormatter
+    try:
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import FormatStrFormatter, FuncFormatter
+    except ImportError as exc:
+        raise ImportError("--plot needs matplotlib: pip install 'batchserve[plot]'") from exc
 
     offered = [r.summary.offered_per_s for r in reports]
     fig = Figure(figsize=(11, 4.5), layout="constrained")
