@@ -39,6 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from batchserve.loadgen.config import LoadConfig
 from batchserve.loadgen.runner import loop_factory
 from batchserve.loadgen.sender import Sender, Share, ShareResult
+from batchserve.metrics import REQUEST_OUTCOMES
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -46,7 +47,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 FAULTY = "faulty=batchserve.models.faults:FaultyModel"
 
 #: The request outcomes, in the order of the identity.
-OUTCOMES = ("ok", "late", "rejected", "expired", "cancelled", "failed", "invalid")
+OUTCOMES = REQUEST_OUTCOMES
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, interval_s: float = 0.02) -> bool:
@@ -58,6 +59,16 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, interval_s: floa
         if time.monotonic() >= end:
             return False
         time.sleep(interval_s)
+
+
+def cpu_pressure_s() -> float:
+    """Seconds runnable tasks have waited for a CPU since boot (Linux PSI); NaN elsewhere."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            some = f.readline().split()
+    except OSError:
+        return math.nan
+    return int(some[-1].partition("=")[2]) / 1e6
 
 
 def percentile(values: Sequence[float], q: float) -> float:

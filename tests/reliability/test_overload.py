@@ -3,13 +3,20 @@
 The model (20 ms + 2.5 ms per item, batches of 8) serves 200 items/s; 1,000 requests/s
 arrive (Poisson), each with a 250 ms deadline. The Go seed, at batch size 1, keeps 17% of
 its capacity in the same situation. Tolerances, stated once: an answer may come 100 ms after
-its deadline (the client and the server share two cores); a refusal's p99 is under 10 ms;
-goodput is at least 90% of capacity; RSS grows less than 10% after warm-up.
+its deadline, and a success 10 ms after it (the server's deadline runs from when it reads
+the request, a little after the client wrote it; client and server share two cores); a
+refusal's p99 is under 10 ms; goodput is at least 90% of capacity; RSS grows less than 10%
+after warm-up. The machine must not be busy with other work: a failure's message gives the
+CPU pressure over the run (Linux PSI "some", the share of time runnable tasks waited for a
+CPU) to tell the two apart.
 """
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from reliability_harness import cpu_pressure_s
 from scenarios import overload
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
@@ -18,14 +25,18 @@ MARGIN_S = 0.1
 
 
 def test_overload_at_five_times_capacity() -> None:
+    pressure = cpu_pressure_s()
+    t0 = time.monotonic()
     f = overload(duration_s=20.0, factor=5.0)
+    waited = (cpu_pressure_s() - pressure) / (time.monotonic() - t0)
     assert f.run is not None
     assert f.counts is not None
     deadline = f.extra["deadline_s"]
     summary = (
         f"statuses {f.extra['statuses']}, goodput {f.goodput:.1f}/s of {f.capacity:.0f}, "
         f"429 p99 {f.refusal_p99_s * 1e3:.2f} ms, max answer {f.extra['max_response_s']:.3f} s, "
-        f"RSS {f.rss_before / 1e6:.1f} -> {f.rss_after / 1e6:.1f} MB, {f.counts.row()}"
+        f"RSS {f.rss_before / 1e6:.1f} -> {f.rss_after / 1e6:.1f} MB, {f.counts.row()}; "
+        f"CPU pressure {waited:.0%}"
     )
     # The server stays up and every request gets an answer, none later than its deadline
     # plus the margin.

@@ -11,11 +11,13 @@ Events, each handed the current time ``now`` by the driver:
   at once: ``ShuttingDown`` when closed, ``QueueFull`` when the queue holds ``queue_size``
   live items, ``DeadlineInfeasible`` when admission is on and the cost model predicts the
   item would finish after its deadline (with a margin: two standard errors of the passes
-  ahead, from the cost model's own prediction error, plus 2% of the predicted wait). Nothing
-  is ever queued to be refused later. One exception keeps the belief honest: when nothing
-  is queued, a worker is idle and the cost model has measured at least one pass, the item is
-  admitted as a probe whatever the prediction, so a model that was stuck or slow and has
-  recovered is measured again instead of being refused forever.
+  ahead, from the cost model's own prediction error, plus 2% of the predicted wait), or
+  when it would make an earlier item of its batch late (it joins the pass of the last
+  queued items and makes it longer). Nothing is ever queued to be refused later. One
+  exception keeps the belief honest: when nothing is queued, a worker is idle and the cost
+  model has measured at least one pass, the item is admitted as a probe whatever the
+  prediction, so a model that was stuck or slow and has recovered is measured again instead
+  of being refused forever.
 * ``cancel(now, entry)`` removes a queued entry (its caller left). A running entry is only
   marked, so the driver can skip it just before the forward pass.
 * ``poll(now)`` returns the actions due now: entries whose deadline has passed while queued
@@ -288,6 +290,7 @@ class Policy(Generic[P]):
             )
         if deadline is not None and (cfg.admission or deadline <= now):
             finish = now
+            limit = deadline
             if cfg.admission:
                 finish = self.predict_finish(now)
                 # A margin for the noise of a real machine: two standard errors of the passes
@@ -298,12 +301,21 @@ class Policy(Generic[P]):
                     passes = depth // cfg.max_batch_size + 1 + len(self._running)
                     margin += 2.0 * spread * math.sqrt(passes)
                 finish += margin
-            if deadline <= now or (finish > deadline and not self._probe_ok(depth)):
+                # The item joins the batch of the last ``k`` queued items, whose pass it makes
+                # longer: it must not make any of them late either.
+                k = depth % cfg.max_batch_size
+                if k and finish <= deadline:
+                    for mate in itertools.islice(reversed(queue.values()), k):
+                        if mate.deadline is not None and finish > mate.deadline:
+                            limit = mate.deadline
+                            break
+            if deadline <= now or (finish > limit and not self._probe_ok(depth)):
                 self._rejected["infeasible"] += 1
+                whose = "its" if limit == deadline else "an earlier item of its batch's"
                 raise DeadlineInfeasible(
                     f"deadline cannot be met: predicted to finish in {finish - now:.4f}s, "
-                    f"deadline is in {deadline - now:.4f}s",
-                    retry_after_s=max(_MIN_RETRY_S, finish - deadline),
+                    f"{whose} deadline is in {limit - now:.4f}s",
+                    retry_after_s=max(_MIN_RETRY_S, finish - limit),
                 )
         entry: Entry[P] = Entry(next(self._ids), payload, now, deadline)
         queue[entry.id] = entry
