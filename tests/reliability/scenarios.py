@@ -51,6 +51,9 @@ STEADY_CAPACITY = STEADY_BATCH / (0.005 + STEADY_BATCH * 0.0005)
 #: Status 0 reasons that mean the request was never accepted (the listener was closed).
 REFUSED_CONNECTION = "connect: "
 
+#: How long before SIGTERM a shutdown scenario stalls the model, to have work queued.
+STALL_LEAD_S = 0.3
+
 
 @dataclasses.dataclass(slots=True, kw_only=True)
 class Figures:
@@ -459,7 +462,8 @@ def shutdown_under_load(
     """SIGTERM in the middle of steady load (and, if asked, a second one soon after).
 
     With ``stall`` the model is stuck from the start of the run, so a drain could not end
-    on its own. With ``drain_stall_s`` it is stuck from the signal for that long, so the
+    on its own. With ``drain_stall_s`` it is stuck from :data:`STALL_LEAD_S` before the
+    signal to ``drain_stall_s`` after it, so work is queued when the signal comes and the
     drain takes at least that long. ``extra``: ``exit_status``, ``exit_after_s`` (from the
     first signal), ``stderr``, ``computed`` (texts the model saw), ``signal_offset_s``.
     """
@@ -484,8 +488,6 @@ def shutdown_under_load(
 
         def first() -> None:
             marks["rss"] = server.rss_bytes()
-            if drain_stall_s:
-                stall_file.touch()
             marks["signal"] = time.monotonic()
             server.signal(signal.SIGTERM)
 
@@ -501,6 +503,8 @@ def shutdown_under_load(
         if second_signal_after_s is not None:
             events.append((signal_at_s + second_signal_after_s, second))
         if drain_stall_s:
+            # Stuck from a little before the signal, so that work is queued when it comes.
+            events.append((signal_at_s - STALL_LEAD_S, stall_file.touch))
             events.append((signal_at_s + drain_stall_s, unstall))
         if stall:
             stall_file.touch()

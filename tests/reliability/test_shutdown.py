@@ -1,8 +1,8 @@
 """Scenario 6: SIGTERM in the middle of steady load, then a second SIGTERM.
 
-200 requests/s with 20 s deadlines; SIGTERM at 1.5 s, and the model stuck for the first 6 s
-after it, so the drain lasts longer than uvicorn's own 5 s of graceful shutdown (which
-alone would drop what is still queued). Every request accepted before the signal is
+200 requests/s with 20 s deadlines; SIGTERM at 1.5 s, and the model stuck from 0.3 s before
+it (so that work is queued when it comes) to 6 s after it, so the drain lasts longer than
+uvicorn's own 5 s of graceful shutdown (which alone would drop what is still queued). Every request accepted before the signal is
 answered 200 (the model saw exactly the requests answered 200), those after it get 503
 ``draining`` while the drain lasts or, once the listener has closed, a refused connection,
 and the process exits 0 within its 10 s drain timeout. With the model stuck, a second
@@ -37,20 +37,27 @@ def test_sigterm_under_load_answers_everything_accepted(tmp_path: pathlib.Path) 
     assert "draining" in f.extra["stderr"]
     signal_at = f.extra["signal_offset_s"]
     offsets = run.result.offsets
-    ok = run.indices(200)
-    refused = [i for i in range(run.n) if run.status[i] == 503]
-    closed = [i for i in range(run.n) if run.reason(i).startswith(REFUSED_CONNECTION)]
-    # Nothing else happened to any request: no error, no hang, no lost answer.
-    assert len(ok) + len(refused) + len(closed) == run.n, summary
-    assert f.lost == 0, summary
+    before = [i for i in range(run.n) if offsets[i] < signal_at - EDGE_S]
+    after = [i for i in range(run.n) if offsets[i] > signal_at + EDGE_S]
+    # Before the signal: every request answered, 200.
+    assert len(before) > 250
+    assert [i for i in before if run.status[i] != 200] == [], summary
+    # After it: refused while the drain lasts (503 draining), then turned away at the door
+    # once the listener has closed (a refused or reset connection: never read).
+    refused = [i for i in after if run.status[i] == 503]
     assert all(run.reason(i) == "draining" for i in refused), summary
     assert len(refused) > 500, summary  # 6 s of drain at 200/s: refused, not turned away
-    # Before the signal: answered. After it: refused.
-    assert len(ok) > 250, summary
-    assert max(offsets[i] for i in ok) < signal_at + EDGE_S, summary
-    assert min(offsets[i] for i in refused + closed) > signal_at - EDGE_S, summary
+    turned_away = [i for i in after if run.status[i] == 0]
+    assert all(
+        run.reason(i).startswith(REFUSED_CONNECTION) or run.reason(i) == "connection_lost"
+        for i in turned_away
+    ), summary
+    assert len(refused) + len(turned_away) == len(after), summary
+    # No request, on either side of the signal, got anything else.
+    assert set(run.status) <= {0, 200, 503}, summary
     # Every accepted request reached the model and was answered: the model computed
-    # exactly the texts of the 200s.
+    # exactly the texts of the 200s, so nothing it accepted was dropped.
+    ok = run.indices(200)
     assert sorted(f.extra["computed"]) == sorted(run.text(i) for i in ok)
 
 
