@@ -47,7 +47,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compare_report import write_results
+from compare_report import versions, write_results
 from compare_servers import (
     BENCH,
     MAIN_PYTHON,
@@ -622,6 +622,7 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_before": load_before,
         "loadavg_after": _loadavg(),
         "argv": ["bench/compare.py", *(sys.argv[1:] if argv is None else argv)],
+        "versions": versions(),
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     raw = out_dir / f"compare-{stamp}.json"

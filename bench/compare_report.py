@@ -26,6 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_servers import MAIN_PYTHON, PEERS, ROOT, VENVS
 
 FRAMEWORK_P99_MS = 50.0
+#: Hand-written reading of a run (why a target is missed, what would close it), included
+#: after the targets when present. It names the run it was written for.
+DISCUSSION = Path(__file__).resolve().parent / "results_discussion.md"
 
 
 #: Figures of successful requests only: a run with no success has none (not 0 ms).
@@ -339,7 +342,7 @@ def targets(data: dict[str, Any], facts: dict[str, Any]) -> list[str]:
 # ---------------------------------------------------------------- the document
 
 
-def _versions() -> dict[str, Any]:
+def versions() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for peer in PEERS:
         p = VENVS / peer / "versions.json"
@@ -502,9 +505,11 @@ def write_results(data: dict[str, Any], path: Path | None) -> str:
     parts.append("## Targets\n")
     parts.extend(targets(data, facts) or ["- no scenario ran"])
     parts.append("")
+    if DISCUSSION.exists():
+        parts.append(DISCUSSION.read_text().rstrip() + "\n")
     parts.extend(sections)
     parts.append("## Versions\n")
-    for name, vers in _versions().items():
+    for name, vers in (data.get("versions") or versions()).items():
         parts.append(f"- {name}: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
     parts.append("\n## Commands\n")
     parts.append("Set up the peers' environments once, then run everything:\n")
