@@ -578,8 +578,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--results",
-        default=str(BENCH / "RESULTS.md"),
-        help="where to write the report ('' for nowhere)",
+        default=None,
+        help="where to write the report ('' for nowhere; default bench/RESULTS.md, or "
+        "bench/out/RESULTS-quick.md with --quick, so a smoke run never replaces a full one)",
     )
     args = p.parse_args(argv)
     scenarios = [s for s in args.scenarios.split(",") if s]
@@ -628,6 +629,8 @@ def main(argv: list[str] | None = None) -> int:
     raw = out_dir / f"compare-{stamp}.json"
     raw.write_text(json.dumps(data, indent=1))
     print(f"\nraw figures: {raw.relative_to(ROOT)}")
+    if args.results is None:
+        args.results = str(out_dir / "RESULTS-quick.md" if plan.quick else BENCH / "RESULTS.md")
     text = write_results(data, Path(args.results) if args.results else None)
     print(text)
     return 0
