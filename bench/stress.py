@@ -153,8 +153,12 @@ def run_leaving(work: pathlib.Path, quick: bool) -> Figures:
 
 
 def run_shutdown(work: pathlib.Path, quick: bool) -> Figures:
+    # The model stalls from just before the signal to 6 s after it: the drain has work.
     f = scenarios.shutdown_under_load(
-        work, duration_s=3.0 if quick else 10.0, signal_at_s=1.5 if quick else 5.0
+        work,
+        duration_s=8.5 if quick else 12.0,
+        signal_at_s=1.5 if quick else 5.0,
+        drain_stall_s=6.0,
     )
     run = f.run
     assert run is not None

@@ -524,7 +524,7 @@ def shutdown_under_load(
     if stall_file.exists():
         stall_file.unlink()
     computed = [t for batch in read_record(record) for t in batch]
-    return _figures(
+    figures = _figures(
         "shutdown" if second_signal_after_s is None else "second SIGTERM",
         run,
         rss_before=rss_before,
@@ -538,6 +538,13 @@ def shutdown_under_load(
             "statuses": run.statuses(),
         },
     )
+    # Lost: sent before the signal and never answered. After it, a connection refused or
+    # reset at the closed door is the answer the scenario expects.
+    offsets = run.result.offsets
+    figures.lost = sum(
+        1 for i in range(run.n) if run.status[i] == 0 and offsets[i] < signal_at_s - 0.05
+    )
+    return figures
 
 
 # -- 8. soak -------------------------------------------------------------------------------

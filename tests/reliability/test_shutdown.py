@@ -2,13 +2,13 @@
 
 200 requests/s with 20 s deadlines; SIGTERM at 1.5 s, and the model stuck from 0.3 s before
 it (so that work is queued when it comes) to 6 s after it, so the drain lasts longer than
-uvicorn's own 5 s of graceful shutdown (which alone would drop what is still queued). Every request accepted before the signal is
-answered 200 (the model saw exactly the requests answered 200), those after it get 503
-``draining`` while the drain lasts or, once the listener has closed, a refused connection,
-and the process exits 0 within its 10 s drain timeout. With the model stuck, a second
-SIGTERM 0.5 s after the first stops it at once (within 1 s, not after the drain timeout)
-with a non-zero status, and it says so. Tolerance: the signal is asynchronous, so which
-side of it a request falls on is only known to 50 ms.
+uvicorn's own 5 s of graceful shutdown (which alone would drop what is still queued). Every
+request accepted before the signal is answered 200 (the model saw exactly the requests
+answered 200), those after it get 503 ``draining`` while the drain lasts or, once the
+listener has closed, a refused connection, and the process exits 0 within its 10 s drain
+timeout. With the model stuck, a second SIGTERM 0.5 s after the first stops it at once
+(within 1 s, not after the drain timeout) with a non-zero status, and it says so. Tolerance:
+the signal is asynchronous, so which side of it a request falls on is only known to 50 ms.
 """
 
 from __future__ import annotations
