@@ -12,7 +12,21 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["LoadSummary", "percentile", "summarize"]
+__all__ = ["DEMO_KEYS", "LoadSummary", "percentile", "summarize"]
+
+#: The keys ``batchserve demo --json`` and ``batchserve load --json`` print first, in order.
+DEMO_KEYS = (
+    "name",
+    "max_batch_size",
+    "max_wait_s",
+    "offered_per_s",
+    "ok_per_s",
+    "avg_batch",
+    "p50_ms",
+    "p99_ms",
+    "rejected",
+    "timed_out",
+)
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -62,8 +76,11 @@ class LoadSummary:
     duration_s: float
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict with the keys in a stable order."""
-        return asdict(self)
+        """A JSON-ready dict: :data:`DEMO_KEYS` first, in their order, then the rest."""
+        full = asdict(self)
+        out = {k: full[k] for k in DEMO_KEYS}
+        out.update({k: v for k, v in full.items() if k not in out})
+        return out
 
     def format_row(self) -> str:
         """One line in the Go seed's columns."""

@@ -23,19 +23,6 @@ from batchserve.report import LoadSummary
 
 __all__ = ["add_parser"]
 
-_JSON_KEYS = (
-    "name",
-    "max_batch_size",
-    "max_wait_s",
-    "offered_per_s",
-    "ok_per_s",
-    "avg_batch",
-    "p50_ms",
-    "p99_ms",
-    "rejected",
-    "timed_out",
-)
-
 
 def add_parser(sub: Any) -> None:
     """Register the ``demo`` subcommand."""
@@ -60,9 +47,7 @@ _PREDICTED_KEYS = ("ok_per_s", "avg_batch", "p50_ms", "p99_ms", "rejected", "tim
 
 
 def _json_row(row: LoadSummary, predicted: LoadSummary | None = None) -> dict[str, Any]:
-    full = row.to_dict()
-    out = {k: full[k] for k in _JSON_KEYS}
-    out.update({k: v for k, v in full.items() if k not in out})
+    out = row.to_dict()
     if predicted is not None:
         guess = predicted.to_dict()
         out.update({f"predicted_{k}": guess[k] for k in _PREDICTED_KEYS})

@@ -45,20 +45,6 @@ LAG_WARN_P99_MS = 1.0
 #: ... or when its largest send lag exceeds this.
 LAG_WARN_MAX_MS = 10.0
 
-#: The keys ``batchserve demo --json`` prints first, in its order.
-DEMO_KEYS = (
-    "name",
-    "max_batch_size",
-    "max_wait_s",
-    "offered_per_s",
-    "ok_per_s",
-    "avg_batch",
-    "p50_ms",
-    "p99_ms",
-    "rejected",
-    "timed_out",
-)
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Records:
@@ -237,9 +223,7 @@ class LoadReport:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: the demo's keys first in its order, then the rest."""
-        summary = self.summary.to_dict()
-        out = {k: summary[k] for k in DEMO_KEYS}
-        out.update({k: v for k, v in summary.items() if k not in out})
+        out = self.summary.to_dict()
         extras = asdict(self)
         del extras["summary"]
         extras["warnings"] = list(self.warnings)
