@@ -42,6 +42,7 @@ from batchserve.config import BatchConfig, check_positive
 from batchserve.errors import DeadlineExceeded, ShuttingDown
 from batchserve.models.base import AsyncBatchFn, BatchFn, SyncBatchFn, is_async_model
 from batchserve.policy import Batch, Entry, Policy, PolicyStats
+from batchserve.policy.core import DONE
 
 __all__ = ["BatchRecord", "Batcher", "Served", "Ticket"]
 
@@ -166,7 +167,6 @@ class Batcher(Generic[Out]):
         self._timer_at = math.inf
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle: asyncio.Event | None = None
-        self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -189,7 +189,7 @@ class Batcher(Generic[Out]):
     @property
     def closed(self) -> bool:
         """Whether ``shutdown`` has begun: new submissions are refused."""
-        return self._closed
+        return self._policy.draining
 
     def statistics(self) -> PolicyStats:
         """A frozen snapshot: queue depth, outcome counters, batch sizes, fitted cost model."""
@@ -204,7 +204,6 @@ class Batcher(Generic[Out]):
         until nothing is queued or running, or ``timeout_s`` seconds have passed (then the
         queue is dropped as with ``drain=False``). Safe to call twice.
         """
-        self._closed = True
         self._policy.close()
         if not drain:
             self._drop_queue()
@@ -291,7 +290,7 @@ class Batcher(Generic[Out]):
         if future.cancelled():
             if self._policy.cancel(self._clock.now(), entry):
                 self._pump()
-        elif entry.state != 2:
+        elif entry.state != DONE:
             # Answered early (deadline while running): the caller is gone for the model too.
             entry.gone = True
 
@@ -417,7 +416,6 @@ class Batcher(Generic[Out]):
         self._policy.finish(
             now,
             batch,
-            forward_s=forward_s if live else None,
             failed=failed,
             skipped=skipped,
             bisect_calls=result.extra_calls,
@@ -432,13 +430,7 @@ class Batcher(Generic[Out]):
             elif e.deadline is not None and now > e.deadline:
                 # The deadline timer had no chance to run (a busy loop): a late answer is
                 # still a 504, never a success after the deadline. Counted ``late``.
-                fut.set_exception(
-                    DeadlineExceeded(
-                        f"deadline passed after {now - e.arrival:.4f}s, "
-                        "while its forward pass was running",
-                        during_pass=True,
-                    )
-                )
+                fut.set_exception(_late(e, now))
             else:
                 fut.set_result(
                     Served(
@@ -475,6 +467,13 @@ class Batcher(Generic[Out]):
             _log.exception("on_batch listener raised")
 
 
+def _late(entry: Entry[_Item], now: float) -> DeadlineExceeded:
+    return DeadlineExceeded(
+        f"deadline passed after {now - entry.arrival:.4f}s, while its forward pass was running",
+        during_pass=True,
+    )
+
+
 class _DeadlineGuard:
     """Answers ``DeadlineExceeded`` to callers whose deadline passes while their pass runs."""
 
@@ -500,13 +499,7 @@ class _DeadlineGuard:
             fut = e.payload.future
             if e.deadline is not None and e.deadline <= now and not fut.done():
                 e.gone = True
-                fut.set_exception(
-                    DeadlineExceeded(
-                        f"deadline passed after {now - e.arrival:.4f}s, "
-                        "while its forward pass was running",
-                        during_pass=True,
-                    )
-                )
+                fut.set_exception(_late(e, now))
         self._arm()
 
     def cancel(self) -> None:

@@ -30,7 +30,7 @@ def test_full_batch_dispatches_at_once_without_waiting() -> None:
     assert [[e.payload for e in b.entries] for b in step.dispatch] == [["a", "b", "c"]]
     # Only one worker: "d" waits for it even though its max wait will pass.
     assert p.poll(5.0).dispatch == []
-    p.finish(5.0, step.dispatch[0], forward_s=5.0)
+    p.finish(5.0, step.dispatch[0])
     assert [e.payload for e in p.poll(5.0).dispatch[0].entries] == ["d"]
 
 

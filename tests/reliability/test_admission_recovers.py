@@ -26,7 +26,7 @@ def serve_one(p: Policy[str], now: float, took_s: float, deadline_s: float = 0.3
     """Offer one item at ``now``, dispatch it, finish its pass ``took_s`` later."""
     p.offer(now, "x", deadline=now + deadline_s)
     (batch,) = p.poll(now).dispatch
-    p.finish(now + took_s, batch, forward_s=took_s)
+    p.finish(now + took_s, batch)
 
 
 def test_after_a_stuck_pass_an_idle_server_admits_again_and_relearns() -> None:
@@ -41,7 +41,7 @@ def test_after_a_stuck_pass_an_idle_server_admits_again_and_relearns() -> None:
     with pytest.raises(DeadlineInfeasible):
         p.offer(t + 1.0, "behind", deadline=t + 1.3)
     t += 1.5
-    p.finish(t, stuck, forward_s=1.5)
+    p.finish(t, stuck)
     # The model has recovered. The belief still says no, but the worker is idle: the next
     # request goes through and is measured, and soon the belief admits on its own again.
     assert p.cost_model.spread_s > 0.1  # so the margin alone exceeds a 0.3 s deadline

@@ -47,7 +47,7 @@ from batchserve.errors import DeadlineInfeasible, QueueFull, ShuttingDown
 from batchserve.policy.admission import drain_rate, predict_finish_at
 from batchserve.policy.outcomes import REJECT_REASONS, Counters, PolicyStats
 
-__all__ = ["Batch", "Entry", "Policy", "Step"]
+__all__ = ["DONE", "QUEUED", "RUNNING", "Batch", "Entry", "Policy", "Step"]
 
 P = TypeVar("P")
 
@@ -408,7 +408,6 @@ class Policy(Generic[P]):
         now: float,
         batch: Batch[P],
         *,
-        forward_s: float | None = None,
         failed: Collection[Entry[P]] = (),
         skipped: Collection[Entry[P]] = (),
         bisect_calls: int = 0,
@@ -417,10 +416,9 @@ class Policy(Generic[P]):
 
         Args:
             now: the current time.
-            batch: the batch ``poll`` dispatched.
-            forward_s: the measured duration of the pass (for the record only; the cost
-                model learns ``now - batch.start``, unless some entries failed: a bisected
-                pass says nothing about the model's speed).
+            batch: the batch ``poll`` dispatched. The cost model learns the pass's
+                dispatch-to-finish time, ``now - batch.start``, unless some entries failed
+                (a bisected pass says nothing about the model's speed).
             failed: entries the model raised for (counted ``failed``).
             skipped: entries not run because their caller had left (counted ``cancelled``).
             bisect_calls: extra model calls spent isolating failures.
