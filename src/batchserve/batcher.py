@@ -208,13 +208,15 @@ class Batcher(Generic[Out]):
         if not drain:
             self._drop_queue()
         self._pump()
+        t0 = self._clock.now()
         try:
             await asyncio.wait_for(self.wait_idle(), timeout_s)
         except TimeoutError:
             self._drop_queue()
             self._pump()
         if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=timeout_s)
+            left = None if timeout_s is None else max(0.0, timeout_s - (self._clock.now() - t0))
+            await asyncio.wait(set(self._tasks), timeout=left)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

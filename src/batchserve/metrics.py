@@ -26,7 +26,7 @@ batchserve_requests_received_total         counter    inference requests receive
 batchserve_requests_total                  counter    inference requests by ``outcome``, ``reason``
 batchserve_requests_in_flight              gauge      received, not yet answered (no label)
 batchserve_event_loop_tasks                gauge      asyncio tasks alive (no label; leak check)
-batchserve_request_duration_seconds        histogram  end-to-end latency, by ``protocol``
+batchserve_request_duration_seconds        histogram  latency of successes, by ``protocol``
 batchserve_queue_wait_seconds              histogram  admission to start of forward pass
 batchserve_batch_size                      histogram  items per forward pass
 batchserve_forward_seconds                 histogram  duration of each forward pass
@@ -210,7 +210,7 @@ class Metrics:
         self._tasks.set_function(_task_count)
         self._latency = Histogram(
             "batchserve_request_duration_seconds",
-            "End-to-end latency of inference requests, arrival to response.",
+            "End-to-end latency of successful inference requests, arrival to response.",
             ["model", "protocol"],
             buckets=_LATENCY_BUCKETS,
             registry=reg,

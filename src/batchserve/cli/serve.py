@@ -47,6 +47,7 @@ from batchserve.config import BatchConfig
 from batchserve.errors import ConfigError
 from batchserve.models.loader import default_model_name
 from batchserve.server.settings import (
+    DEFAULT_MODEL_NAME,
     ModelSettings,
     RequestLimits,
     ServerSettings,
@@ -218,7 +219,7 @@ def build_settings(
                 raise ConfigError(f"[models.{name}] needs spec = '...'")
             order.append((name, str(table["spec"])))
     else:
-        order = [("all-MiniLM-L6-v2", "minilm")]
+        order = [(DEFAULT_MODEL_NAME, "minilm")]
 
     names = {name for name, _ in order}
     flags_all: dict[str, Any] = {}
@@ -251,10 +252,11 @@ def build_settings(
                     merged[key] = _convert(_MODEL_KEYS[key][0], f"{label} {key}", value)
         merged.update(flags_all)
         merged.update(flags_one.get(name, {}))
-        timeout_s = merged.pop("timeout", 30.0)
+        # A timeout nobody set keeps ModelSettings' own default.
+        extra = {"timeout_s": merged.pop("timeout")} if "timeout" in merged else {}
         fields: dict[str, Any] = {str(_MODEL_KEYS[k][1]): v for k, v in merged.items()}
         batch = dataclasses.replace(BatchConfig(), **fields)
-        models.append(ModelSettings(name=name, spec=spec, batch=batch, timeout_s=timeout_s))
+        models.append(ModelSettings(name=name, spec=spec, batch=batch, **extra))
 
     limits = RequestLimits(
         **{

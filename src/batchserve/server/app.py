@@ -103,10 +103,16 @@ class App:
         self.draining = False
         self._key = settings.api_key.encode() if settings.api_key else None
         self._load_task: asyncio.Task[None] | None = None
+        self._drain_task: asyncio.Future[None] | None = None
         self._inflight = 0
         self._idle: asyncio.Event | None = None
         self._spec: bytes | None = None
         self._static = self._static_routes()
+        self._model_routes: dict[tuple[str, ...], dict[str, Handler]] = {
+            (): {"GET": self._kserve_model},
+            ("ready",): {"GET": self._kserve_model_ready},
+            ("infer",): {"POST": self._kserve_infer},
+        }
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -128,8 +134,15 @@ class App:
     async def drain(self, timeout_s: float | None = None) -> None:
         """Finish every accepted input and send its response, at most ``timeout_s`` seconds.
 
-        Inputs still queued when the time is up are answered 503 ``draining``.
+        Inputs still queued when the time is up are answered 503 ``draining``. A second call
+        (SIGTERM's drain, then the lifespan's ``stop``) waits for the first instead of
+        starting the clock again, so the drain timeout bounds the whole shutdown.
         """
+        if self._drain_task is None:
+            self._drain_task = asyncio.ensure_future(self._drain(timeout_s))
+        await asyncio.shield(self._drain_task)
+
+    async def _drain(self, timeout_s: float | None) -> None:
         self.begin_drain()
         t0 = time.monotonic()
         await self.registry.drain(timeout_s)
@@ -232,12 +245,7 @@ class App:
             name, rest = parts[0], parts[1:]
             if len(rest) >= 2 and rest[0] == "versions":
                 rest = rest[2:]
-            table: dict[tuple[str, ...], dict[str, Handler]] = {
-                (): {"GET": self._kserve_model},
-                ("ready",): {"GET": self._kserve_model_ready},
-                ("infer",): {"POST": self._kserve_infer},
-            }
-            methods, args = table.get(tuple(rest)), (name,)
+            methods, args = self._model_routes.get(tuple(rest)), (name,)
         if methods is None:
             raise ApiError("not_found", f"no route {path!r}; see /docs")
         handler = methods.get(method)
@@ -278,11 +286,7 @@ class App:
 
     def _admit(self, model: ServedModel) -> LoadedModel:
         if self.draining:
-            raise ApiError(
-                "draining",
-                "the server is shutting down and admits no new requests",
-                retry_after_s=1.0,
-            )
+            raise ApiError("draining", "the server is shutting down and admits no new requests")
         model.require_batcher()
         assert model.loaded is not None
         return model.loaded
@@ -383,7 +387,7 @@ class App:
 
     async def _ready(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
         if self.draining:
-            raise ApiError("draining", "the server is draining", retry_after_s=1.0)
+            raise ApiError("draining", "the server is draining")
         if not self.registry.ready:
             loading = [m.name for m in self.registry.models.values() if not m.ready]
             raise ApiError("not_ready", f"models still loading: {', '.join(loading)}")
@@ -398,7 +402,7 @@ class App:
     ) -> None:
         model = self._model(name, param="name")
         if self.draining:
-            raise ApiError("draining", "the server is draining", retry_after_s=1.0)
+            raise ApiError("draining", "the server is draining")
         if not model.ready:
             raise ApiError("not_ready", f"model {name!r} is {model.state}")
         await send(send_fn, 200, json_bytes({"name": name, "ready": True}))

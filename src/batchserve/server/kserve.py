@@ -305,12 +305,6 @@ def generic_items(request: InferRequest, limits: RequestLimits) -> list[Any]:
     n = sizes.pop()
     if n == 0:
         raise ApiError("invalid", "inputs must hold at least one row", param="inputs")
-    if n > limits.max_inputs:
-        raise ApiError(
-            "too_large",
-            f"inputs must hold at most {limits.max_inputs} rows (--max-inputs), got {n}",
-            param="inputs",
-        )
     if len(rows) == 1:
         return next(iter(rows.values()))
     return [{name: r[i] for name, r in rows.items()} for i in range(n)]

@@ -146,8 +146,6 @@ class ServedModel:
                 t.cancel()
             raise
         try:
-            if len(tickets) == 1:
-                return [await tickets[0]]
             return [await t for t in tickets]
         except BaseException:
             for t in tickets:

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 
 from batchserve.config import BatchConfig, check_positive
 from batchserve.errors import ConfigError
+from batchserve.models.loader import default_model_name
 
 __all__ = ["DEFAULT_MODEL_NAME", "ModelSettings", "RequestLimits", "ServerSettings"]
 
 #: The name the built-in embedding model is served under when none is given.
-DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+DEFAULT_MODEL_NAME = default_model_name("minilm")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
