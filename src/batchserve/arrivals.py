@@ -24,7 +24,9 @@ def arrival_times(
 
     Args:
         rate: requests per second.
-        duration_s: the schedule covers ``[0, duration_s)``.
+        duration_s: the schedule's length; ``constant`` sends ``round(rate * duration_s)``
+            requests evenly spaced from 0 (as the Go seed counts them), ``poisson`` every
+            arrival before ``duration_s``.
         arrivals: ``constant`` (evenly spaced, as the seed) or ``poisson``.
         seed: the random seed for ``poisson``; the same seed gives the same schedule.
 
@@ -34,8 +36,7 @@ def arrival_times(
     if rate <= 0:
         raise ValueError(f"rate must be > 0, got {rate!r}")
     if arrivals == "constant":
-        n = round(rate * duration_s)
-        return [i / rate for i in range(n) if i / rate < duration_s]
+        return [i / rate for i in range(round(rate * duration_s))]
     if arrivals == "poisson":
         rng = random.Random(seed)
         out: list[float] = []

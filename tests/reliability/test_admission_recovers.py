@@ -56,6 +56,8 @@ def test_after_a_stuck_pass_an_idle_server_admits_again_and_relearns() -> None:
     p.poll(t)
     for _ in range(15):
         p.offer(t, "queued", deadline=t + 0.3)
+    assert p.queue_depth == 15
+    assert p.statistics().counters.rejected["infeasible"] == 1
 
 
 def test_a_probe_is_only_taken_when_a_worker_is_idle_and_nothing_waits() -> None:

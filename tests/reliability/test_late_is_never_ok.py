@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from batchserve.batcher import Batcher
+from batchserve.clock import ManualClock
 from batchserve.config import BatchConfig
 from batchserve.errors import DeadlineExceeded
 
@@ -60,5 +61,30 @@ def test_a_pass_that_ends_after_the_deadline_is_late_not_ok() -> None:
 
 
 def test_deadline_exceeded_says_where_the_deadline_passed() -> None:
-    assert not DeadlineExceeded("in the queue").during_pass
-    assert DeadlineExceeded("running", during_pass=True).during_pass
+    async def main() -> None:
+        clock = ManualClock()
+
+        async def model(xs: Sequence[str]) -> list[str]:
+            await clock.sleep(1.0)
+            return list(xs)
+
+        cfg = BatchConfig(max_batch_size=1, max_wait_s=0.0, admission=False)
+        b: Batcher[str] = Batcher(model, cfg, clock=clock)
+        running = b.submit_nowait("running", deadline=0.5)
+        queued = b.submit_nowait("queued", deadline=0.2)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        clock.advance(0.6)
+        with pytest.raises(DeadlineExceeded) as in_queue:
+            await queued
+        with pytest.raises(DeadlineExceeded) as in_pass:
+            await running
+        assert not in_queue.value.during_pass
+        assert in_pass.value.during_pass
+        clock.advance(1.0)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        c = b.statistics().counters
+        assert (c.expired, c.late) == (1, 1)
+
+    asyncio.run(main())

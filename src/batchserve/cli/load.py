@@ -161,16 +161,25 @@ def add_parser(sub: Any) -> None:
 
 
 def config_from_args(
-    args: argparse.Namespace, *, rate: float | None = None, sweep: bool = False
+    args: argparse.Namespace,
+    *,
+    rate: float | None = None,
+    sweep: bool = False,
+    texts: tuple[str, ...] | None = None,
 ) -> LoadConfig:
-    """The :class:`LoadConfig` the flags describe (at ``rate`` if given, in a sweep)."""
+    """The :class:`LoadConfig` the flags describe (at ``rate`` if given, in a sweep).
+
+    ``texts`` are the inputs already read or generated from the flags (a sweep reads them
+    once for all its rates); None reads or generates them here.
+    """
     rate = args.rate if rate is None else rate
     name = f"{args.name} {rate:g}/s" if sweep and args.name else args.name
-    texts = (
-        read_texts(args.texts)
-        if args.texts
-        else generate_texts(args.text_count, words=args.text_words, seed=args.seed)
-    )
+    if texts is None:
+        texts = (
+            read_texts(args.texts)
+            if args.texts
+            else generate_texts(args.text_count, words=args.text_words, seed=args.seed)
+        )
     processes = args.processes
     if processes == "auto":
         processes = max(1, min(os.cpu_count() or 1, math.ceil(rate / AUTO_RATE_PER_PROCESS)))
@@ -214,7 +223,11 @@ def run(args: argparse.Namespace) -> int:
     rates = parse_rates(args.sweep) if args.sweep else [args.rate]
     if args.plot and not args.sweep:
         raise ConfigError("--plot needs --sweep RATES (a plot of one run says nothing)")
-    configs = {rate: config_from_args(args, rate=rate, sweep=bool(args.sweep)) for rate in rates}
+    texts = config_from_args(args).texts
+    configs = {
+        rate: config_from_args(args, rate=rate, sweep=bool(args.sweep), texts=texts)
+        for rate in rates
+    }
     first = configs[rates[0]]
     if not (args.json or args.csv):
         print(_header(first, rates))

@@ -92,8 +92,10 @@ def add_batch_args(p: argparse.ArgumentParser) -> None:
     """The open-loop scenario and server flags of ``simulate``."""
     g = p.add_argument_group("load (open loop)")
     g.add_argument("--rate", type=float, default=SEED_RATE, help="requests per second")
-    g.add_argument("--duration", type=duration, default=None, help="schedule length (1.5s)")
-    g.add_argument("--arrivals", choices=ARRIVAL_MODES, default=None, help="arrival process")
+    g.add_argument(
+        "--duration", type=duration, default=SEED_DURATION_S, help="schedule length (1.5s)"
+    )
+    g.add_argument("--arrivals", choices=ARRIVAL_MODES, default="constant", help="arrival process")
     g.add_argument("--seed", type=int, default=0, help="random seed for poisson arrivals")
     g.add_argument(
         "--timeout", type=optional_duration, default=SEED_TIMEOUT_S, help="deadline (250ms)"
@@ -171,8 +173,8 @@ def run(args: argparse.Namespace) -> int:
         return 0 if backlog.ok else 1
     if args.rate <= 0:
         raise ValueError(f"--rate must be > 0, got {args.rate}")
-    duration_s = args.duration if args.duration is not None else SEED_DURATION_S
-    mode = args.arrivals or "constant"
+    duration_s = args.duration
+    mode = args.arrivals
     config = BatchConfig(
         max_batch_size=args.max_batch_size,
         max_wait_s=args.max_wait,

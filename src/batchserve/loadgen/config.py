@@ -9,7 +9,7 @@ by :func:`LoadConfig.schedule`, so the same config always yields the same send t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from batchserve.arrivals import ARRIVAL_MODES, arrival_times
@@ -182,7 +182,3 @@ class LoadConfig:
         return arrival_times(
             rate=self.rate, duration_s=self.duration_s, arrivals=self.arrivals, seed=self.seed
         )
-
-    def with_rate(self, rate: float) -> LoadConfig:
-        """A copy at another rate (for sweeps)."""
-        return replace(self, rate=rate)

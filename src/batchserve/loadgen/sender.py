@@ -42,6 +42,7 @@ from batchserve.loadgen.protocol import (
     classify,
     encode_request,
     request_texts,
+    split_header_list,
 )
 from batchserve.loadgen.timer import WakeTimer, make_timer
 
@@ -375,7 +376,7 @@ class Sender:
             self._ok += 1
             if batch_ids is not None:
                 if b"," in batch_ids:
-                    ids = [v.strip() for v in batch_ids.split(b",")]
+                    ids = split_header_list(batch_ids)
                     self._items += len(ids)
                     self._batch_ids.update(ids)
                 else:

@@ -50,7 +50,7 @@ def run_sweep(
     on_run: Callable[[LoadRun], None] | None = None,
     progress: Callable[[LoadConfig], Callable[[Progress], None] | None] | None = None,
 ) -> list[LoadReport]:
-    """Run each config in order (typically one per rate: ``config.with_rate(r)``).
+    """Run each config in order (typically one per rate).
 
     Args:
         configs: the runs.
