@@ -208,3 +208,21 @@ def test_bad_arrivals_are_refused(arrivals: list[float], message: str) -> None:
 def test_empty_schedule_is_an_empty_result() -> None:
     r = simulate(config=cfg(), cost=COST, arrivals=[], duration_s=1.0)
     assert (r.summary.sent, r.summary.ok, r.batches, r.summary.ok_per_s) == (0, 0, 0, 0.0)
+
+
+def test_under_sustained_overload_admission_keeps_every_batch_full() -> None:
+    # 5x the capacity of 20 ms + 2.5 ms per item in batches of 8 (200 items/s), 250 ms
+    # deadlines: admission refuses what cannot make it, and what it admits fills whole
+    # batches (an item behind a full batch is predicted in a full batch, so later arrivals
+    # may still join its batch instead of being refused and leaving it part-full).
+    cost = CostEstimate(fixed_s=0.020, per_item_s=0.0025)
+    config = BatchConfig(
+        max_batch_size=8, max_wait_s=0.002, queue_size=1024, admission=True, initial_cost=cost
+    )
+    arrivals = arrival_times(rate=1000.0, duration_s=10.0, arrivals="poisson", seed=2)
+    r = simulate(config=config, cost=cost, arrivals=arrivals, timeout_s=0.25, duration_s=10.0)
+    s = r.summary
+    assert s.avg_batch > 7.9
+    assert s.ok_per_s > 0.98 * 200
+    assert r.late == 0
+    assert r.expired == 0

@@ -78,8 +78,11 @@ def predict_finish_at(
         full_ahead = 0
         size = position + 1
     else:
-        full_ahead, rest = divmod(position, b)
-        size = rest + 1
+        # Behind a full batch the load is such that the item's batch fills up too before a
+        # worker takes it: predict it full, so that later items joining it do not make it
+        # later than this prediction (which would refuse them, and leave the batch part-full).
+        full_ahead = position // b
+        size = b
     last_ready = now
     if size < b:
         ready = oldest_arrival + max_wait_s
