@@ -140,7 +140,7 @@ def test_profile_recovers_a_synthetic_models_costs_within_5_percent() -> None:
     # Real sleeps: 20 ms + 1 ms per item. Sleeping overshoots by ~0.1 ms, 0.5% of the fixed
     # cost; the tolerance (5%) leaves room for a busy machine.
     model = SyntheticModel(0.020, 0.001)
-    prof = profile_model(model, model="synthetic", sizes=[1, 2, 4, 8, 16], repeats=3)
+    prof = profile_model(model, model="synthetic", sizes=[1, 2, 4, 8, 16], repeats=5)
     assert prof.fixed_s == pytest.approx(0.020, rel=0.05)
     assert prof.per_item_s == pytest.approx(0.001, rel=0.05)
     assert prof.r_squared > 0.99
@@ -154,7 +154,7 @@ def test_cli_profile_writes_a_file_simulate_accepts(
     # Real sleeps; costs large enough that sleeping's overshoot (~0.1-0.4 ms) stays small.
     spec = "synthetic:fixed=20ms,per_item=1ms,dim=0"
     assert (
-        main(["profile", "--model", spec, "--sizes", "1,4,8", "--repeats", "3", "-o", str(out)])
+        main(["profile", "--model", spec, "--sizes", "1,2,4,8", "--repeats", "5", "-o", str(out)])
         == 0
     )
     text = capsys.readouterr().out

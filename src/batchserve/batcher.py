@@ -14,10 +14,14 @@ before the pass, inside the worker, items whose caller already left are dropped:
 never runs for a caller who is gone. If the model raises, the batch is bisected
 (:mod:`batchserve.bisection`) so only the failing inputs' callers get a ``ModelError``.
 
-Each caller waits on its own future. A caller whose deadline passes while its item is
-running is answered ``DeadlineExceeded`` at the deadline, not when the pass ends (the item
-is then counted ``late``). A caller that is cancelled (a task cancelled, a client gone)
-cancels its future, which removes the item from the queue if it is still there.
+Each item is answered through its :class:`Waiter`, a plain callback object with no task,
+future or timer of its own: :meth:`Batcher.offer` is that form, for drivers that answer on a
+connection directly (the HTTP server). :meth:`Batcher.submit_nowait` and :meth:`Batcher.submit`
+wrap it for Python callers: their :class:`Ticket` is the waiter and holds an asyncio future.
+A caller whose deadline passes while its item is running is answered ``DeadlineExceeded`` at
+the deadline, not when the pass ends (the item is then counted ``late``). A caller that
+leaves (:meth:`Batcher.withdraw`, or a cancelled ticket) removes its item from the queue if
+it is still there, or has it skipped before its pass.
 
 All methods must be called from the event loop thread that runs the batcher.
 """
@@ -32,19 +36,18 @@ from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Generic, cast
+from typing import Any, Generic, Protocol, cast
 
 from typing_extensions import TypeVar
 
 from batchserve.bisection import BisectResult, run_async, run_sync
 from batchserve.clock import Clock, MonotonicClock, TimerHandle
 from batchserve.config import BatchConfig, check_positive
-from batchserve.errors import DeadlineExceeded, ShuttingDown
+from batchserve.errors import DeadlineExceeded, Rejected, ShuttingDown
 from batchserve.models.base import AsyncBatchFn, BatchFn, SyncBatchFn, is_async_model
 from batchserve.policy import Batch, Entry, Policy, PolicyStats
-from batchserve.policy.core import DONE
 
-__all__ = ["BatchRecord", "Batcher", "Served", "Ticket"]
+__all__ = ["BatchRecord", "Batcher", "Served", "Ticket", "Waiter"]
 
 _log = logging.getLogger("batchserve")
 
@@ -93,28 +96,60 @@ class BatchRecord:
     bisect_calls: int
 
 
+class Waiter(Protocol):
+    """Who is answered when an item ends: called once per item, on the batcher's loop."""
+
+    def settle(self, index: int, served: Served[Any] | None, error: BaseException | None) -> None:
+        """Item ``index`` ended: ``served`` on success, else ``error`` (never both).
+
+        It is not called for an item whose caller withdrew it. It must not raise.
+        """
+
+
 class _Item:
-    """The policy payload: the caller's input and its future."""
+    """The policy payload: the caller's input, its waiter and the item's index there."""
 
-    __slots__ = ("future", "input")
+    __slots__ = ("index", "input", "waiter")
 
-    def __init__(self, input: Any, future: asyncio.Future[Any]) -> None:
+    def __init__(self, input: Any, waiter: Waiter, index: int) -> None:
         self.input = input
-        self.future = future
+        self.waiter = waiter
+        self.index = index
+
+
+def _settle_error(entry: Entry[_Item], error: BaseException) -> None:
+    item = entry.payload
+    item.waiter.settle(item.index, None, error)
 
 
 class Ticket(Generic[Out]):
     """An admitted item. Await it for its :class:`Served`; cancel it to leave the queue."""
 
-    __slots__ = ("_entry", "_future")
+    __slots__ = ("_batcher", "_entry", "_future")
 
-    def __init__(self, entry: Entry[_Item], future: asyncio.Future[Served[Out]]) -> None:
-        self._entry = entry
+    def __init__(self, batcher: Batcher[Out], future: asyncio.Future[Served[Out]]) -> None:
+        self._batcher = batcher
         self._future = future
+        self._entry: Entry[_Item] | None = None
+
+    def settle(self, index: int, served: Served[Any] | None, error: BaseException | None) -> None:
+        """The :class:`Waiter` side: resolve the future (unless it was cancelled)."""
+        fut = self._future
+        if fut.done():
+            return
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(cast(Served[Out], served))
+
+    def _on_done(self, future: asyncio.Future[Any]) -> None:
+        if future.cancelled() and self._entry is not None:
+            self._batcher.withdraw(self._entry)
 
     @property
     def deadline(self) -> float | None:
         """The item's absolute deadline on the batcher's clock, or None."""
+        assert self._entry is not None
         return self._entry.deadline
 
     def cancel(self) -> None:
@@ -235,9 +270,7 @@ class Batcher(Generic[Out]):
         now = self._clock.now()
         for entry in self._policy.queued():
             self._policy.cancel(now, entry)
-            fut = entry.payload.future
-            if not fut.done():
-                fut.set_exception(ShuttingDown("the batcher shut down", retry_after_s=1.0))
+            _settle_error(entry, ShuttingDown("the batcher shut down", retry_after_s=1.0))
 
     # -- submission ------------------------------------------------------------------------
 
@@ -261,17 +294,15 @@ class Batcher(Generic[Out]):
                 ``retry_after_s``.
             ConfigError: ``timeout_s`` is not a positive number.
         """
-        now = self._clock.now()
         if deadline is None:
             t = timeout_s if timeout_s is not None else self.timeout_s
             if t is not None:
-                deadline = now + check_positive("timeout_s", t)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Served[Out]] = loop.create_future()
-        entry = self._policy.offer(now, _Item(item, future), deadline)
-        future.add_done_callback(lambda f: self._on_future_done(entry, f))
-        self._pump()
-        return Ticket(entry, future)
+                deadline = self._clock.now() + check_positive("timeout_s", t)
+        future: asyncio.Future[Served[Out]] = asyncio.get_running_loop().create_future()
+        ticket = Ticket(self, future)
+        ticket._entry = self.offer(item, deadline, ticket)
+        future.add_done_callback(ticket._on_done)
+        return ticket
 
     async def submit(
         self, item: Any, *, timeout_s: float | None = None, deadline: float | None = None
@@ -288,13 +319,37 @@ class Batcher(Generic[Out]):
         served = await self.submit_nowait(item, timeout_s=timeout_s, deadline=deadline)
         return served.output
 
-    def _on_future_done(self, entry: Entry[_Item], future: asyncio.Future[Any]) -> None:
-        if future.cancelled():
-            if self._policy.cancel(self._clock.now(), entry):
-                self._pump()
-        elif entry.state != DONE:
-            # Answered early (deadline while running): the caller is gone for the model too.
-            entry.gone = True
+    def offer(
+        self, item: Any, deadline: float | None, waiter: Waiter, index: int = 0
+    ) -> Entry[_Item]:
+        """Admit ``item`` at once or refuse it; its answer goes to ``waiter.settle(index, ...)``.
+
+        The callback form of :meth:`submit_nowait`, with no future, task or timer per item:
+        for drivers that answer on a connection directly. ``deadline`` is absolute on the
+        batcher's clock (None: no deadline; the batcher's ``timeout_s`` is not applied).
+
+        Returns:
+            The policy's entry: hand it to :meth:`withdraw` if the caller leaves.
+
+        Raises:
+            QueueFull, DeadlineInfeasible, ShuttingDown: refused at once.
+        """
+        entry = self._policy.offer(self._clock.now(), _Item(item, waiter, index), deadline)
+        self._pump()
+        return entry
+
+    def screen(self, deadline: float | None) -> Rejected | None:
+        """Whether one more item with ``deadline`` would be refused now, before it is read.
+
+        Lets a server refuse a request from its head alone (its inputs are not parsed yet).
+        A refusal is counted as one refused item; None admits nothing and counts nothing.
+        """
+        return self._policy.screen(self._clock.now(), deadline)
+
+    def withdraw(self, entry: Entry[_Item]) -> None:
+        """The caller of ``entry`` left: it leaves the queue, or is skipped before its pass."""
+        if self._policy.cancel(self._clock.now(), entry):
+            self._pump()
 
     # -- the pump --------------------------------------------------------------------------
 
@@ -302,12 +357,10 @@ class Batcher(Generic[Out]):
         now = self._clock.now()
         step = self._policy.poll(now)
         for entry in step.expired:
-            fut = entry.payload.future
-            if not fut.done():
-                waited = now - entry.arrival
-                fut.set_exception(
-                    DeadlineExceeded(f"deadline passed after {waited:.4f}s in the queue")
-                )
+            waited = now - entry.arrival
+            _settle_error(
+                entry, DeadlineExceeded(f"deadline passed after {waited:.4f}s in the queue")
+            )
         for batch in step.dispatch:
             self._start(batch)
         self._arm(step.wake_at)
@@ -390,8 +443,9 @@ class Batcher(Generic[Out]):
         # A fault of the engine itself (not of the model): no caller may hang on it.
         self._policy.finish(self._clock.now(), batch, failed=batch.entries)
         for e in batch.entries:
-            if not e.payload.future.done():
-                e.payload.future.set_exception(exc)
+            if not e.gone:
+                e.gone = True
+                _settle_error(e, exc)
         self._pump()
 
     def _run_in_thread(
@@ -422,30 +476,30 @@ class Batcher(Generic[Out]):
             skipped=skipped,
             bisect_calls=result.extra_calls,
         )
+        errors = result.errors
+        outputs = result.outputs
+        size = len(live)
+        start = batch.start
         for i, e in enumerate(live):
-            fut = e.payload.future
-            if fut.done():
+            if e.gone:  # answered at its deadline during the pass, or its caller left
                 continue
-            err = result.errors.get(i)
+            item = e.payload
+            err = errors.get(i) if errors else None
             if err is not None:
-                fut.set_exception(err)
+                item.waiter.settle(item.index, None, err)
             elif e.deadline is not None and now > e.deadline:
                 # The deadline timer had no chance to run (a busy loop): a late answer is
                 # still a 504, never a success after the deadline. Counted ``late``.
-                fut.set_exception(_late(e, now))
+                item.waiter.settle(item.index, None, _late(e, now))
             else:
-                fut.set_result(
-                    Served(
-                        output=result.outputs[i],
-                        queue_wait_s=batch.start - e.arrival,
-                        forward_s=forward_s,
-                        batch_size=len(live),
-                        batch_id=batch.id,
-                    )
+                served = Served(
+                    output=outputs[i],
+                    queue_wait_s=start - e.arrival,
+                    forward_s=forward_s,
+                    batch_size=size,
+                    batch_id=batch.id,
                 )
-        for e in skipped:
-            if not e.payload.future.done():
-                e.payload.future.cancel()
+                item.waiter.settle(item.index, served, None)
         if self._on_batch is not None:
             self._notify(
                 BatchRecord(
@@ -488,20 +542,15 @@ class _DeadlineGuard:
         self._arm()
 
     def _arm(self) -> None:
-        pending = [
-            e.deadline
-            for e in self._batch.entries
-            if e.deadline is not None and not e.payload.future.done()
-        ]
+        pending = [e.deadline for e in self._batch.entries if e.deadline is not None and not e.gone]
         self._handle = self._clock.call_at(min(pending), self._fire) if pending else None
 
     def _fire(self) -> None:
         now = self._clock.now()
         for e in self._batch.entries:
-            fut = e.payload.future
-            if e.deadline is not None and e.deadline <= now and not fut.done():
+            if e.deadline is not None and e.deadline <= now and not e.gone:
                 e.gone = True
-                fut.set_exception(_late(e, now))
+                _settle_error(e, _late(e, now))
         self._arm()
 
     def cancel(self) -> None:

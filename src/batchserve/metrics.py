@@ -1,14 +1,20 @@
-"""Prometheus metrics of a server, per model, through ``prometheus-client``.
+"""Prometheus metrics of a server, per model: plain counters on the hot path, exported at scrape.
 
-Theory of operation: two kinds of sources.
+Theory of operation: a request's path must not pay for monitoring, so nothing here takes a
+lock, builds a label set or calls into ``prometheus-client`` per request. Events update plain
+integers, dicts keyed by label tuples and bucket arrays:
 
-* Events, recorded as they happen: each inference request's arrival
-  (:meth:`Metrics.observe_received`), its outcome and end-to-end latency
-  (:meth:`Metrics.observe_request`), and each forward pass's batch size, forward time and
-  its items' queue waits (:meth:`Metrics.observe_batch`, fed by the batcher's ``on_batch``).
-* State, read at scrape time from each model's frozen ``statistics()`` snapshot: queue
-  depth, running items, items by outcome as the batching policy counts them, and the fitted
-  cost model ``t(n) = fixed + n * per_item``. Nothing is polled between scrapes.
+* each inference request's arrival (:meth:`Metrics.observe_received`), its outcome and
+  end-to-end latency (:meth:`Metrics.observe_request`);
+* each forward pass's batch size, forward time and its items' queue waits
+  (:meth:`Metrics.observe_batch`, fed by the batcher's ``on_batch``).
+
+State is read at scrape time from each model's frozen ``statistics()`` snapshot: queue
+depth, running items, items by outcome as the batching policy counts them, and the fitted
+cost model ``t(n) = fixed + n * per_item``. A collector turns all of it into metric families
+when ``/metrics`` is scraped; nothing is polled between scrapes. No series carries an empty
+label value (a request whose model was never known is labelled ``model="_unknown"``, a name
+no served model can have) and there are no ``*_created`` series.
 
 Request-level outcomes add up: at every instant ``batchserve_requests_received_total ==
 sum(batchserve_requests_total) + batchserve_requests_in_flight``, where the outcomes are
@@ -44,24 +50,34 @@ batchserve_model_ready                     gauge      1 when the model serves
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections.abc import Callable, Iterator
-from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.utils import floatToGoString
 
 from batchserve.batcher import BatchRecord
 from batchserve.policy import PolicyStats
 
-__all__ = ["CONTENT_TYPE", "OUTCOME_OF_REASON", "REQUEST_OUTCOMES", "Metrics"]
+__all__ = ["CONTENT_TYPE", "OUTCOME_OF_REASON", "REQUEST_OUTCOMES", "UNKNOWN_MODEL", "Metrics"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
+#: The ``model`` label of a request whose model was never known (a 404, a body that did not
+#: parse): model names start with a letter or digit, so no served model is called this.
+UNKNOWN_MODEL = "_unknown"
+
 #: The request outcome a response reason counts as. ``deadline_exceeded`` is ``expired``
-#: when the deadline passed in the queue and ``late`` when it passed during the forward pass
-#: (the caller says which, see :meth:`Metrics.observe_request`); a reason not listed here (a
-#: fault of the server, ``internal``) counts as ``failed``.
+#: when the deadline passed in the queue (or before admission) and ``late`` when it passed
+#: during the forward pass (the caller says which, see :meth:`Metrics.observe_request`); a
+#: reason not listed here (a fault of the server, ``internal``) counts as ``failed``.
 OUTCOME_OF_REASON = {
     "ok": "ok",
     "queue_full": "rejected",
@@ -85,24 +101,35 @@ OUTCOME_OF_REASON = {
 #: Every request outcome, in the order of the identity above.
 REQUEST_OUTCOMES = ("ok", "late", "rejected", "expired", "cancelled", "failed", "invalid")
 
-_LATENCY_BUCKETS = (
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-)
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 StatsSource = Callable[[], PolicyStats | None]
+
+
+class _Histogram:
+    """Bucket counts and a sum: what one Prometheus histogram series needs, nothing more."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        # Prometheus buckets are "less than or equal": the first bound >= value.
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def add_to(self, family: HistogramMetricFamily, labels: list[str]) -> None:
+        buckets: list[tuple[str, float]] = []
+        running = 0
+        for bound, count in zip(self.bounds, self.counts, strict=False):
+            running += count
+            buckets.append((floatToGoString(bound), running))  # type: ignore[no-untyped-call]
+        buckets.append(("+Inf", running + self.counts[-1]))
+        family.add_metric(labels, buckets, sum_value=self.total)
 
 
 def _task_count() -> float:
@@ -113,16 +140,139 @@ def _task_count() -> float:
         return 0.0
 
 
-class _StateCollector:
-    """Reads each model's statistics() at scrape time."""
+class Metrics:
+    """The server's metrics: plain counters updated per event, exported by a collector.
 
-    def __init__(self) -> None:
-        self.sources: dict[str, tuple[StatsSource, Callable[[], bool]]] = {}
+    Args:
+        registry: where to register the collector (a new one by default).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.received = 0
+        self.in_flight = 0
+        #: (model, outcome, reason) -> requests.
+        self.requests: dict[tuple[str, str, str], int] = {}
+        self._latency: dict[tuple[str, str], _Histogram] = {}
+        self._queue_wait: dict[str, _Histogram] = {}
+        self._batch_size: dict[str, _Histogram] = {}
+        self._forward: dict[str, _Histogram] = {}
+        self._sources: dict[str, tuple[StatsSource, Callable[[], bool]]] = {}
+        self.registry.register(self)
+
+    def add_model(self, name: str, stats: StatsSource, ready: Callable[[], bool]) -> None:
+        """Report ``name``'s state at each scrape from ``stats()`` and ``ready()``."""
+        self._sources[name] = (stats, ready)
+        self._queue_wait[name] = _Histogram(_LATENCY_BUCKETS)
+        self._batch_size[name] = _Histogram(_SIZE_BUCKETS)
+        self._forward[name] = _Histogram(_LATENCY_BUCKETS)
+
+    # -- events (the hot path) -------------------------------------------------------------
+
+    def observe_received(self) -> None:
+        """Count an inference request on arrival; it is in flight until its outcome."""
+        self.received += 1
+        self.in_flight += 1
+
+    def observe_request(
+        self,
+        model: str | None,
+        protocol: str,
+        reason: str,
+        seconds: float | None,
+        *,
+        outcome: str | None = None,
+    ) -> None:
+        """Count one inference request's outcome (``reason`` ``ok`` for a success).
+
+        Args:
+            model: the model it asked for (None when that was never known).
+            protocol: ``openai`` or ``kserve``.
+            reason: the response's reason (``ok``, or a key of the status table).
+            seconds: its end-to-end latency, recorded in the histogram when given.
+            outcome: overrides :data:`OUTCOME_OF_REASON` (``late`` for a deadline that
+                passed during the forward pass).
+        """
+        if outcome is None:
+            outcome = OUTCOME_OF_REASON.get(reason, "failed")
+        key = (model or UNKNOWN_MODEL, outcome, reason)
+        requests = self.requests
+        requests[key] = requests.get(key, 0) + 1
+        self.in_flight -= 1
+        if seconds is not None:
+            series = self._latency.get((key[0], protocol))
+            if series is None:
+                series = self._latency[key[0], protocol] = _Histogram(_LATENCY_BUCKETS)
+            series.observe(seconds)
+
+    def observe_batch(self, model: str, record: BatchRecord) -> None:
+        """Record one finished forward pass (a batcher's ``on_batch``)."""
+        if record.size == 0:
+            return
+        self._batch_size[model].observe(record.size)
+        self._forward[model].observe(record.forward_s)
+        wait = self._queue_wait[model]
+        for w in record.queue_waits_s:
+            wait.observe(w)
+
+    # -- scrape ----------------------------------------------------------------------------
+
+    def exposition(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)
 
     def describe(self) -> list[Metric]:
+        """Nothing: the families are known only at scrape time (a custom collector)."""
         return []
 
     def collect(self) -> Iterator[Metric]:
+        """Every metric family, built from the counters and the models' statistics now."""
+        received = CounterMetricFamily(
+            "batchserve_requests_received",
+            "Inference requests received, counted on arrival before anything is read.",
+        )
+        received.add_metric([], self.received)
+        requests = CounterMetricFamily(
+            "batchserve_requests",
+            "Inference requests by outcome and reason.",
+            labels=["model", "outcome", "reason"],
+        )
+        for key, value in sorted(self.requests.items()):
+            requests.add_metric(list(key), value)
+        in_flight = GaugeMetricFamily(
+            "batchserve_requests_in_flight", "Inference requests received and not yet answered."
+        )
+        in_flight.add_metric([], self.in_flight)
+        tasks = GaugeMetricFamily(
+            "batchserve_event_loop_tasks",
+            "asyncio tasks alive on the server's event loop (a leak shows as growth).",
+        )
+        tasks.add_metric([], _task_count())
+        yield from (received, requests, in_flight, tasks)
+        latency = HistogramMetricFamily(
+            "batchserve_request_duration_seconds",
+            "End-to-end latency of successful inference requests, arrival to response.",
+            labels=["model", "protocol"],
+        )
+        for (model, protocol), series in sorted(self._latency.items()):
+            series.add_to(latency, [model, protocol])
+        yield latency
+        for name, doc, table in (
+            (
+                "batchserve_queue_wait_seconds",
+                "Seconds from admission to the start of the item's forward pass.",
+                self._queue_wait,
+            ),
+            ("batchserve_batch_size", "Items per forward pass.", self._batch_size),
+            ("batchserve_forward_seconds", "Duration of each forward pass.", self._forward),
+        ):
+            family = HistogramMetricFamily(name, doc, labels=["model"])
+            for model, series in table.items():
+                series.add_to(family, [model])
+            yield family
+        yield from self._state()
+
+    def _state(self) -> Iterator[Metric]:
         items = CounterMetricFamily(
             "batchserve_items", "Items by batching-policy outcome.", labels=["model", "outcome"]
         )
@@ -143,7 +293,7 @@ class _StateCollector:
         samples = GaugeMetricFamily(
             "batchserve_cost_samples", "Passes the cost model learned from.", labels=["model"]
         )
-        bisect = CounterMetricFamily(
+        bisect_calls = CounterMetricFamily(
             "batchserve_bisect_calls",
             "Extra model calls spent isolating the inputs that made a batch raise.",
             labels=["model"],
@@ -151,7 +301,7 @@ class _StateCollector:
         ready = GaugeMetricFamily(
             "batchserve_model_ready", "1 when the model serves.", labels=["model"]
         )
-        for name, (stats_fn, ready_fn) in self.sources.items():
+        for name, (stats_fn, ready_fn) in self._sources.items():
             ready.add_metric([name], 1.0 if ready_fn() else 0.0)
             stats = stats_fn()
             if stats is None:
@@ -172,126 +322,5 @@ class _StateCollector:
             fixed.add_metric([name], stats.cost.fixed_s)
             per_item.add_metric([name], stats.cost.per_item_s)
             samples.add_metric([name], stats.cost_samples)
-            bisect.add_metric([name], stats.bisect_calls)
-        yield from (items, depth, running, fixed, per_item, samples, ready, bisect)
-
-
-class Metrics:
-    """The server's Prometheus collectors, in a registry of their own.
-
-    Args:
-        registry: where to register (a new one by default).
-    """
-
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
-        reg = self.registry
-        self._received = Counter(
-            "batchserve_requests_received",
-            "Inference requests received, counted on arrival before anything is read.",
-            registry=reg,
-        )
-        self._requests = Counter(
-            "batchserve_requests",
-            "Inference requests by outcome and reason.",
-            ["model", "outcome", "reason"],
-            registry=reg,
-        )
-        self._in_flight = Gauge(
-            "batchserve_requests_in_flight",
-            "Inference requests received and not yet answered.",
-            registry=reg,
-        )
-        self._tasks = Gauge(
-            "batchserve_event_loop_tasks",
-            "asyncio tasks alive on the server's event loop (a leak shows as growth).",
-            registry=reg,
-        )
-        self._tasks.set_function(_task_count)
-        self._latency = Histogram(
-            "batchserve_request_duration_seconds",
-            "End-to-end latency of successful inference requests, arrival to response.",
-            ["model", "protocol"],
-            buckets=_LATENCY_BUCKETS,
-            registry=reg,
-        )
-        self._queue_wait = Histogram(
-            "batchserve_queue_wait_seconds",
-            "Seconds from admission to the start of the item's forward pass.",
-            ["model"],
-            buckets=_LATENCY_BUCKETS,
-            registry=reg,
-        )
-        self._batch_size = Histogram(
-            "batchserve_batch_size",
-            "Items per forward pass.",
-            ["model"],
-            buckets=_SIZE_BUCKETS,
-            registry=reg,
-        )
-        self._forward = Histogram(
-            "batchserve_forward_seconds",
-            "Duration of each forward pass.",
-            ["model"],
-            buckets=_LATENCY_BUCKETS,
-            registry=reg,
-        )
-        self._state = _StateCollector()
-        reg.register(self._state)
-        self._children: dict[tuple[str, ...], Any] = {}
-
-    def add_model(self, name: str, stats: StatsSource, ready: Callable[[], bool]) -> None:
-        """Report ``name``'s state at each scrape from ``stats()`` and ``ready()``."""
-        self._state.sources[name] = (stats, ready)
-
-    def _child(self, metric: Any, *labels: str) -> Any:
-        key = (metric._name, *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
-
-    def observe_received(self) -> None:
-        """Count an inference request on arrival; it is in flight until its outcome."""
-        self._received.inc()
-        self._in_flight.inc()
-
-    def observe_request(
-        self,
-        model: str,
-        protocol: str,
-        reason: str,
-        seconds: float | None,
-        *,
-        outcome: str | None = None,
-    ) -> None:
-        """Count one inference request's outcome (``reason`` ``ok`` for a success).
-
-        Args:
-            model: the model it asked for ("" when that was never known).
-            protocol: ``openai`` or ``kserve``.
-            reason: the response's reason (``ok``, or a key of the status table).
-            seconds: its end-to-end latency, recorded in the histogram when given.
-            outcome: overrides :data:`OUTCOME_OF_REASON` (``late`` for a deadline that
-                passed during the forward pass).
-        """
-        if outcome is None:
-            outcome = OUTCOME_OF_REASON.get(reason, "failed")
-        self._child(self._requests, model, outcome, reason).inc()
-        self._in_flight.dec()
-        if seconds is not None:
-            self._child(self._latency, model, protocol).observe(seconds)
-
-    def observe_batch(self, model: str, record: BatchRecord) -> None:
-        """Record one finished forward pass (a batcher's ``on_batch``)."""
-        if record.size == 0:
-            return
-        self._child(self._batch_size, model).observe(record.size)
-        self._child(self._forward, model).observe(record.forward_s)
-        wait = self._child(self._queue_wait, model)
-        for w in record.queue_waits_s:
-            wait.observe(w)
-
-    def exposition(self) -> bytes:
-        """The Prometheus text exposition of every metric."""
-        return generate_latest(self.registry)
+            bisect_calls.add_metric([name], stats.bisect_calls)
+        yield from (items, depth, running, fixed, per_item, samples, ready, bisect_calls)

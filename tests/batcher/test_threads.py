@@ -2,7 +2,6 @@
 
 import asyncio
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +10,7 @@ import pytest
 from batchserve.batcher import Batcher, BatchRecord
 from batchserve.config import BatchConfig
 from batchserve.errors import ModelError, OutputMismatch
+from support import wait_for
 
 
 class Poisoned:
@@ -74,23 +74,24 @@ def test_wrong_number_of_outputs_is_a_clear_error() -> None:
 
 
 def test_event_loop_keeps_forming_batches_during_a_pass() -> None:
+    started = threading.Event()
     release = threading.Event()
     calls: list[list[int]] = []
 
     def model(xs: Sequence[int]) -> list[int]:
         calls.append(list(xs))
         if len(calls) == 1:
+            started.set()
             release.wait(5)
         return list(xs)
 
     async def main() -> None:
         async with Batcher(model, BatchConfig(max_batch_size=4, max_wait_s=0.0)) as b:
             first = asyncio.ensure_future(b.submit(0))
-            await asyncio.sleep(0.05)
+            assert await asyncio.to_thread(started.wait, 10)
             # The first pass is blocked in its thread; the loop still admits and queues.
             later = [asyncio.ensure_future(b.submit(i)) for i in (1, 2, 3)]
-            await asyncio.sleep(0.05)
-            assert b.statistics().queue_depth == 3
+            assert await wait_for(lambda: b.statistics().queue_depth == 3)
             release.set()
             assert await first == 0
             assert [await t for t in later] == [1, 2, 3]
@@ -100,27 +101,20 @@ def test_event_loop_keeps_forming_batches_during_a_pass() -> None:
 
 
 def test_two_workers_run_passes_concurrently() -> None:
-    active = 0
-    peak = 0
-    lock = threading.Lock()
+    # Each pass waits for another to be running at the same time: with one worker the
+    # barrier would break (BrokenBarrierError) instead of depending on sleeps overlapping.
+    together = threading.Barrier(2, timeout=10)
 
     def model(xs: Sequence[Any]) -> list[Any]:
-        nonlocal active, peak
-        with lock:
-            active += 1
-            peak = max(peak, active)
-        time.sleep(0.05)
-        with lock:
-            active -= 1
+        together.wait()
         return list(xs)
 
-    async def main() -> None:
+    async def main() -> list[Any]:
         cfg = BatchConfig(max_batch_size=1, max_wait_s=0.0, workers=2)
         async with Batcher(model, cfg) as b:
-            await asyncio.gather(*(b.submit(i) for i in range(4)))
+            return await asyncio.gather(*(b.submit(i) for i in range(4)))
 
-    asyncio.run(main())
-    assert peak == 2
+    assert asyncio.run(main()) == [0, 1, 2, 3]
 
 
 def test_statistics_is_a_frozen_snapshot() -> None:

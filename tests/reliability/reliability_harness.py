@@ -50,17 +50,6 @@ FAULTY = "faulty=batchserve.models.faults:FaultyModel"
 OUTCOMES = REQUEST_OUTCOMES
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float, interval_s: float = 0.02) -> bool:
-    """Poll ``condition`` until it holds (True) or ``timeout_s`` passes (False)."""
-    end = time.monotonic() + timeout_s
-    while True:
-        if condition():
-            return True
-        if time.monotonic() >= end:
-            return False
-        time.sleep(interval_s)
-
-
 def cpu_pressure_s() -> float:
     """Seconds runnable tasks have waited for a CPU since boot (Linux PSI); NaN elsewhere."""
     try:
@@ -242,6 +231,13 @@ class Server:
                     return int(line.split()[1]) * 1024
         raise RuntimeError("no VmRSS in /proc status")
 
+    def cpu_s(self) -> float:
+        """CPU seconds the server process has used so far, user and system (``/proc``)."""
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        # utime and stime are fields 14 and 15 of stat(5); after the ")" they are 12 and 13.
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def scrape(self) -> Scrape:
         """One scrape of ``/metrics``."""
         res = self.client.get("/metrics")
@@ -352,6 +348,11 @@ class LoadRun:
     def response_s(self, i: int) -> float:
         """Seconds from writing request ``i`` to its answer (NaN without one)."""
         return self.result.latency_s[i] - self.result.lag_s[i]
+
+    def server_s(self, i: int) -> float:
+        """The server's own account of request ``i``: arrival to answer (NaN without one)."""
+        server = self.result.server_s
+        return server[i] if server else math.nan
 
     def latency_s(self, i: int) -> float:
         """Seconds from request ``i``'s scheduled instant to its answer."""

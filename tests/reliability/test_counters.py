@@ -18,6 +18,7 @@ from batchserve.config import BatchConfig
 from batchserve.models.faults import FaultyModel
 from batchserve.models.loader import LoadedModel
 from batchserve.server import App, ModelSettings, ServerSettings
+from support import wait_for
 
 pytestmark = pytest.mark.reliability
 
@@ -67,14 +68,16 @@ def test_one_request_of_each_outcome_and_they_add_up(tmp_path: pathlib.Path) -> 
             assert (await c.post("/v1/embeddings", content=b"{")).status_code == 400
             r = await c.post("/v1/embeddings", json={"input": "x", "model": "nope"})
             assert r.status_code == 404
-            # A 300 ms pass: the first caller's deadline passes during it (late), the
-            # second waits in the queue past its deadline (expired), a third finds the
-            # queue full (rejected).
-            stall.write_text("300ms")
+            # A 1 s pass: the first caller's deadline passes during it (late), the second
+            # waits in the queue past its deadline (expired), a third finds the queue full
+            # (rejected). Each step waits for the batcher to show the one before it.
+            batcher = app.registry.models["m"].batcher
+            assert batcher is not None
+            stall.write_text("1s")
             late = asyncio.ensure_future(embed("slow", "50ms"))
-            await asyncio.sleep(0.02)
-            expired = asyncio.ensure_future(embed("queued", "50ms"))
-            await asyncio.sleep(0.01)
+            assert await wait_for(lambda: batcher.statistics().running_items == 1)
+            expired = asyncio.ensure_future(embed("queued", "300ms"))
+            assert await wait_for(lambda: batcher.statistics().queue_depth == 1)
             assert (await embed("refused")).status_code == 429
             assert (await late).status_code == 504
             assert (await expired).status_code == 504

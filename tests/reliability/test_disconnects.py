@@ -2,9 +2,10 @@
 
 A pass is stuck (file flag) so the 1,000 requests wait in the queue; then every client
 closes its connection. None of their inputs may reach the model (it records what it was
-handed), the cancelled counters must match, and the event loop's tasks and the process's
-memory must come back: three rounds on one server, memory compared after the first and the
-last (tolerance 5%: the allocator keeps some of what 1,000 connections used).
+handed), the cancelled counters must match, the queued requests hold no tasks, and the
+event loop's tasks and the process's memory must come back: three rounds on one server,
+memory compared after the first and the last (tolerance 5%: the allocator keeps some of
+what 1,000 connections used).
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ def test_clients_that_leave_are_never_computed_and_leave_nothing_behind(
         assert r["cancelled"] == CLIENTS, shown
         # The request that was in the stuck pass is answered once the model recovers.
         assert r["blocker_status"] == 200, shown
-        # Every task a request held is gone again.
-        assert r["tasks_busy"] >= CLIENTS, shown
+        # A queued request holds no task of its own (the connection protocol carries it
+        # to the batcher): a thousand of them leave the event loop's task count as it was
+        # (give or take the few the blocker and the scrapes hold), and nothing is left.
+        assert r["tasks_busy"] <= r["tasks_idle"] + 5, shown
         assert r["tasks_after"] <= r["tasks_idle"], shown
     assert rounds[-1]["rss"] <= rounds[0]["rss"] * 1.05, [r["rss"] for r in rounds]
     assert f.counts is not None

@@ -2,13 +2,24 @@
 
 The model (20 ms + 2.5 ms per item, batches of 8) serves 200 items/s; 1,000 requests/s
 arrive (Poisson), each with a 250 ms deadline. The Go seed, at batch size 1, keeps 17% of
-its capacity in the same situation. Tolerances, stated once: an answer may come 100 ms after
-its deadline, and a success 10 ms after it (the server's deadline runs from when it reads
-the request, a little after the client wrote it; client and server share two cores); a
-refusal's p99 is under 10 ms; goodput is at least 90% of capacity; RSS grows less than 10%
-after warm-up. The machine must not be busy with other work: a failure's message gives the
-CPU pressure over the run (Linux PSI "some", the share of time runnable tasks waited for a
-CPU) to tell the two apart.
+its capacity in the same situation. The server is judged by its own account where the
+client's stopwatch would judge the machine: client and server share two cores, and the
+suite must pass with another process keeping one of them busy.
+
+Tolerances, stated once:
+
+* no success is answered past its deadline by the server's own account (``Server-Timing``,
+  from the request's first byte, which is where its deadline counts from; 2 ms for the
+  write itself), and every answer reaches the client within its deadline + 100 ms of the
+  write;
+* a refusal's p99 is under 10 ms from the client's write to its answer (refusals are
+  decided from the head, before the body is read); by the server's own account, under 5 ms
+  (a GIL switch interval: the model's thread may hold it);
+* goodput is at least 90% of capacity, and RSS grows less than 10% after warm-up.
+
+A failure's message gives the CPU the server got (share of one core) and the CPU pressure
+over the run (Linux PSI "some", the share of time runnable tasks waited for a CPU), so a
+starved machine can be told from a slow server.
 """
 
 from __future__ import annotations
@@ -34,22 +45,27 @@ def test_overload_at_five_times_capacity() -> None:
     deadline = f.extra["deadline_s"]
     summary = (
         f"statuses {f.extra['statuses']}, goodput {f.goodput:.1f}/s of {f.capacity:.0f}, "
-        f"429 p99 {f.refusal_p99_s * 1e3:.2f} ms, max answer {f.extra['max_response_s']:.3f} s, "
+        f"429 p99 {f.refusal_p99_s * 1e3:.2f} ms (server's account "
+        f"{f.extra['refusal_p99_server_s'] * 1e3:.3f} ms), "
+        f"late 200s {f.extra['late_ok']} (client's stopwatch: {f.extra['late_ok_client']}), "
+        f"max answer {f.extra['max_response_s']:.3f} s, "
         f"RSS {f.rss_before / 1e6:.1f} -> {f.rss_after / 1e6:.1f} MB, {f.counts.row()}; "
-        f"CPU pressure {waited:.0%}"
+        f"server CPU {f.extra['server_cpu']:.0%} of a core, CPU pressure {waited:.0%}"
     )
+    print(summary)
     # The server stays up and every request gets an answer, none later than its deadline
     # plus the margin.
     assert f.extra["healthy_after"], summary
     assert f.lost == 0, summary
     assert f.extra["max_response_s"] <= deadline + MARGIN_S, summary
-    # Goodput holds at capacity, and every success met its deadline.
+    # Goodput holds at capacity, and no success came after its deadline.
     assert f.capacity is not None
     assert f.goodput >= 0.9 * f.capacity, summary
     assert f.extra["late_ok"] == 0, summary
     # Refusals are immediate.
     assert f.refusals > 0.5 * f.offered, summary
     assert f.refusal_p99_s < 0.010, summary
+    assert f.extra["refusal_p99_server_s"] < 0.005, summary
     # Memory stays bounded.
     assert f.rss_growth < 0.10, summary
     # The server's own counters add up and agree with what the clients saw.

@@ -31,7 +31,7 @@ def test_metrics_report_requests_batches_queue_and_cost_per_model() -> None:
         text = r.text
         for needle in (
             'batchserve_requests_total{model="m",outcome="ok",reason="ok"} 1.0',
-            'batchserve_requests_total{model="",outcome="invalid",reason="invalid"} 1.0',
+            'batchserve_requests_total{model="_unknown",outcome="invalid",reason="invalid"} 1.0',
             'batchserve_request_duration_seconds_count{model="m",protocol="openai"} 1.0',
             'batchserve_queue_wait_seconds_count{model="m"} 2.0',
             'batchserve_batch_size_count{model="m"}',
@@ -43,6 +43,9 @@ def test_metrics_report_requests_batches_queue_and_cost_per_model() -> None:
             'batchserve_model_ready{model="m"} 1.0',
         ):
             assert needle in text, needle
+        # What monitoring tools use badly: empty label values and *_created series.
+        assert '=""' not in text
+        assert "_created" not in text
 
     run(main())
 

@@ -27,6 +27,7 @@ from batchserve_testmodels import vector
 from server_helpers import server_process
 
 from batchserve.models.synthetic import SyntheticModel
+from support import metric_value, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -199,7 +200,7 @@ def test_a_client_that_disconnects_while_queued_never_reaches_the_model(
     tmp_path: pathlib.Path,
 ) -> None:
     record = tmp_path / "computed.txt"
-    env = {"BATCHSERVE_TEST_RECORD": str(record), "BATCHSERVE_TEST_SLEEP": "0.4"}
+    env = {"BATCHSERVE_TEST_RECORD": str(record), "BATCHSERVE_TEST_SLEEP": "1.0"}
     args = ["--model", "rec=batchserve_testmodels:Recorder", "--max-batch-size", "1"]
     with server_process(args, env) as server:
         with httpx.Client(base_url=server.url, timeout=10) as client:
@@ -211,16 +212,19 @@ def test_a_client_that_disconnects_while_queued_never_reaches_the_model(
                     b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
                 )
 
+            def gauge(name: str) -> float:
+                return metric_value(client.get("/metrics").text, name)
+
             holder = socket.create_connection(("127.0.0.1", server.port))
             holder.sendall(post("holder"))
-            time.sleep(0.1)  # the holder is in its 0.4 s pass
+            assert wait_until(lambda: gauge("batchserve_running_items") == 1, 10)
             leaver = socket.create_connection(("127.0.0.1", server.port))
             leaver.sendall(post("leaver"))
-            time.sleep(0.1)  # the leaver is queued behind it
+            assert wait_until(lambda: gauge("batchserve_queue_depth") == 1, 10)
             leaver.close()
+            assert wait_until(lambda: gauge("batchserve_queue_depth") == 0, 10)
             assert b"200 OK" in holder.recv(65536)
             holder.close()
-            time.sleep(0.2)
             r = client.post("/v1/embeddings", json={"input": "after"})
             assert r.status_code == 200
             metrics = client.get("/metrics").text
@@ -242,10 +246,16 @@ def test_a_second_sigterm_exits_at_once_and_says_so() -> None:
             + b"\r\n\r\n"
             + body
         )
-        time.sleep(0.3)
-        start = time.monotonic()
-        server.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+
+            def running() -> float:
+                return metric_value(client.get("/metrics").text, "batchserve_running_items")
+
+            assert wait_until(lambda: running() == 1, 10)  # the slow request is in its pass
+            start = time.monotonic()
+            server.proc.send_signal(signal.SIGTERM)
+            # Draining: readiness turns 503 while the 5 s pass goes on.
+            assert wait_until(lambda: client.get("/v2/health/ready").status_code == 503, 10)
         assert server.proc.poll() is None  # still draining the 5 s pass
         server.proc.send_signal(signal.SIGTERM)
         code, err = server.wait(5)

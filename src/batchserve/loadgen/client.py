@@ -26,6 +26,7 @@ with a server closing it) gets its request retried once.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,9 +40,26 @@ __all__ = ["SLOW_DIAL_S", "Completion", "Connection", "Pool", "PoolStatistics"]
 #: the server's listen backlog overflowed and the kernel is retransmitting the SYN (1 s).
 SLOW_DIAL_S = 0.1
 
-#: ``completion(index, status, reason, batch_ids, t_done)``: a request ended. ``status`` is
-#: 0 when no response came; ``batch_ids`` is the raw ``X-Batch-Id`` value or None.
-Completion = Callable[[int, int, "str | None", "bytes | None", float], None]
+#: ``completion(index, status, reason, batch_ids, server_s, t_done)``: a request ended.
+#: ``status`` is 0 when no response came; ``batch_ids`` is the raw ``X-Batch-Id`` value or
+#: None; ``server_s`` is the server's own account of the request's time (``Server-Timing``'s
+#: ``total``, arrival to answer), NaN when it sent none.
+Completion = Callable[[int, int, "str | None", "bytes | None", float, float], None]
+
+
+def server_total_s(value: bytes) -> float:
+    """Seconds from a ``Server-Timing`` value's ``total;dur=<ms>`` metric (NaN: none)."""
+    for metric in value.split(b","):
+        name, _, params = metric.strip().partition(b";")
+        if name.strip() == b"total":
+            for param in params.split(b";"):
+                key, _, dur = param.strip().partition(b"=")
+                if key == b"dur":
+                    try:
+                        return float(dur) / 1e3
+                    except ValueError:
+                        return math.nan
+    return math.nan
 
 
 class Connection(asyncio.Protocol):
@@ -56,6 +74,7 @@ class Connection(asyncio.Protocol):
         self.got_bytes = False
         self._reason: str | None = None
         self._batch_ids: bytes | None = None
+        self._server_s = math.nan
         self._t_recv = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -69,6 +88,7 @@ class Connection(asyncio.Protocol):
         self.got_bytes = False
         self._reason = None
         self._batch_ids = None
+        self._server_s = math.nan
         assert self.transport is not None
         self._pool.sent(index)
         self.transport.write(data)
@@ -83,13 +103,15 @@ class Connection(asyncio.Protocol):
             self._pool.broken(self, f"protocol: {exc}")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        """Keep ``X-Reason`` and ``X-Batch-Id`` (httptools callback)."""
+        """Keep ``X-Reason``, ``X-Batch-Id`` and ``Server-Timing`` (httptools callback)."""
         # The length test spares a lower() on every other header.
         size = len(name)
         if size == 10 and name.lower() == b"x-batch-id":
             self._batch_ids = value
         elif size == 8 and name.lower() == b"x-reason":
             self._reason = value.decode("latin-1").strip()
+        elif size == 13 and name.lower() == b"server-timing":
+            self._server_s = server_total_s(value)
 
     def on_message_complete(self) -> None:
         """Hand the finished response to the pool (httptools callback)."""
@@ -99,6 +121,7 @@ class Connection(asyncio.Protocol):
             self._parser.get_status_code(),
             self._reason,
             self._batch_ids,
+            self._server_s,
             self._t_recv,
             self._parser.should_keep_alive(),
         )
@@ -274,7 +297,7 @@ class Pool:
             self._waiting_set.discard(index)
         else:
             return False
-        self._on_done(index, 0, reason, None, self.now())
+        self._on_done(index, 0, reason, None, math.nan, self.now())
         return True
 
     def close(self) -> None:
@@ -299,6 +322,7 @@ class Pool:
         status: int,
         reason: str | None,
         batch_ids: bytes | None,
+        server_s: float,
         t_done: float,
         keep_alive: bool,
     ) -> None:
@@ -306,7 +330,7 @@ class Pool:
         index = conn.index
         conn.index = -1
         if index >= 0 and self._inflight.pop(index, None) is conn:
-            self._on_done(index, status, reason, batch_ids, t_done)
+            self._on_done(index, status, reason, batch_ids, server_s, t_done)
         if not keep_alive or self._closed:
             if conn.transport is not None:
                 conn.transport.close()
@@ -318,7 +342,7 @@ class Pool:
         index = conn.index
         conn.index = -1
         if index >= 0 and self._inflight.pop(index, None) is conn:
-            self._on_done(index, 0, reason, None, self.now())
+            self._on_done(index, 0, reason, None, math.nan, self.now())
         if conn.transport is not None:
             conn.transport.abort()
 
@@ -335,7 +359,7 @@ class Pool:
                 self._waiting.appendleft(index)
                 self._waiting_set.add(index)
             else:
-                self._on_done(index, 0, "connection_lost", None, self.now())
+                self._on_done(index, 0, "connection_lost", None, math.nan, self.now())
         self._dial_for_waiters()
 
     # -- internals ---------------------------------------------------------------------------
@@ -399,7 +423,9 @@ class Pool:
             self._failed += 1
             index = self._pop_waiter()  # each failed dial fails the oldest waiter
             if index >= 0:
-                self._on_done(index, 0, f"connect: {type(exc).__name__}", None, self.now())
+                self._on_done(
+                    index, 0, f"connect: {type(exc).__name__}", None, math.nan, self.now()
+                )
             self._loop.call_soon(self._dial_for_waiters)
             return
         self._dialled(t0)

@@ -58,6 +58,8 @@ class Records:
         latency_s: answer time minus scheduled time (NaN: no answer).
         status: HTTP status, 0 when no response came.
         reason: ``X-Reason`` or the client's reason ("" for successes).
+        server_s: the server's own account of the request, arrival to answer
+            (``Server-Timing: total``; NaN where it sent none).
     """
 
     offset_s: tuple[float, ...]
@@ -66,6 +68,7 @@ class Records:
     latency_s: tuple[float, ...]
     status: tuple[int, ...]
     reason: tuple[str, ...]
+    server_s: tuple[float, ...] = ()
 
     def __len__(self) -> int:
         return len(self.offset_s)
@@ -106,6 +109,7 @@ def merge(results: Sequence[ShareResult], *, extra_cpu_s: float = 0.0) -> Merged
     latency = [math.nan] * n
     status = [0] * n
     reason = [""] * n
+    server = [math.nan] * n
     ids: set[bytes] = set()
     for r in results:
         for pos, gi in enumerate(r.indices):
@@ -114,6 +118,8 @@ def merge(results: Sequence[ShareResult], *, extra_cpu_s: float = 0.0) -> Merged
             dispatch_lag[gi] = r.dispatch_lag_s[pos]
             latency[gi] = r.latency_s[pos]
             status[gi] = r.status[pos]
+            if r.server_s:
+                server[gi] = r.server_s[pos]
         for pos, text in r.reasons.items():
             reason[r.indices[pos]] = text
         ids |= r.batch_ids
@@ -125,6 +131,7 @@ def merge(results: Sequence[ShareResult], *, extra_cpu_s: float = 0.0) -> Merged
             latency_s=tuple(latency),
             status=tuple(status),
             reason=tuple(reason),
+            server_s=tuple(server),
         ),
         items=sum(r.items for r in results),
         batches=len(ids),

@@ -127,6 +127,8 @@ class ShareResult:
         lag_s: write time minus scheduled time (NaN if never written).
         dispatch_lag_s: hand-over to the pool minus scheduled time.
         latency_s: answer time minus scheduled time (NaN if no answer).
+        server_s: the server's own account of each request's time, arrival to answer
+            (``Server-Timing: total``; NaN where it sent none).
         status: HTTP status, 0 when no response came.
         reasons: ``X-Reason`` (or the client's reason) of requests that did not succeed,
             by position.
@@ -146,6 +148,7 @@ class ShareResult:
     dispatch_lag_s: list[float]
     latency_s: list[float]
     status: list[int]
+    server_s: list[float] = field(default_factory=list)
     reasons: dict[int, str] = field(default_factory=dict)
     items: int = 0
     batch_ids: set[bytes] = field(default_factory=set)
@@ -181,6 +184,7 @@ class Sender:
         self._lag = [math.nan] * n
         self._dispatch_lag = [math.nan] * n
         self._latency = [math.nan] * n
+        self._server = [math.nan] * n
         self._status = [0] * n
         self._reasons: dict[int, str] = {}
         self._batch_ids: set[bytes] = set()
@@ -301,6 +305,7 @@ class Sender:
             dispatch_lag_s=self._dispatch_lag,
             latency_s=self._latency,
             status=self._status,
+            server_s=self._server,
             reasons=self._reasons,
             items=self._items,
             batch_ids=self._batch_ids,
@@ -367,9 +372,16 @@ class Sender:
             self._lag_max = lag
 
     def _on_done(
-        self, pos: int, status: int, reason: str | None, batch_ids: bytes | None, t: float
+        self,
+        pos: int,
+        status: int,
+        reason: str | None,
+        batch_ids: bytes | None,
+        server_s: float,
+        t: float,
     ) -> None:
         self._latency[pos] = t - self._due[pos]
+        self._server[pos] = server_s
         self._status[pos] = status
         outcome = classify(status, reason)
         if outcome is Outcome.OK:

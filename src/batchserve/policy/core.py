@@ -18,6 +18,9 @@ Events, each handed the current time ``now`` by the driver:
   model has measured at least one pass, the item is admitted as a probe whatever the
   prediction, so a model that was stuck or slow and has recovered is measured again instead
   of being refused forever.
+* ``screen(now, deadline)`` asks the same question as ``offer`` for one more item before
+  the item exists (a server refusing a request from its head, before reading its body): it
+  returns the refusal, counted as one refused item, or None and changes nothing.
 * ``cancel(now, entry)`` removes a queued entry (its caller left). A running entry is only
   marked, so the driver can skip it just before the forward pass.
 * ``poll(now)`` returns the actions due now: entries whose deadline has passed while queued
@@ -43,7 +46,7 @@ from typing import Generic, TypeVar
 
 from batchserve.config import BatchConfig
 from batchserve.costmodel import CostModel
-from batchserve.errors import DeadlineInfeasible, QueueFull, ShuttingDown
+from batchserve.errors import DeadlineInfeasible, QueueFull, Rejected, ShuttingDown
 from batchserve.policy.admission import drain_rate, predict_finish_at
 from batchserve.policy.outcomes import REJECT_REASONS, Counters, PolicyStats
 
@@ -273,56 +276,75 @@ class Policy(Generic[P]):
                 (or its deadline has already passed).
         """
         self._received += 1
+        refusal = self._refusal(now, deadline)
+        if refusal is not None:
+            self._rejected[refusal.reason] += 1
+            raise refusal
+        entry: Entry[P] = Entry(next(self._ids), payload, now, deadline)
+        self._queue[entry.id] = entry
+        if deadline is not None:
+            heapq.heappush(self._deadlines, (deadline, entry.id, entry))
+        self._pending += 1
+        return entry
+
+    def screen(self, now: float, deadline: float | None) -> Rejected | None:
+        """Whether one more item with ``deadline`` would be refused now (see ``offer``).
+
+        Returns:
+            The refusal, counted as one received and refused item; or None (nothing counted,
+            nothing admitted: the item is offered later, when it exists).
+        """
+        refusal = self._refusal(now, deadline)
+        if refusal is not None:
+            self._received += 1
+            self._rejected[refusal.reason] += 1
+        return refusal
+
+    def _refusal(self, now: float, deadline: float | None) -> Rejected | None:
+        # The admission rule of ``offer`` and ``screen``; reads state, changes nothing.
         cfg = self.config
         queue = self._queue
         if self._draining:
-            self._rejected["draining"] += 1
-            raise ShuttingDown(
+            return ShuttingDown(
                 "the batcher is shutting down and admits no new work",
                 retry_after_s=self.retry_after(now, "draining"),
             )
         depth = len(queue)
         if depth >= cfg.queue_size:
-            self._rejected["queue_full"] += 1
-            raise QueueFull(
+            return QueueFull(
                 f"queue is full: {depth} items waiting, queue_size is {cfg.queue_size}",
                 retry_after_s=self.retry_after(now, "queue_full"),
             )
-        if deadline is not None and (cfg.admission or deadline <= now):
-            finish = now
-            limit = deadline
-            if cfg.admission:
-                finish = self.predict_finish(now)
-                # A margin for the noise of a real machine: two standard errors of the passes
-                # ahead, plus 2% of the predicted wait for drift the fit has not caught up with.
-                margin = _DRIFT_MARGIN * (finish - now)
-                spread = self.cost_model.spread_s
-                if spread:
-                    passes = depth // cfg.max_batch_size + 1 + len(self._running)
-                    margin += 2.0 * spread * math.sqrt(passes)
-                finish += margin
-                # The item joins the batch of the last ``k`` queued items, whose pass it makes
-                # longer: it must not make any of them late either.
-                k = depth % cfg.max_batch_size
-                if k and finish <= deadline:
-                    for mate in itertools.islice(reversed(queue.values()), k):
-                        if mate.deadline is not None and finish > mate.deadline:
-                            limit = mate.deadline
-                            break
-            if deadline <= now or (finish > limit and not self._probe_ok(depth)):
-                self._rejected["infeasible"] += 1
-                whose = "its" if limit == deadline else "an earlier item of its batch's"
-                raise DeadlineInfeasible(
-                    f"deadline cannot be met: predicted to finish in {finish - now:.4f}s, "
-                    f"{whose} deadline is in {limit - now:.4f}s",
-                    retry_after_s=max(_MIN_RETRY_S, finish - limit),
-                )
-        entry: Entry[P] = Entry(next(self._ids), payload, now, deadline)
-        queue[entry.id] = entry
-        if deadline is not None:
-            heapq.heappush(self._deadlines, (deadline, entry.id, entry))
-        self._pending += 1
-        return entry
+        if deadline is None or not (cfg.admission or deadline <= now):
+            return None
+        finish = now
+        limit = deadline
+        if cfg.admission:
+            finish = self.predict_finish(now)
+            # A margin for the noise of a real machine: two standard errors of the passes
+            # ahead, plus 2% of the predicted wait for drift the fit has not caught up with.
+            margin = _DRIFT_MARGIN * (finish - now)
+            spread = self.cost_model.spread_s
+            if spread:
+                passes = depth // cfg.max_batch_size + 1 + len(self._running)
+                margin += 2.0 * spread * math.sqrt(passes)
+            finish += margin
+            # The item joins the batch of the last ``k`` queued items, whose pass it makes
+            # longer: it must not make any of them late either.
+            k = depth % cfg.max_batch_size
+            if k and finish <= deadline:
+                for mate in itertools.islice(reversed(queue.values()), k):
+                    if mate.deadline is not None and finish > mate.deadline:
+                        limit = mate.deadline
+                        break
+        if deadline > now and (finish <= limit or self._probe_ok(depth)):
+            return None
+        whose = "its" if limit == deadline else "an earlier item of its batch's"
+        return DeadlineInfeasible(
+            f"deadline cannot be met: predicted to finish in {finish - now:.4f}s, "
+            f"{whose} deadline is in {limit - now:.4f}s",
+            retry_after_s=max(_MIN_RETRY_S, finish - limit),
+        )
 
     def _probe_ok(self, depth: int) -> bool:
         # A refusal on belief alone when nothing waits and a worker is idle would rest on a

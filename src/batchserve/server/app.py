@@ -1,21 +1,22 @@
-"""The ASGI application: routing, API key, deadlines, disconnects, errors, drain.
+"""The application: lifecycle, routes, inference exchanges, the ASGI driver, drain.
 
 Theory of operation
 -------------------
-:class:`App` is a bare ASGI callable (no framework: see :mod:`batchserve.server.asgi`). A
-request is routed by method and path to a handler. An inference handler checks the API key,
-finds the model (404) and its readiness (503 ``not_ready`` while it loads), reads the body
-under the byte limit (413), parses and checks it (400/413/422, nothing queued), computes the
-request's deadline, and hands its inputs to the model's batcher. While they wait, a watcher
-reads ``http.disconnect``: a client that leaves cancels its inputs, which leave the queue
-and never reach the model. The answer carries the timing headers; an error carries
-``X-Reason`` (and for refusals ``Retry-After``), in the protocol's own error shape.
+:class:`App` owns the served models (each behind its own batcher), the metrics and the
+drain. An inference request is an :class:`~batchserve.server.exchange.Exchange`: the app
+opens it from the request's head (:meth:`App.begin`), where everything that needs no body is
+decided (API key, media type, declared length, the deadline from the wire, the model, drain,
+readiness, and the batcher's verdict on one more item) and a refusal is answered before the
+body is read. Two drivers carry exchanges: the connection protocol
+(:mod:`batchserve.server.wire`), which runs them with no task per request, and this app's
+ASGI entry point, which runs them for any ASGI server or in-process client and serves every
+other route (health, metadata, metrics, docs). :meth:`App.inference_route` says which
+requests are exchanges.
 
-The deadline of a request is the tighter of ``X-Request-Timeout`` (seconds, ``0.25``, or
-with a unit, ``250ms``) and KServe's ``parameters.timeout`` (microseconds) when it gives
-them, else the model's default (``--timeout``), counted from the request's arrival. The
-steps every inference call shares (API key, deadline, disconnect watch, timing headers) are
-in :mod:`batchserve.server.calls`.
+The deadline of a request is the tightest of its headers' (see
+:mod:`batchserve.server.deadlines`) and KServe's ``parameters.timeout``, else the model's
+default (``--timeout``), counted from the request's arrival (its first byte, when the
+connection protocol saw it).
 
 Draining (:meth:`App.begin_drain`, on SIGTERM): every new inference request is answered 503
 ``draining`` with Retry-After, ``/v2/health/ready`` turns 503, and :meth:`App.drain` waits
@@ -32,25 +33,27 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
-from batchserve.errors import DeadlineExceeded
 from batchserve.metrics import CONTENT_TYPE, Metrics
 from batchserve.models.loader import LoadedModel, load_model
 from batchserve.server import kserve, openai
 from batchserve.server.asgi import (
-    JSON_TYPE,
     ClientGone,
-    Headers,
+    Head,
     Message,
     Receive,
     Scope,
     Send,
+    authorize,
     check_body_type,
-    get_header,
+    check_length,
     json_bytes,
     read_body,
+    read_head,
     send,
+    watch_disconnect,
 )
-from batchserve.server.calls import authorize, compute, request_deadline, timing_headers
+from batchserve.server.deadlines import wire_deadline
+from batchserve.server.exchange import ARRIVAL, Endpoint, Exchange, Reply, passed
 from batchserve.server.openapi import docs_html, openapi_spec
 from batchserve.server.registry import Registry, ServedModel
 from batchserve.server.settings import ServerSettings
@@ -62,10 +65,6 @@ log = logging.getLogger("batchserve.server")
 
 Handler = Callable[..., Awaitable[None]]
 _HTML = b"text/html; charset=utf-8"
-_OCTETS = b"application/octet-stream"
-#: The media types each protocol's bodies may be sent as (none given: read as JSON).
-_OPENAI_TYPES = frozenset({"application/json"})
-_KSERVE_TYPES = frozenset({"application/json", "application/octet-stream"})
 
 
 def create_app(
@@ -76,7 +75,7 @@ def create_app(
 
 
 class App:
-    """The batchserve ASGI application. See the module docstring.
+    """The batchserve application. See the module docstring.
 
     Args:
         settings: models, limits, API key, drain timeout.
@@ -107,11 +106,15 @@ class App:
         self._inflight = 0
         self._idle: asyncio.Event | None = None
         self._spec: bytes | None = None
+        self._embeddings = openai.EmbeddingsEndpoint(self.registry, self.limits)
+        self._infer = kserve.InferEndpoint(self.limits)
+        # With one model, an OpenAI request can only be for it: refusals need no body.
+        self._only = self.registry.default if len(self.registry.models) == 1 else None
         self._static = self._static_routes()
         self._model_routes: dict[tuple[str, ...], dict[str, Handler]] = {
             (): {"GET": self._kserve_model},
             ("ready",): {"GET": self._kserve_model_ready},
-            ("infer",): {"POST": self._kserve_infer},
+            ("infer",): {"POST": self._not_routed},
         }
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -177,6 +180,82 @@ class App:
         """Inference requests accepted and not yet answered."""
         return self._inflight
 
+    # -- inference exchanges (both drivers) ------------------------------------------------
+
+    def inference_route(self, method: str, path: str) -> tuple[Endpoint, str | None] | None:
+        """The endpoint and model name (None: named by the body) of an inference request.
+
+        None for every other request (other routes, other methods, unknown paths).
+        """
+        if method != "POST":
+            return None
+        if path == "/v1/embeddings":
+            return self._embeddings, None
+        if path.startswith("/v2/models/") and path.endswith("/infer"):
+            parts = path[len("/v2/models/") :].split("/")
+            if len(parts) == 2 or (len(parts) == 4 and parts[1] == "versions"):
+                return self._infer, parts[0]
+        return None
+
+    def begin(
+        self,
+        endpoint: Endpoint,
+        model_name: str | None,
+        head: Head,
+        arrival: float,
+        respond: Callable[[Reply], None] | None,
+    ) -> Exchange:
+        """Open an inference exchange from the request's head; it is counted received.
+
+        Everything decidable without the body is decided here, and a refusal is answered
+        at once through ``respond`` (then ``exchange.done`` is True and its body is not to
+        be read). Otherwise the driver reads the body and calls ``exchange.feed``.
+
+        Args:
+            endpoint: the protocol (from :meth:`inference_route`).
+            model_name: the model named by the path, or None (named by the body).
+            head: the request's headers that the server reads.
+            arrival: when its first byte arrived (monotonic seconds).
+            respond: called once with the reply (not for a client that leaves).
+        """
+        self.metrics.observe_received()
+        self._inflight += 1
+        exchange = Exchange(self, endpoint, head, arrival, respond)
+        try:
+            authorize(head, self._key)
+            model = self._only
+            if model_name is not None:
+                model = exchange.model = self.registry.require(model_name, param="name")
+            if self.draining:
+                exchange.model = model
+                raise ApiError("draining", "the server is shutting down and admits no new requests")
+            check_body_type(head, endpoint.body_types)
+            check_length(head, self.limits.max_body_bytes)
+            now = time.monotonic()
+            deadline = exchange.deadline = wire_deadline(head, arrival, now)
+            if model is None:
+                return exchange
+            exchange.model = model  # for the refusals below; the body confirms it
+            if deadline is not None and deadline <= now:
+                raise passed(now - arrival)
+            batcher = model.require_batcher()
+            refusal = batcher.screen(
+                deadline if deadline is not None else arrival + model.settings.timeout_s
+            )
+            if refusal is not None:
+                raise refusal
+            if model_name is None:
+                exchange.model = None
+        except Exception as exc:
+            exchange.fail(exc)
+        return exchange
+
+    def release(self) -> None:
+        """An exchange's reply was written (or its client left); see :meth:`drain`."""
+        self._inflight -= 1
+        if self._inflight == 0 and self._idle is not None:
+            self._idle.set()
+
     # -- ASGI ------------------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
@@ -202,6 +281,10 @@ class App:
         path: str = scope["path"]
         send_fn = self._closing_when_draining(send_fn)
         try:
+            route = self.inference_route(scope["method"], path)
+            if route is not None:
+                await self._exchange(scope, receive, send_fn, *route)
+                return
             handler, args = self._route(scope["method"], path)
             await handler(scope, receive, send_fn, *args)
         except Exception as exc:
@@ -209,6 +292,46 @@ class App:
             if error.reason == "internal":
                 log.exception("internal error on %s %s", scope["method"], path)
             await self._send_error(send_fn, path, error)
+
+    async def _exchange(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send_fn: Send,
+        endpoint: Endpoint,
+        model_name: str | None,
+    ) -> None:
+        """Carry one inference exchange over ASGI: head, body, answer, disconnects."""
+        answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        arrival = scope.get("extensions", {}).get(ARRIVAL)
+        head = read_head(scope["headers"])
+        exchange = self.begin(
+            endpoint,
+            model_name,
+            head,
+            arrival if arrival is not None else time.monotonic(),
+            answered.set_result,
+        )
+        try:
+            if not exchange.done:
+                limits = self.limits
+                try:
+                    body = await read_body(receive, limits.max_body_bytes, limits.read_timeout_s)
+                except ClientGone:
+                    exchange.abandon()  # it left half way through its body
+                    return
+                except ApiError as exc:
+                    exchange.fail(exc)
+                else:
+                    exchange.feed(body)
+            if not answered.done() and not await _answered_or_gone(answered, receive):
+                exchange.abandon()
+                return
+            reply = answered.result()
+            await send(send_fn, reply.status, reply.body, reply.headers, reply.content_type)
+        finally:
+            exchange.abandon()  # a no-op once answered; a cancelled handler withdraws
+            exchange.release()
 
     def _closing_when_draining(self, send_fn: Send) -> Send:
         """``send_fn``, adding ``Connection: close`` to answers sent while draining.
@@ -258,7 +381,7 @@ class App:
 
     def _static_routes(self) -> dict[str, dict[str, Handler]]:
         return {
-            "/v1/embeddings": {"POST": self._openai_embeddings},
+            "/v1/embeddings": {"POST": self._not_routed},
             "/v1/models": {"GET": self._openai_models},
             "/v2": {"GET": self._kserve_server},
             "/v2/health/live": {"GET": self._live},
@@ -269,112 +392,19 @@ class App:
             "/": {"GET": self._index},
         }
 
-    # -- shared steps ----------------------------------------------------------------------
-
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
-        limits = self.limits
-        return await read_body(scope, receive, limits.max_body_bytes, limits.read_timeout_s)
-
-    def _model(self, name: str | None, param: str = "model") -> ServedModel:
-        model = self.registry.get(name)
-        if model is None:
-            known = ", ".join(self.registry.models)
-            raise ApiError(
-                "not_found", f"model {name!r} is not served here; served: {known}", param=param
-            )
-        return model
-
-    def _admit(self, model: ServedModel) -> LoadedModel:
-        if self.draining:
-            raise ApiError("draining", "the server is shutting down and admits no new requests")
-        model.require_batcher()
-        assert model.loaded is not None
-        return model.loaded
-
-    async def _inference(
-        self,
-        send_fn: Send,
-        protocol: str,
-        work: Callable[[_Call], Awaitable[tuple[bytes, Headers, bytes] | None]],
-    ) -> None:
-        """Run one inference request's ``work``, count it, and send its answer (200).
-
-        ``work`` returns the body, headers and content type, or None if the client left.
-        """
-        call = _Call()
-        self._inflight += 1
-        self.metrics.observe_received()
-        reason = "internal"
-        outcome: str | None = None
-        try:
-            answer = await work(call)
-            if answer is None:
-                reason = "cancelled"
-                return
-            body, headers, ctype = answer
-            await send(send_fn, 200, body, headers, ctype)
-            reason = "ok"
-        except ClientGone:
-            reason = "cancelled"  # it left half way through its body: nobody to answer
-        except Exception as exc:
-            reason = from_exception(exc).reason
-            if isinstance(exc, DeadlineExceeded) and exc.during_pass:
-                outcome = "late"
-            raise
-        finally:
-            elapsed = time.monotonic() - call.start
-            self.metrics.observe_request(
-                call.model,
-                protocol,
-                reason,
-                elapsed if reason == "ok" else None,
-                outcome=outcome,
-            )
-            self._inflight -= 1
-            if self._inflight == 0 and self._idle is not None:
-                self._idle.set()
+    async def _not_routed(self, scope: Scope, receive: Receive, send_fn: Send, *args: Any) -> None:
+        # Inference routes are exchanges (see inference_route); listed here for 405s only.
+        raise AssertionError(f"{scope['method']} {scope['path']} is an inference exchange")
 
     # -- OpenAI ----------------------------------------------------------------------------
 
-    async def _openai_embeddings(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        async def work(call: _Call) -> tuple[bytes, Headers, bytes] | None:
-            authorize(scope, self._key)
-            check_body_type(scope, _OPENAI_TYPES)
-            body = await self._read_body(scope, receive)
-            req = openai.parse_embeddings_request(body, self.limits)
-            model = self._model(req.model)
-            call.model = model.name
-            loaded = self._admit(model)
-            if loaded.kind != "embedding":
-                raise ApiError(
-                    "invalid",
-                    f"model {model.name!r} is not an embedding model; "
-                    f"use POST /v2/models/{model.name}/infer",
-                    param="model",
-                )
-            openai.check_dimensions(req.dimensions, loaded.dimension)
-            deadline = request_deadline(scope, model, call.start, None)
-            served = await compute(model, req.texts, deadline, receive)
-            if served is None:
-                return None
-            if loaded.count_tokens is not None:
-                tokens = sum(loaded.count_tokens(req.texts))
-            else:
-                tokens = sum(len(t.split()) for t in req.texts)
-            out = openai.embeddings_response(
-                model.name, [s.output for s in served], req.encoding_format, tokens
-            )
-            return json_bytes(out), timing_headers(served), JSON_TYPE
-
-        await self._inference(send_fn, "openai", work)
-
     async def _openai_models(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        authorize(scope, self._key)
+        authorize(read_head(scope["headers"]), self._key)
         await send(send_fn, 200, json_bytes(openai.models_response(list(self.registry.models))))
 
     async def _openai_model(self, scope: Scope, receive: Receive, send_fn: Send, name: str) -> None:
-        authorize(scope, self._key)
-        self._model(name)
+        authorize(read_head(scope["headers"]), self._key)
+        self.registry.require(name)
         await send(send_fn, 200, json_bytes(openai.model_entry(name)))
 
     # -- KServe v2 -------------------------------------------------------------------------
@@ -394,56 +424,18 @@ class App:
         await send(send_fn, 200, b'{"ready":true}')
 
     async def _kserve_model(self, scope: Scope, receive: Receive, send_fn: Send, name: str) -> None:
-        model = self._model(name, param="name")
+        model = self.registry.require(name, param="name")
         await send(send_fn, 200, json_bytes(kserve.model_metadata(name, model.loaded)))
 
     async def _kserve_model_ready(
         self, scope: Scope, receive: Receive, send_fn: Send, name: str
     ) -> None:
-        model = self._model(name, param="name")
+        model = self.registry.require(name, param="name")
         if self.draining:
             raise ApiError("draining", "the server is draining")
         if not model.ready:
             raise ApiError("not_ready", f"model {name!r} is {model.state}")
         await send(send_fn, 200, json_bytes({"name": name, "ready": True}))
-
-    async def _kserve_infer(self, scope: Scope, receive: Receive, send_fn: Send, name: str) -> None:
-        async def work(call: _Call) -> tuple[bytes, Headers, bytes] | None:
-            authorize(scope, self._key)
-            model = self._model(name, param="name")
-            call.model = model.name
-            loaded = self._admit(model)
-            check_body_type(scope, _KSERVE_TYPES)
-            body = await self._read_body(scope, receive)
-            req = kserve.parse_infer_request(
-                body, get_header(scope, b"inference-header-content-length")
-            )
-            items: list[Any]
-            if loaded.kind == "embedding":
-                items = kserve.embedding_items(req, self.limits)
-                extra = set(req.outputs) - {kserve.EMBEDDING_OUTPUT}
-                if extra:
-                    raise ApiError(
-                        "invalid",
-                        f"outputs asks for {sorted(extra)}; this model produces "
-                        f"['{kserve.EMBEDDING_OUTPUT}']",
-                        param="outputs",
-                    )
-            else:
-                items = kserve.generic_items(req, self.limits)
-            deadline = request_deadline(scope, model, call.start, req.timeout_s)
-            served = await compute(model, items, deadline, receive)
-            if served is None:
-                return None
-            outputs = kserve.stack_outputs(loaded.kind, [s.output for s in served])
-            out, header_len = kserve.build_infer_response(model=name, request=req, outputs=outputs)
-            headers = timing_headers(served)
-            if header_len is None:
-                return out, headers, JSON_TYPE
-            headers.append((b"inference-header-content-length", str(header_len).encode()))
-            return out, headers, _OCTETS
-
-        await self._inference(send_fn, "kserve", work)
 
     # -- operations and documentation ------------------------------------------------------
 
@@ -485,14 +477,15 @@ class App:
         await send(send_fn, 200, json_bytes(body))
 
 
-class _Call:
-    """What an inference request's handler learned, for its metrics."""
-
-    __slots__ = ("model", "start")
-
-    def __init__(self) -> None:
-        self.start = time.monotonic()
-        self.model = ""
+async def _answered_or_gone(answered: asyncio.Future[Reply], receive: Receive) -> bool:
+    """Wait for the answer or the client's disconnect, whichever first; True if answered."""
+    watcher: asyncio.Future[Any] = asyncio.ensure_future(watch_disconnect(receive))
+    waiting: set[asyncio.Future[Any]] = {answered, watcher}
+    try:
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    return answered.done()
 
 
 def _stats_of(model: ServedModel) -> Callable[[], Any]:

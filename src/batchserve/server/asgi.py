@@ -1,41 +1,56 @@
-"""The few ASGI primitives the server needs, with no framework in between.
+"""The few HTTP and ASGI primitives the server needs, with no framework in between.
 
 The server is a bare ASGI application: measured on a trivial endpoint, a framework's routing
 and request objects cost more per request than they save here (see
 ``bench/framework_overhead.py``), and a bare app reads ``http.disconnect`` directly, which
 is how a caller who leaves gets its queued work cancelled.
 
+* :func:`read_head` picks the headers the server reads out of a request's header list, in
+  one pass (:data:`HEAD_FIELDS`); the checks below read that dict.
+* :func:`authorize` checks ``Authorization: Bearer <key>`` (401 ``unauthorized``).
 * :func:`check_body_type` refuses (415) a body whose ``Content-Type`` or
-  ``Content-Encoding`` the endpoint cannot read, before reading it.
-* :func:`read_body` reads the request body under a byte limit (413 before reading a body
-  whose ``Content-Length`` is already over it) and a time limit (408: a client that sends
-  its body slowly, or stops half way, holds nothing for long); a client that disconnects
-  half way raises :class:`ClientGone`.
+  ``Content-Encoding`` the endpoint cannot read, and :func:`check_length` (413) one whose
+  ``Content-Length`` is over the limit, both before reading it.
+* :func:`read_body` reads the request body under a byte limit and a time limit (408: a
+  client that sends its body slowly, or stops half way, holds nothing for long); a client
+  that disconnects half way raises :class:`ClientGone`.
 * :func:`send` answers a status, headers and a body in one go.
 * :func:`watch_disconnect` waits for the client to leave after its body was read.
+* :func:`json_bytes` and :func:`load_json`: JSON through ``orjson`` (measured: about 8x the
+  standard library's speed for a small request, 15x for a 384-float embedding), falling
+  back to the standard library for what ``orjson`` refuses, so that every body gets the
+  same answer and error message as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
-from collections.abc import Awaitable, Callable, Collection, MutableMapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, MutableMapping
 from typing import Any, TypeAlias
 
+import orjson
+
+from batchserve.server.deadlines import DEADLINE_HEADERS
 from batchserve.server.statuses import ApiError
 
 __all__ = [
+    "HEAD_FIELDS",
     "JSON_TYPE",
     "ClientGone",
+    "Head",
     "Headers",
     "Receive",
     "Scope",
     "Send",
+    "authorize",
     "check_body_type",
-    "get_header",
+    "check_length",
     "json_bytes",
     "load_json",
     "read_body",
+    "read_head",
     "send",
     "watch_disconnect",
 ]
@@ -45,6 +60,20 @@ Message: TypeAlias = MutableMapping[str, Any]
 Receive: TypeAlias = Callable[[], Awaitable[Message]]
 Send: TypeAlias = Callable[[Message], Awaitable[None]]
 Headers: TypeAlias = list[tuple[bytes, bytes]]
+#: A request's headers that the server reads, by lower-case name.
+Head: TypeAlias = dict[bytes, bytes]
+
+#: The request headers the server reads; every other header is passed over.
+HEAD_FIELDS = frozenset(
+    {
+        b"authorization",
+        b"content-type",
+        b"content-encoding",
+        b"content-length",
+        b"inference-header-content-length",
+        *DEADLINE_HEADERS,
+    }
+)
 
 JSON_TYPE = b"application/json"
 
@@ -53,7 +82,40 @@ class ClientGone(Exception):
     """The client disconnected before its request's body had arrived whole."""
 
 
-def check_body_type(scope: Scope, accepted: Collection[str]) -> None:
+def read_head(headers: Iterable[tuple[bytes, bytes]]) -> Head:
+    """The headers of :data:`HEAD_FIELDS` (names lower case), in one pass; the first wins."""
+    head: Head = {}
+    fields = HEAD_FIELDS
+    for name, value in headers:
+        if name in fields and name not in head:
+            head[name] = value
+    return head
+
+
+def _text(head: Head, name: bytes) -> str | None:
+    value = head.get(name)
+    return None if value is None else bytes(value).decode("latin-1")
+
+
+def authorize(head: Head, key: bytes | None) -> None:
+    """Raise 401 ``unauthorized`` unless ``key`` is None or the request carries it.
+
+    The key is sent as ``Authorization: Bearer <key>`` and compared in constant time.
+    """
+    if key is None:
+        return
+    given = _text(head, b"authorization") or ""
+    scheme, _, token = given.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key):
+        raise ApiError(
+            "unauthorized",
+            "this endpoint needs the header 'Authorization: Bearer <api key>'"
+            + (" (the key given is wrong)" if given else ""),
+            param="Authorization",
+        )
+
+
+def check_body_type(head: Head, accepted: Collection[str]) -> None:
     """Refuse a body this endpoint cannot read, before reading it.
 
     A missing ``Content-Type`` is accepted (the body is parsed as JSON, and refused 400 if
@@ -64,7 +126,7 @@ def check_body_type(scope: Scope, accepted: Collection[str]) -> None:
     Raises:
         ApiError: ``unsupported_media_type`` (415) naming the header and its value.
     """
-    ctype = get_header(scope, b"content-type")
+    ctype = _text(head, b"content-type")
     if ctype is not None:
         media = ctype.split(";", 1)[0].strip().lower()
         json_ok = "application/json" in accepted and media.endswith("+json")
@@ -74,7 +136,7 @@ def check_body_type(scope: Scope, accepted: Collection[str]) -> None:
                 f"Content-Type must be {' or '.join(sorted(accepted))}, got {ctype!r}",
                 param="Content-Type",
             )
-    encoding = get_header(scope, b"content-encoding")
+    encoding = _text(head, b"content-encoding")
     if encoding is not None and encoding.strip().lower() not in ("", "identity"):
         raise ApiError(
             "unsupported_media_type",
@@ -83,23 +145,42 @@ def check_body_type(scope: Scope, accepted: Collection[str]) -> None:
         )
 
 
-def get_header(scope: Scope, name: bytes) -> str | None:
-    """The value of header ``name`` (lower case bytes) in ``scope``, or None."""
-    for key, value in scope["headers"]:
-        if key == name:
-            return bytes(value).decode("latin-1")
-    return None
+def check_length(head: Head, limit: int) -> int | None:
+    """The declared ``Content-Length``, refused when it is over ``limit`` (None: not given).
+
+    Raises:
+        ApiError: ``too_large`` (413) over the limit; ``malformed`` (400) not a number.
+    """
+    declared = _text(head, b"content-length")
+    if declared is None:
+        return None
+    try:
+        size = int(declared)
+    except ValueError:
+        raise ApiError(
+            "malformed", f"Content-Length must be an integer, got {declared!r}"
+        ) from None
+    if size > limit:
+        raise ApiError(
+            "too_large",
+            f"body must be at most {limit} bytes (--max-body-bytes), Content-Length is {size}",
+            param="body",
+        )
+    return size
 
 
 def json_bytes(obj: Any) -> bytes:
-    """Compact JSON, UTF-8.
+    """Compact JSON, UTF-8; numpy arrays are written as lists of numbers.
 
     A lone surrogate (a client may send half of an escaped UTF-16 pair, and messages may quote
     it) cannot be UTF-8: it is written as its JSON escape instead of failing.
     """
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode(
-        "utf-8", "backslashreplace"
-    )
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
+    except TypeError:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode(
+            "utf-8", "backslashreplace"
+        )
 
 
 def load_json(body: bytes) -> Any:
@@ -109,6 +190,11 @@ def load_json(body: bytes) -> Any:
         ApiError: ``malformed`` (400): not UTF-8, not JSON, or nested so deeply that the
             parser gives up (it recurses; a deep body must not reach the server's limit).
     """
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass  # the standard library reads what orjson refuses (NaN, lone surrogates, big
+        # integers) or says why it is not JSON, as it always did here
     try:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -120,31 +206,22 @@ def load_json(body: bytes) -> Any:
 
 
 async def read_body(
-    scope: Scope, receive: Receive, limit: int, timeout_s: float | None = None
+    receive: Receive, limit: int, timeout_s: float | None = None, declared: int | None = None
 ) -> bytes:
     """The whole request body, at most ``limit`` bytes, within ``timeout_s`` seconds.
 
+    Args:
+        receive: the ASGI receive callable.
+        limit: the most bytes the body may have.
+        timeout_s: seconds from the call in which the whole body must arrive (None: no limit).
+        declared: the ``Content-Length`` (from :func:`check_length`), for the messages.
+
     Raises:
-        ApiError: ``too_large`` (413) once the body (or its declared length) exceeds
-            ``limit``; ``malformed`` (400) if ``Content-Length`` is not a number;
-            ``request_timeout`` (408, the connection is then closed) if the whole body has
-            not arrived ``timeout_s`` seconds after the call.
+        ApiError: ``too_large`` (413) once the body exceeds ``limit``; ``request_timeout``
+            (408, the connection is then closed) if the whole body has not arrived
+            ``timeout_s`` seconds after the call.
         ClientGone: the client disconnected before the body was whole.
     """
-    declared = get_header(scope, b"content-length")
-    if declared is not None:
-        try:
-            size = int(declared)
-        except ValueError:
-            raise ApiError(
-                "malformed", f"Content-Length must be an integer, got {declared!r}"
-            ) from None
-        if size > limit:
-            raise ApiError(
-                "too_large",
-                f"body must be at most {limit} bytes (--max-body-bytes), Content-Length is {size}",
-                param="body",
-            )
     chunks: list[bytes] = []
     total = 0
     # One deadline for the whole body, not for each read: a client that trickles a byte at

@@ -10,8 +10,10 @@ uvicorn's ``HttpToolsProtocol``, handed to uvicorn as its protocol class:
 * **time**: a request's head must arrive within ``read_timeout_s`` of the connection's
   opening (first request) or of its first byte (later requests on a kept-alive connection);
   otherwise the client gets 408 ``request_timeout`` and the connection is closed. A
-  connection that sends nothing at all is closed silently. (The body has its own deadline,
-  enforced by the app: :func:`batchserve.server.asgi.read_body`.)
+  connection that sends nothing at all is closed silently. (The body has its own deadline:
+  see :mod:`batchserve.server.wire` and :func:`batchserve.server.asgi.read_body`.) The timer
+  is armed only when a read ends with a head still incomplete, so a request whose head
+  arrives in one read, as almost all do, costs no timer.
 * **size**: a head over ``max_head_bytes`` is refused with 431 ``head_too_large`` as soon as
   it passes the limit, and the connection is closed.
 
@@ -72,12 +74,13 @@ def guarded_protocol(*, read_timeout_s: float, max_head_bytes: int = MAX_HEAD_BY
             if self.transport.is_closing():
                 return
             super().data_received(data)
+            if self._in_head:
+                self._arm()
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
             self._head_bytes = 0
             self._in_head = True
-            self._arm()
 
         def on_url(self, url: bytes) -> None:
             self._count(len(url))

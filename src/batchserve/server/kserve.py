@@ -14,6 +14,10 @@ data: see :mod:`batchserve.server.tensors`) into the items the batcher runs:
 are binary when the request asks it (``outputs[].parameters.binary_data``, or
 ``parameters.binary_data_output`` when it lists no outputs), JSON otherwise. Errors are
 ``{"error": "<message>"}``.
+
+:class:`InferEndpoint` is the protocol's part of an inference exchange
+(:mod:`batchserve.server.exchange`): the model comes from the path, the items and the
+deadline's ``parameters.timeout`` from the body.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from typing import Any
 import numpy as np
 
 from batchserve import __version__
+from batchserve.batcher import Served
 from batchserve.models.loader import LoadedModel
-from batchserve.server.asgi import load_json
+from batchserve.server.asgi import json_bytes, load_json
+from batchserve.server.exchange import Exchange, Reply, timing_headers
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
 from batchserve.server.tensors import Tensor, decode_tensor, encode_tensor
@@ -36,6 +42,7 @@ from batchserve.server.tensors import Tensor, decode_tensor, encode_tensor
 __all__ = [
     "EMBEDDING_OUTPUT",
     "GENERIC_OUTPUT",
+    "InferEndpoint",
     "InferRequest",
     "build_infer_response",
     "embedding_items",
@@ -373,3 +380,67 @@ def _stack(values: list[Any]) -> Any:
     if all(isinstance(v, str | bytes) for v in values):
         return np.array([v if isinstance(v, bytes) else v.encode() for v in values], dtype=object)
     return np.stack([np.asarray(v) for v in values])
+
+
+_OCTETS = b"application/octet-stream"
+
+
+class InferEndpoint:
+    """``POST /v2/models/{name}/infer`` as an exchange's endpoint (the model from the path).
+
+    Args:
+        limits: the request limits.
+    """
+
+    protocol = "kserve"
+    body_types = frozenset({"application/json", "application/octet-stream"})
+
+    def __init__(self, limits: RequestLimits) -> None:
+        self.limits = limits
+
+    def parse(self, exchange: Exchange, body: bytes) -> list[Any]:
+        """The items of a checked body; ``parameters.timeout`` may tighten the deadline."""
+        model = exchange.model
+        assert model is not None
+        model.require_batcher()
+        loaded = model.loaded
+        assert loaded is not None
+        header = exchange.head.get(b"inference-header-content-length")
+        req = parse_infer_request(body, None if header is None else header.decode("latin-1"))
+        exchange.request = req
+        items: list[Any]
+        if loaded.kind == "embedding":
+            items = embedding_items(req, self.limits)
+            extra = set(req.outputs) - {EMBEDDING_OUTPUT}
+            if extra:
+                raise ApiError(
+                    "invalid",
+                    f"outputs asks for {sorted(extra)}; this model produces ['{EMBEDDING_OUTPUT}']",
+                    param="outputs",
+                )
+        else:
+            items = generic_items(req, self.limits)
+        if req.timeout_s is not None:
+            own = exchange.arrival + req.timeout_s
+            if exchange.deadline is None or own < exchange.deadline:
+                exchange.deadline = own
+        return items
+
+    def answer(self, exchange: Exchange, served: list[Served[Any]]) -> Reply:
+        """The output tensors, JSON or binary as asked, with the timing headers."""
+        model = exchange.model
+        assert model is not None
+        assert model.loaded is not None
+        outputs = stack_outputs(model.loaded.kind, [s.output for s in served])
+        out, header_len = build_infer_response(
+            model=model.name, request=exchange.request, outputs=outputs
+        )
+        headers = timing_headers(served)
+        if header_len is None:
+            return Reply(200, headers, out)
+        headers.append((b"inference-header-content-length", b"%d" % header_len))
+        return Reply(200, headers, out, _OCTETS)
+
+    def error_body(self, error: ApiError) -> bytes:
+        """KServe's error shape, ``{"error": message}``."""
+        return json_bytes({"error": error.message})

@@ -9,6 +9,9 @@ dimension (these models cannot shorten their embeddings, so any other value is r
 
 Errors use OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``, with the
 server's reason as ``code`` (see :mod:`batchserve.server.statuses`).
+
+:class:`EmbeddingsEndpoint` is the protocol's part of an inference exchange
+(:mod:`batchserve.server.exchange`): the body's model, its texts, and the answer.
 """
 
 from __future__ import annotations
@@ -21,11 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from batchserve.server.asgi import load_json
+from batchserve.batcher import Served
+from batchserve.server.asgi import json_bytes, load_json
+from batchserve.server.exchange import Exchange, Reply, timing_headers
+from batchserve.server.registry import Registry
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
 
 __all__ = [
+    "EmbeddingsEndpoint",
     "EmbeddingsRequest",
     "check_dimensions",
     "embeddings_response",
@@ -217,3 +224,58 @@ def error_body(error: ApiError) -> dict[str, Any]:
             "code": error.reason,
         }
     }
+
+
+class EmbeddingsEndpoint:
+    """``POST /v1/embeddings`` as an exchange's endpoint.
+
+    Args:
+        registry: the served models (the body names one; none named: the default).
+        limits: the request limits.
+    """
+
+    protocol = "openai"
+    body_types = frozenset({"application/json"})
+
+    def __init__(self, registry: Registry, limits: RequestLimits) -> None:
+        self.registry = registry
+        self.limits = limits
+
+    def parse(self, exchange: Exchange, body: bytes) -> list[Any]:
+        """The texts of a checked body; sets the exchange's model and request."""
+        req = parse_embeddings_request(body, self.limits)
+        model = self.registry.require(req.model)
+        exchange.model = model
+        exchange.request = req
+        model.require_batcher()
+        loaded = model.loaded
+        assert loaded is not None
+        if loaded.kind != "embedding":
+            raise ApiError(
+                "invalid",
+                f"model {model.name!r} is not an embedding model; "
+                f"use POST /v2/models/{model.name}/infer",
+                param="model",
+            )
+        check_dimensions(req.dimensions, loaded.dimension)
+        return req.texts
+
+    def answer(self, exchange: Exchange, served: list[Served[Any]]) -> Reply:
+        """One embedding per input, in order, with the token usage and timing headers."""
+        req: EmbeddingsRequest = exchange.request
+        model = exchange.model
+        assert model is not None
+        assert model.loaded is not None
+        count = model.loaded.count_tokens
+        if count is not None:
+            tokens = sum(count(req.texts))
+        else:
+            tokens = sum(len(t.split()) for t in req.texts)
+        out = embeddings_response(
+            model.name, [s.output for s in served], req.encoding_format, tokens
+        )
+        return Reply(200, timing_headers(served), json_bytes(out))
+
+    def error_body(self, error: ApiError) -> bytes:
+        """OpenAI's error shape."""
+        return json_bytes(error_body(error))

@@ -27,6 +27,7 @@ from batchserve.errors import NotReady, Rejected
 from batchserve.models.base import is_async_model
 from batchserve.models.loader import LoadedModel, load_model
 from batchserve.server.settings import ModelSettings
+from batchserve.server.statuses import ApiError
 
 __all__ = ["Registry", "ServedModel"]
 
@@ -173,6 +174,20 @@ class Registry:
         if name is None:
             return self.default
         return self.models.get(name)
+
+    def require(self, name: str | None, param: str = "model") -> ServedModel:
+        """The model called ``name`` (the default for None).
+
+        Raises:
+            ApiError: ``not_found`` naming the models served here.
+        """
+        model = self.get(name)
+        if model is None:
+            known = ", ".join(self.models)
+            raise ApiError(
+                "not_found", f"model {name!r} is not served here; served: {known}", param=param
+            )
+        return model
 
     @property
     def ready(self) -> bool:

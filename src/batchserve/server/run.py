@@ -2,7 +2,8 @@
 
 Theory of operation: :func:`serve` binds the listening socket itself (so port 0 gives a port
 known before anything else happens), starts uvicorn on it (httptools and uvloop when
-installed, access log off) and the app's lifespan starts loading the models. Meanwhile
+installed, access log off; inference requests carried by :mod:`batchserve.server.wire`) and
+the app's lifespan starts loading the models. Meanwhile
 inference answers 503 ``not_ready``. When every model is loaded and warm, ONE line goes to
 stdout, the ready line::
 
@@ -34,8 +35,8 @@ import uvicorn
 
 from batchserve.models.loader import LoadedModel, load_model
 from batchserve.server.app import App
-from batchserve.server.guard import guarded_protocol
 from batchserve.server.settings import ServerSettings
+from batchserve.server.wire import connection_protocol
 
 __all__ = ["bind", "serve", "serve_async"]
 
@@ -140,7 +141,7 @@ async def serve_async(
         log_level=log_level,
         timeout_graceful_shutdown=5,
         timeout_keep_alive=5,
-        http=guarded_protocol(read_timeout_s=settings.limits.read_timeout_s),
+        http=connection_protocol(app, read_timeout_s=settings.limits.read_timeout_s),
     )
     server = _Server(config)
     life = _Lifecycle(app, server, settings.drain_timeout_s, err)

@@ -1,0 +1,216 @@
+"""What one request costs the front end: closed loop on the null model, side by side.
+
+Every contender answers OpenAI ``POST /v1/embeddings`` (``{"input": "hello world"}``, 8
+floats back) from a model that costs nothing, max batch 64, max wait 2 ms, in its own
+process on a free port of 127.0.0.1, and ``wrk`` (Debian's ``wrk``: one thread, 64
+keep-alive connections) drives each in turn for ``--seconds``, ``--rounds`` times
+interleaved; the table gives each one's median requests/s and its ratio to the yardstick.
+
+* ``yardstick``: ``bench/yardstick.py``, the simplest dynamic batcher on the same stack
+  (uvicorn + httptools + uvloop, a bounded queue, one thread hop per batch);
+* ``batchserve``: ``batchserve serve`` (inference requests carried by its connection
+  protocol, :mod:`batchserve.server.wire`);
+* ``batchserve-asgi``: the same application under plain uvicorn, every request through ASGI
+  (what the connection protocol saves);
+* ``batchserve-granian``: the same application under Granian's ASGI server (a Rust HTTP
+  layer), when ``granian`` is installed.
+
+``--profile`` also records a py-spy flame graph of ``batchserve`` during one extra run into
+``bench/out/request_path-<time>.svg`` (``pip install py-spy``). The CPU a contender uses is
+measured from ``/proc`` over its runs and printed as CPU seconds per 1,000 requests.
+
+Run: ``.venv/bin/python bench/request_path.py [--rounds 5] [--seconds 4] [--profile]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import pathlib
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+OUT = HERE / "out"
+BIN = pathlib.Path(sys.executable).parent
+NULL = "m=synthetic:fixed=0ms,per_item=0ms,dim=8"
+LUA = """wrk.method = "POST"
+wrk.body = '{"input": "hello world", "model": "m"}'
+wrk.headers["Content-Type"] = "application/json"
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def command(name: str, port: int) -> list[str]:
+    py = sys.executable
+    if name == "yardstick":
+        return [py, str(HERE / "yardstick.py"), "--port", str(port)]
+    if name == "batchserve":
+        return [
+            *(py, "-m", "batchserve", "serve", "--port", str(port), "--model", NULL),
+            *("--max-batch-size", "64", "--max-wait", "2ms", "--queue-size", "1024"),
+        ]
+    if name == "batchserve-asgi":
+        code = (
+            "import sys, uvicorn; sys.path.insert(0, 'bench'); from null_app import app; "
+            "from batchserve.server.guard import guarded_protocol; "
+            f"uvicorn.run(app, host='127.0.0.1', port={port}, loop='uvloop', "
+            "http=guarded_protocol(read_timeout_s=30), access_log=False, log_level='warning')"
+        )
+        return [py, "-c", code]
+    if name == "batchserve-granian":
+        return [
+            *(str(BIN / "granian"), "--interface", "asgi", "--host", "127.0.0.1"),
+            *("--port", str(port), "--loop", "uvloop", "--no-ws", "--working-dir", str(HERE)),
+            *("--log-level", "warning", "null_app:app"),
+        ]
+    raise ValueError(name)
+
+
+@contextlib.contextmanager
+def running(name: str) -> Iterator[tuple[int, int]]:
+    port = free_port()
+    proc = subprocess.Popen(
+        command(name, port),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            time.sleep(0.2)
+        # Loaded and answering (models load after the port opens).
+        for _ in range(300):
+            if wrk(port, 0.2, connections=1)[0] > 0:
+                break
+            time.sleep(0.2)
+        yield port, proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid`` and its children that were waited for (a server's workers)."""
+    total = 0.0
+    for p in [pid, *children(pid)]:
+        with contextlib.suppress(OSError), open(f"/proc/{p}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def children(pid: int) -> list[int]:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(c) for c in f.read().split()]
+    return []
+
+
+def wrk(port: int, seconds: float, connections: int = 64) -> tuple[float, int]:
+    """Requests/s of 2xx answers and the count of other answers."""
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write(LUA)
+    try:
+        out = subprocess.run(
+            [
+                *("wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", f.name),
+                f"http://127.0.0.1:{port}/v1/embeddings",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+    finally:
+        os.unlink(f.name)
+    rate = re.search(r"Requests/sec:\s+([0-9.]+)", out)
+    bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    total = re.search(r"(\d+) requests in", out)
+    n_bad = int(bad.group(1)) if bad else 0
+    if rate is None or total is None:
+        return 0.0, n_bad
+    ok_share = 1 - n_bad / max(1, int(total.group(1)))
+    return float(rate.group(1)) * ok_share, n_bad
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument(
+        "--servers", default="yardstick,batchserve,batchserve-asgi,batchserve-granian"
+    )
+    parser.add_argument("--profile", action="store_true", help="py-spy flame graph of batchserve")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is needed: apt-get install wrk")
+    names = [n for n in args.servers.split(",") if n]
+    if "batchserve-granian" in names and not (BIN / "granian").exists():
+        print("granian is not installed (pip install granian): skipping batchserve-granian")
+        names.remove("batchserve-granian")
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    bad: dict[str, int] = dict.fromkeys(names, 0)
+    for r in range(args.rounds):
+        for name in names:
+            with running(name) as (port, pid):
+                c0 = cpu_s(pid)
+                rate, n_bad = wrk(port, args.seconds)
+                used = cpu_s(pid) - c0
+            rates[name].append(rate)
+            cpu[name].append(used / max(1.0, rate * args.seconds) * 1000)
+            bad[name] += n_bad
+            print(f"round {r + 1} {name:20s} {rate:9.0f} req/s", file=sys.stderr, flush=True)
+    base = statistics.median(rates[names[0]])
+    print(f"\nclosed loop, wrk -t1 -c64, {args.seconds:g} s x {args.rounds} rounds, null model")
+    print(
+        f"{'server':20s} {'req/s (median)':>15s} {'ratio':>7s} "
+        f"{'CPU s/1k req':>13s} {'non-2xx':>8s}"
+    )
+    for name in names:
+        med = statistics.median(rates[name])
+        print(
+            f"{name:20s} {med:15.0f} {med / base:7.2f} "
+            f"{statistics.median(cpu[name]):13.3f} {bad[name]:8d}"
+        )
+    if args.profile:
+        OUT.mkdir(exist_ok=True)
+        svg = OUT / f"request_path-{time.strftime('%Y%m%d-%H%M%S')}.svg"
+        with running("batchserve") as (port, pid):
+            spy = subprocess.Popen(
+                [
+                    *(str(BIN / "py-spy"), "record", "-p", str(pid)),
+                    *("-d", str(args.seconds + 1), "-r", "500", "-o", str(svg)),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            time.sleep(0.5)
+            wrk(port, args.seconds)
+            spy.wait()
+        print(f"\nflame graph: {svg}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,302 @@
+"""One inference request's life, from its head to its answer, with no I/O of its own.
+
+Theory of operation
+-------------------
+An :class:`Exchange` is what the server knows of one inference request. Two drivers run it,
+exactly as two drivers run the batching policy: the connection protocol
+(:mod:`batchserve.server.wire`, the fast path: no task, future or timer per request) and the
+ASGI app (:mod:`batchserve.server.app`, for in-process clients and everything else). Both
+call the same three steps and receive the answer through the same callback, so a request is
+answered byte for byte alike whichever driver carried it.
+
+1. :meth:`App.begin <batchserve.server.app.App.begin>` opens it from the request's head
+   alone: the request is counted received, and everything that does not need the body is
+   decided at once (API key, media type, declared length, the deadline from the wire, a
+   model that does not exist, draining, loading, and the batcher's own verdict on one more
+   item: queue full, deadline infeasible). A refusal is answered before the body is read,
+   let alone parsed: refusing must stay far cheaper than serving.
+2. :meth:`Exchange.feed` takes the whole body: the endpoint (OpenAI or KServe) parses and
+   checks it, and the inputs are offered to the model's batcher, each with this exchange as
+   its :class:`~batchserve.batcher.Waiter`. A refusal of any input withdraws the others.
+3. :meth:`Exchange.settle` is called by the batcher as each input ends; the last one builds
+   the answer. An error of any input answers the request with it and withdraws the rest.
+
+Every exchange ends exactly once, through :meth:`_finish`: its outcome is counted, then the
+driver's ``respond`` callback gets the :class:`Reply` (a client that left gets none:
+:meth:`abandon`). The driver calls :meth:`release` once the reply is written, which is what
+a drain waits for.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from batchserve.batcher import Served
+from batchserve.errors import DeadlineExceeded
+from batchserve.server.asgi import JSON_TYPE, Head, Headers
+from batchserve.server.statuses import ApiError, from_exception
+
+if TYPE_CHECKING:
+    from batchserve.server.app import App
+    from batchserve.server.registry import ServedModel
+
+__all__ = ["ARRIVAL", "Endpoint", "Exchange", "Reply", "passed", "timing_headers"]
+
+log = logging.getLogger("batchserve.server")
+
+#: The key of the ASGI scope's ``extensions`` under which the connection protocol puts the
+#: monotonic time the request's first byte arrived.
+ARRIVAL = "batchserve.arrival"
+
+
+class Reply:
+    """An answer to send: status, headers (besides type and length), body, media type."""
+
+    __slots__ = ("body", "content_type", "headers", "status")
+
+    def __init__(
+        self, status: int, headers: Headers, body: bytes, content_type: bytes = JSON_TYPE
+    ) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.content_type = content_type
+
+
+class Endpoint(Protocol):
+    """What a protocol (OpenAI, KServe) contributes to an exchange."""
+
+    #: ``openai`` or ``kserve``: the metrics label.
+    protocol: str
+    #: The media types its bodies may be sent as.
+    body_types: frozenset[str]
+
+    def parse(self, exchange: Exchange, body: bytes) -> list[Any]:
+        """Parse and check ``body``; set ``exchange.model`` and ``exchange.request``.
+
+        Returns the items to run. May lower ``exchange.deadline`` (a deadline in the body).
+
+        Raises:
+            ApiError: the body breaks a rule (the message names the field).
+        """
+
+    def answer(self, exchange: Exchange, served: list[Served[Any]]) -> Reply:
+        """The 200 answer, from every input's result in input order."""
+
+    def error_body(self, error: ApiError) -> bytes:
+        """The protocol's error body."""
+
+
+def timing_headers(served: list[Served[Any]]) -> Headers:
+    """The timing headers of an answer: one comma-separated value per input, in order.
+
+    ``X-Queue-Wait-S``, ``X-Batch-Size``, ``X-Batch-Id`` and ``X-Forward-S``.
+    """
+    if len(served) == 1:
+        s = served[0]
+        return [
+            (b"x-queue-wait-s", b"%.6f" % s.queue_wait_s),
+            (b"x-batch-size", b"%d" % s.batch_size),
+            (b"x-batch-id", b"%d" % s.batch_id),
+            (b"x-forward-s", b"%.6f" % s.forward_s),
+        ]
+    return [
+        (b"x-queue-wait-s", b",".join(b"%.6f" % s.queue_wait_s for s in served)),
+        (b"x-batch-size", b",".join(b"%d" % s.batch_size for s in served)),
+        (b"x-batch-id", b",".join(b"%d" % s.batch_id for s in served)),
+        (b"x-forward-s", b",".join(b"%.6f" % s.forward_s for s in served)),
+    ]
+
+
+class Exchange:
+    """One inference request, from its head to its answer (see the module docstring).
+
+    Attributes:
+        app: the application it belongs to.
+        endpoint: its protocol.
+        head: its headers that the server reads.
+        arrival: when its first byte arrived (monotonic seconds, the batcher's clock).
+        model: the model it asks for, once known.
+        request: the parsed body (the endpoint's own type), once parsed.
+        deadline: its absolute deadline: from the wire, the body, else the model's default.
+        respond: the driver's callback for the reply.
+        reply: the reply, once there is one.
+    """
+
+    __slots__ = (
+        "app",
+        "arrival",
+        "deadline",
+        "endpoint",
+        "entries",
+        "head",
+        "model",
+        "pending",
+        "released",
+        "reply",
+        "request",
+        "respond",
+        "results",
+    )
+
+    def __init__(
+        self,
+        app: App,
+        endpoint: Endpoint,
+        head: Head,
+        arrival: float,
+        respond: Callable[[Reply], None] | None,
+    ) -> None:
+        self.app = app
+        self.endpoint = endpoint
+        self.head = head
+        self.arrival = arrival
+        self.respond = respond
+        self.model: ServedModel | None = None
+        self.request: Any = None
+        self.deadline: float | None = None
+        self.entries: list[Any] = []
+        self.results: list[Any] = []
+        self.pending = 0
+        self.reply: Reply | None = None
+        self.released = False
+
+    @property
+    def done(self) -> bool:
+        """Whether the exchange has ended (answered, or its client left)."""
+        return self.reply is not None
+
+    # -- the steps -------------------------------------------------------------------------
+
+    def feed(self, body: bytes) -> None:
+        """Parse the whole body and offer its inputs; the answer comes through ``respond``."""
+        if self.reply is not None:
+            return
+        try:
+            items = self.endpoint.parse(self, body)
+            model = self.model
+            assert model is not None
+            app = self.app
+            if app.draining:
+                raise ApiError("draining", "the server is shutting down and admits no new requests")
+            batcher = model.require_batcher()
+            now = batcher.clock.now()
+            deadline = self.deadline
+            if deadline is None:
+                deadline = self.deadline = self.arrival + model.settings.timeout_s
+            if deadline <= now:
+                raise passed(now - self.arrival)
+            self.results = [None] * len(items)
+            self.pending = len(items)
+            entries = self.entries
+            for i, item in enumerate(items):
+                entries.append(batcher.offer(item, deadline, self, i))
+        except Exception as exc:
+            self._withdraw()
+            self.fail(exc)
+
+    def settle(self, index: int, served: Served[Any] | None, error: BaseException | None) -> None:
+        """The batcher's answer for input ``index`` (the :class:`Waiter` side)."""
+        if self.reply is not None:
+            return
+        if error is not None:
+            self._withdraw()
+            self.fail(error)
+            return
+        self.results[index] = served
+        self.pending -= 1
+        if self.pending:
+            return
+        try:
+            reply = self.endpoint.answer(self, self.results)
+        except Exception as exc:
+            self.fail(exc)
+            return
+        self._finish(reply, "ok")
+
+    def fail(self, exc: BaseException) -> None:
+        """End with the error answer for ``exc`` (the status table decides which)."""
+        if self.reply is not None:
+            return
+        self._finish(*self._error(exc))
+
+    def _error(self, exc: BaseException) -> tuple[Reply, str, str | None]:
+        error = from_exception(exc)
+        if error.reason == "internal":
+            log.error("internal error on an inference request", exc_info=exc)
+        outcome = "late" if isinstance(exc, DeadlineExceeded) and exc.during_pass else None
+        return (
+            Reply(error.status, error.headers(), self.endpoint.error_body(error)),
+            error.reason,
+            outcome,
+        )
+
+    def abandon(self) -> None:
+        """The client left: its inputs are withdrawn (queued ones never reach the model)."""
+        if self.reply is not None:
+            return
+        self._withdraw()
+        self.reply = _GONE
+        self._count("cancelled", None, 0.0)
+
+    def release(self) -> None:
+        """The driver has written the reply (or the client left): the request is over."""
+        if not self.released:
+            self.released = True
+            self.app.release()
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _withdraw(self) -> None:
+        model = self.model
+        if not self.entries or model is None or model.batcher is None:
+            return
+        batcher = model.batcher
+        for entry in self.entries:
+            batcher.withdraw(entry)
+        self.entries = []
+
+    def _finish(self, reply: Reply, reason: str, outcome: str | None = None) -> None:
+        now = time.monotonic()
+        if reason == "ok" and self.deadline is not None and now > self.deadline:
+            # The passes ended in time but the answer was built after the deadline (the
+            # process was not given the CPU): a late answer is a 504, never a 200.
+            late = DeadlineExceeded(
+                f"deadline passed after {now - self.arrival:.4f}s, as its answer was built",
+                during_pass=True,
+            )
+            reply, reason, outcome = self._error(late)
+        self.reply = reply
+        elapsed = now - self.arrival
+        # The server's own account of the request, arrival to answer, in the standard
+        # header (milliseconds): a client on a starved core can tell its time from ours.
+        reply.headers.append((b"server-timing", b"total;dur=%.3f" % (elapsed * 1e3)))
+        self._count(reason, outcome, elapsed)
+        respond = self.respond
+        if respond is not None:
+            respond(reply)
+
+    def _count(self, reason: str, outcome: str | None, elapsed: float) -> None:
+        model = self.model
+        self.app.metrics.observe_request(
+            model.name if model is not None else None,
+            self.endpoint.protocol,
+            reason,
+            elapsed if reason == "ok" else None,
+            outcome=outcome,
+        )
+
+
+def passed(waited: float) -> ApiError:
+    """The 504 of a request whose deadline passed ``waited`` seconds after its arrival."""
+    return ApiError(
+        "deadline_exceeded",
+        f"the request's deadline passed {waited:.4f}s after it arrived, before it was admitted",
+    )
+
+
+#: The reply of an exchange whose client left: nothing is sent.
+_GONE = Reply(499, [], b"")
