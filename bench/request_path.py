@@ -100,7 +100,7 @@ def running(name: str) -> Iterator[tuple[int, int]]:
             time.sleep(0.2)
         # Loaded and answering (models load after the port opens).
         for _ in range(300):
-            if wrk(port, 0.2, connections=1)[0] > 0:
+            if answers(port):
                 break
             time.sleep(0.2)
         yield port, proc.pid
@@ -110,6 +110,19 @@ def running(name: str) -> Iterator[tuple[int, int]]:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def answers(port: int) -> bool:
+    """Whether the server answers an embeddings request with 200 now."""
+    body = b'{"input": "hello world", "model": "m"}'
+    request = (
+        b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
+    )
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 2) as s:
+        s.sendall(request)
+        return s.recv(64).startswith(b"HTTP/1.1 200")
+    return False
 
 
 def cpu_s(pid: int) -> float:
@@ -135,7 +148,7 @@ def wrk(port: int, seconds: float, connections: int = 64) -> tuple[float, int]:
     try:
         out = subprocess.run(
             [
-                *("wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", f.name),
+                *("wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s", f.name),
                 f"http://127.0.0.1:{port}/v1/embeddings",
             ],
             capture_output=True,
@@ -157,7 +170,7 @@ def wrk(port: int, seconds: float, connections: int = 64) -> tuple[float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--seconds", type=int, default=4)
     parser.add_argument(
         "--servers", default="yardstick,batchserve,batchserve-asgi,batchserve-granian"
     )

@@ -99,6 +99,24 @@ def test_infeasible_deadline_is_refused_at_once() -> None:
     assert info.value.retry_after_s == pytest.approx(0.005, abs=1e-3)
 
 
+def test_a_new_item_may_not_make_an_earlier_item_of_its_batch_late() -> None:
+    # A pass costs 10 ms + 10 ms per item; batches of 4; the worker is free.
+    cost = CostEstimate(fixed_s=0.010, per_item_s=0.010)
+    p = make(max_batch_size=4, max_wait_s=0.0, initial_cost=cost)
+    a = p.offer(0.0, "a", deadline=1.0)
+    p.offer(0.0, "tight", deadline=0.031)  # its pass of 2 ends at 30 ms: admitted
+    # A third item would make that pass end at 40 ms, after "tight"'s deadline.
+    with pytest.raises(DeadlineInfeasible, match="an earlier item of its batch"):
+        p.offer(0.0, "c", deadline=1.0)
+    assert p.screen(0.0, 1.0) is not None  # the same answer from the head alone
+    # With "a" gone, "tight" is alone in the batch and a newcomer fits beside it.
+    p.cancel(0.0, a)
+    p.offer(0.0, "d", deadline=1.0)
+    assert [e.payload for e in p.queued()] == ["tight", "d"]
+    counters = p.statistics().counters
+    assert (counters.received, counters.rejected["infeasible"]) == (5, 2)
+
+
 def test_admission_off_admits_what_would_be_late() -> None:
     cost = CostEstimate(fixed_s=0.010, per_item_s=0.0)
     p = make(max_batch_size=1, max_wait_s=0.0, initial_cost=cost, admission=False)

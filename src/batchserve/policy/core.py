@@ -141,6 +141,10 @@ class Policy(Generic[P]):
         self.config = config
         self.cost_model = cost_model if cost_model is not None else CostModel(config.initial_cost)
         self._queue: OrderedDict[int, Entry[P]] = OrderedDict()
+        # The earliest deadline among the queue's last ``len % max_batch_size`` entries (the
+        # part-full batch a new item would join), kept as items join; None: recompute it
+        # (an entry left from the middle, so the batches' boundaries moved).
+        self._tail_min: float | None = math.inf
         self._deadlines: list[tuple[float, int, Entry[P]]] = []
         self._running: dict[int, Batch[P]] = {}
         self._ids = itertools.count()
@@ -281,7 +285,13 @@ class Policy(Generic[P]):
             self._rejected[refusal.reason] += 1
             raise refusal
         entry: Entry[P] = Entry(next(self._ids), payload, now, deadline)
-        self._queue[entry.id] = entry
+        queue = self._queue
+        tail_min = self._tail_min
+        if len(queue) % self.config.max_batch_size == 0:
+            self._tail_min = math.inf if deadline is None else deadline
+        elif tail_min is not None and deadline is not None and deadline < tail_min:
+            self._tail_min = deadline
+        queue[entry.id] = entry
         if deadline is not None:
             heapq.heappush(self._deadlines, (deadline, entry.id, entry))
         self._pending += 1
@@ -333,10 +343,14 @@ class Policy(Generic[P]):
             # longer: it must not make any of them late either.
             k = depth % cfg.max_batch_size
             if k and finish <= deadline:
-                for mate in itertools.islice(reversed(queue.values()), k):
-                    if mate.deadline is not None and finish > mate.deadline:
-                        limit = mate.deadline
-                        break
+                tail_min = self._tail_min
+                if tail_min is None:
+                    mates = itertools.islice(reversed(queue.values()), k)
+                    tail_min = self._tail_min = min(
+                        (m.deadline for m in mates if m.deadline is not None), default=math.inf
+                    )
+                if finish > tail_min:
+                    limit = tail_min
         if deadline > now and (finish <= limit or self._probe_ok(depth)):
             return None
         whose = "its" if limit == deadline else "an earlier item of its batch's"
@@ -368,6 +382,7 @@ class Policy(Generic[P]):
         if entry.state != QUEUED:
             return False
         del self._queue[entry.id]
+        self._tail_min = None
         entry.state = DONE
         self._cancelled += 1
         self._pending -= 1
@@ -419,6 +434,7 @@ class Policy(Generic[P]):
                 break
             heapq.heappop(heap)
             del self._queue[entry.id]
+            self._tail_min = None
             entry.state = DONE
             expired.append(entry)
         self._expired += len(expired)
