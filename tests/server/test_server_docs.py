@@ -10,7 +10,7 @@ from batchserve_testmodels import Recorder
 from server_helpers import build_app, client_for, embedding_model
 
 from batchserve.errors import DeadlineExceeded, ModelError, NotReady, OutputMismatch, QueueFull
-from batchserve.server.openapi import TIMING_HEADERS
+from batchserve.server.exchange import SERVER_TIMING, TIMING_HEADERS
 from batchserve.server.statuses import STATUS_TABLE, ApiError, from_exception
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
@@ -65,7 +65,7 @@ def test_openapi_lists_every_route_the_app_serves() -> None:
             assert set(spec["paths"][path]) == {m.lower() for m in methods}, path
         post = spec["paths"]["/v1/embeddings"]["post"]
         assert post["parameters"][0]["name"] == "X-Request-Timeout"
-        assert set(post["responses"]["200"]["headers"]) == set(TIMING_HEADERS)
+        assert set(post["responses"]["200"]["headers"]) == {*TIMING_HEADERS, SERVER_TIMING}
         assert {"400", "401", "404", "413", "422", "429", "500", "503", "504"} <= set(
             post["responses"]
         )

@@ -326,3 +326,84 @@ def test_a_model_that_fails_to_load_stops_the_server_with_its_error() -> None:
 
 def test_vector_helper_is_deterministic() -> None:
     assert vector("a") == vector("a") != vector("b")
+
+
+def _post(text: str, extra: bytes = b"") -> bytes:
+    body = json.dumps({"input": text}).encode()
+    return (
+        b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + extra
+        + b"Content-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+
+
+def _read_responses(sock: socket.socket, count: int) -> list[bytes]:
+    """``count`` whole HTTP responses from ``sock`` (each with a Content-Length)."""
+    data = b""
+    out: list[bytes] = []
+    sock.settimeout(10)
+    while len(out) < count:
+        head_end = data.find(b"\r\n\r\n")
+        if head_end >= 0:
+            length = int(re.search(rb"content-length: (\d+)", data[:head_end]).group(1))  # type: ignore[union-attr]
+            end = head_end + 4 + length
+            if len(data) >= end:
+                out.append(data[:end])
+                data = data[end:]
+                continue
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed after {len(out)} responses"
+        data += chunk
+    return out
+
+
+def test_a_full_queue_refuses_from_the_head_before_the_body_is_sent() -> None:
+    env = {"BATCHSERVE_TEST_SLEEP": "2"}
+    args = ["--model", "rec=batchserve_testmodels:Recorder", "--max-batch-size", "1"]
+    with server_process([*args, "--queue-size", "1"], env) as server:
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+
+            def gauge(name: str) -> float:
+                return metric_value(client.get("/metrics").text, name)
+
+            holder = socket.create_connection(("127.0.0.1", server.port))
+            holder.sendall(_post("holder"))
+            assert wait_until(lambda: gauge("batchserve_running_items") == 1, 10)
+            queued = socket.create_connection(("127.0.0.1", server.port))
+            queued.sendall(_post("queued"))
+            assert wait_until(lambda: gauge("batchserve_queue_depth") == 1, 10)
+            # Only the head: the body (1000 bytes declared) is never sent.
+            refused = socket.create_connection(("127.0.0.1", server.port))
+            refused.sendall(
+                b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+            )
+            (answer,) = _read_responses(refused, 1)
+            assert answer.startswith(b"HTTP/1.1 429 ")
+            assert b"x-reason: queue_full" in answer
+            assert b"retry-after: " in answer
+            for s in (refused, holder, queued):
+                s.close()
+        server.stop()
+
+
+def test_pipelined_requests_are_answered_in_order() -> None:
+    args = ["--model", "rec=batchserve_testmodels:Recorder", "--max-wait", "0ms"]
+    with server_process(args) as server:
+        s = socket.create_connection(("127.0.0.1", server.port))
+        # Three requests in one write: an inference, a metadata route, another inference.
+        s.sendall(
+            _post("first")
+            + b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+            + _post("second", b"X-Request-Timeout: 5s\r\n")
+        )
+        answers = _read_responses(s, 3)
+        s.close()
+        server.stop()
+    assert [a.split(b" ", 2)[1] for a in answers] == [b"200"] * 3
+    assert b'"embedding"' in answers[0]
+    assert b'{"live":true}' in answers[1]
+    assert b'"embedding"' in answers[2]

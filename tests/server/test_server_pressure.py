@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -72,6 +73,61 @@ def test_queue_full_is_429_with_retry_after() -> None:
             assert (await holder).status_code == 200
             assert (await queued).status_code == 200
         assert "refused" not in gate.seen
+
+    run(main())
+
+
+def test_a_refusal_is_decided_from_the_head_without_reading_the_body() -> None:
+    async def main() -> None:
+        gate = Gate()
+        app = build_app({"g": embedding_model(gate)}, batch={"g": ONE_AT_A_TIME})
+        async with client_for(app) as c:
+            holder = await hold_worker(c, gate)
+            queued = asyncio.ensure_future(c.post("/v1/embeddings", json={"input": "queued"}))
+            await until(lambda: queue_depth(app) == 1, "one item queued")
+            read: list[str] = []
+
+            async def receive() -> dict[str, Any]:
+                read.append("body")
+                return {"type": "http.request", "body": b'{"input": "x"}', "more_body": False}
+
+            sent: list[MutableMapping[str, Any]] = []
+
+            async def send(message: MutableMapping[str, Any]) -> None:
+                sent.append(message)
+
+            scope = {
+                "type": "http",
+                "method": "POST",
+                "path": "/v1/embeddings",
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"14")],
+            }
+            await app(scope, receive, send)
+            assert sent[0]["status"] == 429
+            assert dict(sent[0]["headers"])[b"x-reason"] == b"queue_full"
+            assert read == []  # refused before a byte of the body was read
+            gate.release()
+            assert (await holder).status_code == 200
+            assert (await queued).status_code == 200
+
+    run(main())
+
+
+def test_a_deadline_passed_before_admission_is_504_and_never_computed() -> None:
+    async def main() -> None:
+        model = Recorder()
+        app = build_app({"m": embedding_model(model)})
+        async with client_for(app) as c:
+            past = f"{time.time() - 1:.3f}"
+            r = await c.post(
+                "/v1/embeddings", json={"input": "late"}, headers={"X-Request-Deadline": past}
+            )
+            assert r.status_code == 504
+            assert r.headers["x-reason"] == "deadline_exceeded"
+            assert r.headers["server-timing"].startswith("total;dur=")
+            metrics = (await c.get("/metrics")).text
+        assert model.seen == []
+        assert 'outcome="expired",reason="deadline_exceeded"} 1.0' in metrics
 
     run(main())
 

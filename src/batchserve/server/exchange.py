@@ -43,9 +43,32 @@ if TYPE_CHECKING:
     from batchserve.server.app import App
     from batchserve.server.registry import ServedModel
 
-__all__ = ["ARRIVAL", "Endpoint", "Exchange", "Reply", "passed", "timing_headers"]
+__all__ = [
+    "ARRIVAL",
+    "SERVER_TIMING",
+    "TIMING_HEADERS",
+    "Endpoint",
+    "Exchange",
+    "Reply",
+    "passed",
+    "timing_headers",
+]
 
 log = logging.getLogger("batchserve.server")
+
+#: The response headers on every inference answer, one comma-separated value per input
+#: (sent by :func:`timing_headers`; the OpenAPI document describes them from here).
+TIMING_HEADERS = {
+    "X-Queue-Wait-S": "Seconds each input waited from admission to its forward pass.",
+    "X-Batch-Size": "Items in the forward pass of each input.",
+    "X-Batch-Id": "Id of the forward pass of each input (unique per model).",
+    "X-Forward-S": "Seconds the forward pass of each input took.",
+}
+_QUEUE_WAIT, _BATCH_SIZE, _BATCH_ID, _FORWARD = (h.lower().encode() for h in TIMING_HEADERS)
+
+#: The response header with the server's own time for the request (every inference answer).
+SERVER_TIMING = "Server-Timing"
+_SERVER_TIMING = SERVER_TIMING.lower().encode()
 
 #: The key of the ASGI scope's ``extensions`` under which the connection protocol puts the
 #: monotonic time the request's first byte arrived.
@@ -98,16 +121,16 @@ def timing_headers(served: list[Served[Any]]) -> Headers:
     if len(served) == 1:
         s = served[0]
         return [
-            (b"x-queue-wait-s", b"%.6f" % s.queue_wait_s),
-            (b"x-batch-size", b"%d" % s.batch_size),
-            (b"x-batch-id", b"%d" % s.batch_id),
-            (b"x-forward-s", b"%.6f" % s.forward_s),
+            (_QUEUE_WAIT, b"%.6f" % s.queue_wait_s),
+            (_BATCH_SIZE, b"%d" % s.batch_size),
+            (_BATCH_ID, b"%d" % s.batch_id),
+            (_FORWARD, b"%.6f" % s.forward_s),
         ]
     return [
-        (b"x-queue-wait-s", b",".join(b"%.6f" % s.queue_wait_s for s in served)),
-        (b"x-batch-size", b",".join(b"%d" % s.batch_size for s in served)),
-        (b"x-batch-id", b",".join(b"%d" % s.batch_id for s in served)),
-        (b"x-forward-s", b",".join(b"%.6f" % s.forward_s for s in served)),
+        (_QUEUE_WAIT, b",".join(b"%.6f" % s.queue_wait_s for s in served)),
+        (_BATCH_SIZE, b",".join(b"%d" % s.batch_size for s in served)),
+        (_BATCH_ID, b",".join(b"%d" % s.batch_id for s in served)),
+        (_FORWARD, b",".join(b"%.6f" % s.forward_s for s in served)),
     ]
 
 
@@ -273,7 +296,7 @@ class Exchange:
         elapsed = now - self.arrival
         # The server's own account of the request, arrival to answer, in the standard
         # header (milliseconds): a client on a starved core can tell its time from ours.
-        reply.headers.append((b"server-timing", b"total;dur=%.3f" % (elapsed * 1e3)))
+        reply.headers.append((_SERVER_TIMING, b"total;dur=%.3f" % (elapsed * 1e3)))
         self._count(reason, outcome, elapsed)
         respond = self.respond
         if respond is not None:

@@ -14,39 +14,61 @@ import json
 from typing import Any
 
 from batchserve import __version__
+from batchserve.server.exchange import SERVER_TIMING, TIMING_HEADERS
 from batchserve.server.kserve import MAX_TENSORS
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import RETRY_REASONS, STATUS_TABLE
 from batchserve.server.tensors import DTYPES, MAX_DIMS
 
-__all__ = ["DEADLINE_HEADER", "TIMING_HEADERS", "docs_html", "openapi_spec"]
+__all__ = ["DEADLINE_HEADER", "docs_html", "openapi_spec"]
 
 #: The request header that carries a request's own deadline.
 DEADLINE_HEADER = "X-Request-Timeout"
 
-#: Response headers on every inference answer: one comma-separated value per input.
-TIMING_HEADERS = {
-    "X-Queue-Wait-S": "Seconds each input waited from admission to its forward pass.",
-    "X-Batch-Size": "Items in the forward pass of each input.",
-    "X-Batch-Id": "Id of the forward pass of each input (unique per model).",
-    "X-Forward-S": "Seconds the forward pass of each input took.",
-}
-
-_DEADLINE_PARAM = {
-    "name": DEADLINE_HEADER,
-    "in": "header",
-    "required": False,
-    "description": "This request's deadline, counted from its arrival: seconds as a decimal "
-    "(`0.25`) or with a unit (`250ms`, `2s`). Default: the model's `--timeout`. A request "
-    "the cost model predicts cannot finish in time is refused at once (429 `infeasible`); "
-    "one whose deadline passes while queued or running is answered 504.",
-    "schema": {
-        "type": "string",
-        # A positive number of seconds, or of a unit (the server also reads exponents).
-        "pattern": r"^([0-9]*[1-9][0-9]*(\.[0-9]+)?|[0-9]*\.[0-9]*[1-9][0-9]*)(us|ms|s|m|min|h)?$",
-        "examples": ["0.25", "250ms"],
+_DEADLINE_PARAMS = [
+    {
+        "name": DEADLINE_HEADER,
+        "in": "header",
+        "required": False,
+        "description": "This request's deadline, counted from its arrival (its first byte): "
+        "seconds as a decimal (`0.25`) or with a unit (`250ms`, `2s`). The tightest of this "
+        "and the other deadline headers wins; default: the model's `--timeout`. A request "
+        "the cost model predicts cannot finish in time is refused at once (429 `infeasible`); "
+        "one whose deadline has passed before it is admitted, or passes while queued or "
+        "running, is answered 504.",
+        "schema": {
+            "type": "string",
+            # A positive number of seconds, or of a unit (the server also reads exponents).
+            "pattern": (
+                r"^([0-9]*[1-9][0-9]*(\.[0-9]+)?|[0-9]*\.[0-9]*[1-9][0-9]*)(us|ms|s|m|min|h)?$"
+            ),
+            "examples": ["0.25", "250ms"],
+        },
     },
-}
+    {
+        "name": "X-Request-Deadline",
+        "in": "header",
+        "required": False,
+        "description": "This request's deadline as an absolute time, Unix epoch seconds, for "
+        "callers whose clocks are synchronised with the server's.",
+        "schema": {"type": "string", "pattern": r"^[0-9]{1,12}(\.[0-9]{1,9})?$"},
+    },
+    {
+        "name": "grpc-timeout",
+        "in": "header",
+        "required": False,
+        "description": "gRPC's timeout, as proxies forward it: up to 8 digits and a unit "
+        "(H, M, S, m, u, n), counted from the request's arrival.",
+        "schema": {"type": "string", "pattern": r"^[0-9]{1,8}[HMSmun]$"},
+    },
+    {
+        "name": "x-envoy-expected-rq-timeout-ms",
+        "in": "header",
+        "required": False,
+        "description": "Envoy's expected request timeout, whole milliseconds (0: none).",
+        "schema": {"type": "string", "pattern": r"^[0-9]{1,12}$"},
+    },
+]
 
 
 def _error_responses(reasons: list[str], schema: str) -> dict[str, Any]:
@@ -93,14 +115,23 @@ _INFER_ERRORS = [
 ]
 
 
+_SERVER_TIMING = {
+    "description": "The server's own time for the request, from its first byte to its "
+    "answer: `total;dur=<milliseconds>` (also on refusals and errors of inference routes).",
+    "schema": {"type": "string"},
+}
+
+
 def _timing_headers() -> dict[str, Any]:
-    return {
+    headers: dict[str, Any] = {
         name: {
             "description": desc + " Comma-separated, in input order.",
             "schema": {"type": "string"},
         }
         for name, desc in TIMING_HEADERS.items()
     }
+    headers[SERVER_TIMING] = _SERVER_TIMING
+    return headers
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
@@ -289,7 +320,7 @@ def openapi_spec(
                 "official `openai` client (`client.embeddings.create`).",
                 "tags": ["OpenAI"],
                 **security,
-                "parameters": [_DEADLINE_PARAM],
+                "parameters": _DEADLINE_PARAMS,
                 "requestBody": {
                     "required": True,
                     "content": _json({"$ref": "#/components/schemas/EmbeddingsRequest"}),
@@ -375,7 +406,7 @@ def openapi_spec(
                 **security,
                 "parameters": [
                     model_param,
-                    _DEADLINE_PARAM,
+                    *_DEADLINE_PARAMS,
                     {
                         "name": "Inference-Header-Content-Length",
                         "in": "header",
@@ -422,7 +453,10 @@ def openapi_spec(
             "description": "A model server built around dynamic batching. Every inference "
             "answer carries the headers " + ", ".join(TIMING_HEADERS) + "; every error "
             "carries X-Reason, and refusals (429, 503) carry Retry-After and Retry-After-Ms. "
-            f"A request's deadline: the header {DEADLINE_HEADER}.",
+            f"A request's deadline: the header {DEADLINE_HEADER} (or X-Request-Deadline, "
+            "grpc-timeout, x-envoy-expected-rq-timeout-ms), counted from its first byte. Every "
+            "inference answer, refusals included, carries Server-Timing: the server's own "
+            "time for the request, arrival to answer.",
         },
         "paths": paths,
         "components": {
