@@ -476,6 +476,9 @@ class Batcher(Generic[Out]):
             skipped=skipped,
             bisect_calls=result.extra_calls,
         )
+        # The worker is free: the next batch starts before this one's callers are answered
+        # (answering writes to their connections, which the next pass need not wait for).
+        self._pump()
         errors = result.errors
         outputs = result.outputs
         size = len(live)
@@ -512,7 +515,6 @@ class Batcher(Generic[Out]):
                     bisect_calls=result.extra_calls,
                 )
             )
-        self._pump()
 
     def _notify(self, record: BatchRecord) -> None:
         assert self._on_batch is not None

@@ -9,6 +9,7 @@ request (request ``i`` carries the text ``t<i>``).
 import math
 import subprocess
 import sys
+import time
 
 import pytest
 from loadgen_server import Reply, Seen, TinyServer
@@ -58,6 +59,20 @@ def test_latency_is_the_known_delay_measured_from_the_scheduled_time() -> None:
     assert r.summary.p50_ms <= 35.0
     assert r.summary.avg_batch == 2.0  # two requests per batch id
     assert r.achieved_per_s == pytest.approx(200, rel=0.02)
+
+
+def test_the_absolute_deadline_is_the_scheduled_time_plus_the_timeout() -> None:
+    with TinyServer(lambda s: Reply()) as srv:
+        run = run_load(
+            LoadConfig(url=srv.url, rate=100, duration_s=0.5, timeout_s=0.25, texts=_texts(50))
+        )
+    epoch_offset = time.time() - time.monotonic()
+    for seen in srv.seen:
+        i = _index(seen)
+        due = run.start_at + run.records.offset_s[i]
+        sent = float(seen.headers["x-request-deadline"])
+        # Within 50 ms: the wall clock and the monotonic one drift apart a little.
+        assert sent == pytest.approx(due + epoch_offset + 0.25, abs=0.05)
 
 
 def test_a_one_second_stall_shows_in_the_tail() -> None:

@@ -13,6 +13,7 @@ from batchserve.loadgen.protocol import (
     encode_request,
     request_texts,
     split_header_list,
+    with_deadline,
 )
 
 
@@ -53,6 +54,20 @@ def test_kserve_request_sends_the_deadline_twice() -> None:
         "inputs": [{"name": "text", "shape": [3], "datatype": "BYTES", "data": ["x", "y", "z"]}],
         "parameters": {"timeout": 1_500_000},
     }
+
+
+def test_the_absolute_deadline_is_a_placeholder_filled_in_when_written() -> None:
+    cfg = LoadConfig(url="http://h:1", model="m", timeout_s=0.25)
+    raw = encode_request(cfg, ["hello"])
+    _, headers, _ = _split(raw)
+    assert headers["X-Request-Deadline"] == "0000000000.000000"
+    _, headers, body = _split(with_deadline(raw, 1767225600.25))
+    assert headers["X-Request-Deadline"] == "1767225600.250000"
+    assert body["input"] == "hello"  # Content-Length still holds: the width is fixed
+    off = LoadConfig(url="http://h:1", model="m", timeout_s=0.25, absolute_deadline=False)
+    plain = encode_request(off, ["hello"])
+    assert "X-Request-Deadline" not in _split(plain)[1]
+    assert with_deadline(plain, 1.0) == plain
 
 
 def test_outcomes_follow_the_servers_table() -> None:

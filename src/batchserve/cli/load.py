@@ -89,6 +89,14 @@ def add_parser(sub: Any) -> None:
         help="each request's deadline, sent to the server (none)",
     )
     w.add_argument(
+        "--absolute-deadline",
+        choices=("on", "off"),
+        default="on",
+        help="also send the deadline as X-Request-Deadline, the scheduled send time plus "
+        "--timeout in Unix epoch seconds (on; off for a server whose clock is not this "
+        "machine's)",
+    )
+    w.add_argument(
         "--client-timeout",
         metavar="DURATION",
         type=duration,
@@ -150,6 +158,14 @@ def add_parser(sub: Any) -> None:
         default=32,
         help="cap on connection attempts in progress, per process (32)",
     )
+    g.add_argument(
+        "--warm-connections",
+        metavar="N",
+        type=positive_int,
+        default=32,
+        help="connections each process opens before the start (32): at overload a request "
+        "holds its connection until answered, so rate x latency of them are needed",
+    )
     o = p.add_argument_group("output")
     fmt = o.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="one JSON object per run")
@@ -190,6 +206,7 @@ def config_from_args(
         texts=texts,
         inputs_per_request=args.inputs,
         timeout_s=args.timeout,
+        absolute_deadline=args.absolute_deadline == "on",
         client_timeout_s=args.client_timeout,
         rate=rate,
         duration_s=args.duration,
@@ -198,6 +215,7 @@ def config_from_args(
         processes=processes,
         max_connections=max(args.max_connections, processes),
         max_dials=args.max_dials,
+        warm_connections=args.warm_connections,
         kserve_input=args.kserve_input,
         api_key=args.api_key,
         name=name,

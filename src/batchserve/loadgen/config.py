@@ -87,8 +87,13 @@ class LoadConfig:
         texts: the input texts; request ``i`` takes the next ``inputs_per_request`` of them,
             cycling.
         inputs_per_request: inputs in each request (>= 1).
-        timeout_s: each request's deadline, sent to the server, from its scheduled send
-            time; None sends no deadline.
+        timeout_s: each request's deadline, from its scheduled send time; None sends no
+            deadline. It is sent as ``X-Request-Timeout`` (which the server counts from the
+            request's arrival) and, with ``absolute_deadline``, as ``X-Request-Deadline``.
+        absolute_deadline: also send the deadline as an absolute time (Unix epoch seconds:
+            the scheduled send time plus ``timeout_s``), so that a request the generator
+            wrote late, or the server read late, is judged from its schedule. Needs the
+            server's clock to agree with this machine's (true of one machine).
         client_timeout_s: how long after its scheduled send time the client gives up on a
             request (counted as timed out). None means ``timeout_s + 1 s``, or 30 s without
             a deadline.
@@ -114,6 +119,7 @@ class LoadConfig:
     texts: tuple[str, ...] = field(default=("hello world",))
     inputs_per_request: int = 1
     timeout_s: float | None = None
+    absolute_deadline: bool = True
     client_timeout_s: float | None = None
     rate: float = 100.0
     duration_s: float = 10.0

@@ -12,7 +12,10 @@ outcomes:
 * ``error``: everything else, including a failed connection (status 0).
 
 The server's contract: the deadline travels in ``X-Request-Timeout`` (decimal seconds) and,
-for KServe, also in ``parameters.timeout`` (integer microseconds). Timing headers
+for KServe, also in ``parameters.timeout`` (integer microseconds); with
+``absolute_deadline``, also in ``X-Request-Deadline`` (Unix epoch seconds), whose value is a
+fixed-width placeholder in the encoded bytes, filled in when the request is written
+(:func:`with_deadline`). Timing headers
 (``X-Batch-Id`` and friends) hold one value per input, comma-separated.
 """
 
@@ -34,7 +37,12 @@ __all__ = [
     "request_path",
     "request_texts",
     "split_header_list",
+    "with_deadline",
 ]
+
+#: The header line of an absolute deadline, its value a placeholder of fixed width.
+_DEADLINE_LINE = "X-Request-Deadline: " + "0" * 10 + ".000000"
+_DEADLINE_VALUE = len("0" * 10 + ".000000")
 
 #: The reason recorded when the client gives up on a request.
 CLIENT_TIMEOUT = "client_timeout"
@@ -103,7 +111,24 @@ def encode_request(config: LoadConfig, texts: Sequence[str]) -> bytes:
         lines.append(f"Authorization: Bearer {config.api_key}")
     if config.timeout_s is not None:
         lines.append(f"X-Request-Timeout: {config.timeout_s:.6f}".rstrip("0").rstrip("."))
+        if config.absolute_deadline:
+            lines.append(_DEADLINE_LINE)
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def with_deadline(data: bytes, epoch_s: float) -> bytes:
+    """``data`` (from :func:`encode_request`) with its ``X-Request-Deadline`` set to ``epoch_s``.
+
+    Requests without the header are returned as they are.
+    """
+    at = data.find(b"X-Request-Deadline: ")
+    if at < 0:
+        return data
+    start = at + len("X-Request-Deadline: ")
+    value = b"%017.6f" % epoch_s
+    if len(value) != _DEADLINE_VALUE:  # past the year 2286, or before 1970
+        return data
+    return data[:start] + value + data[start + _DEADLINE_VALUE :]
 
 
 def request_texts(config: LoadConfig, index: int) -> list[str]:

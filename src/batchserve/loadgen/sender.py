@@ -43,6 +43,7 @@ from batchserve.loadgen.protocol import (
     encode_request,
     request_texts,
     split_header_list,
+    with_deadline,
 )
 from batchserve.loadgen.timer import WakeTimer, make_timer
 
@@ -202,6 +203,7 @@ class Sender:
         self._finished: asyncio.Future[None] | None = None
         self._timer: WakeTimer | None = None
         self._start_at = 0.0
+        self._epoch_offset = 0.0
         self._give_up_s = share.config.give_up_s
 
     async def prepare(self) -> None:
@@ -226,13 +228,16 @@ class Sender:
         infos = await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
         host = str(infos[0][4][0])
         body_of = self._body_of
+        data: Callable[[int], bytes] = body_of.__getitem__
+        if cfg.timeout_s is not None and cfg.absolute_deadline:
+            data = self._with_deadline
         self._pool = Pool(
             loop=loop,
             host=host,
             port=target.port,
             max_connections=self._share.max_connections,
             max_dials=cfg.max_dials,
-            data=body_of.__getitem__,
+            data=data,
             now=now,
             on_sent=self._on_sent,
             on_done=self._on_done,
@@ -258,6 +263,8 @@ class Sender:
         loop = asyncio.get_running_loop()
         self._start_at = start_at
         self._due = [start_at + off for off in self._share.offsets]
+        timeout_s = self._config.timeout_s or 0.0
+        self._epoch_offset = time.time() - now() + timeout_s
         self._finished = loop.create_future()
         cpu0 = cpu_seconds(thread_only=self._thread_only_cpu)
         timers: list[asyncio.TimerHandle] = []
@@ -363,6 +370,11 @@ class Sender:
             self._timer.arm(due[i])
         elif self._ended == n and self._finished is not None and not self._finished.done():
             self._finished.set_result(None)
+
+    def _with_deadline(self, pos: int) -> bytes:
+        # The request's absolute deadline: its scheduled instant plus its timeout, on the
+        # wall clock (the monotonic schedule mapped through the offset taken at the start).
+        return with_deadline(self._body_of[pos], self._due[pos] + self._epoch_offset)
 
     def _on_sent(self, pos: int, t: float) -> None:
         lag = t - self._due[pos]
