@@ -9,8 +9,9 @@
   status, the bytes sent to it (a log format of the harness's own, see :class:`Access`).
 * :class:`Fleet` starts the replicas (``batchserve serve`` on fixed free ports, through
   :class:`reliability_harness.Server`) and nginx in front: one front door for the whole
-  fleet, and a second one whose upstream is replica 0 alone, to measure one replica through
-  the same proxy. It restarts (SIGTERM, wait, start) and kills (SIGKILL) replicas.
+  fleet, and one to each smaller fleet of its first replicas (replica 0 alone...), to
+  measure fewer replicas through the same proxy. It restarts (SIGTERM, wait, start) and
+  kills (SIGKILL) replicas.
 
 The tests and ``bench/fleet.py`` use it. Everything binds 127.0.0.1.
 """
@@ -31,6 +32,8 @@ from collections.abc import Sequence
 
 import httpx
 from reliability_harness import ROOT, RequestCounts, Server, wait_until
+
+from batchserve.config import BatchConfig, CostEstimate
 
 #: The nginx configuration under test.
 DEPLOY_CONF = ROOT / "deploy" / "nginx" / "batchserve.conf"
@@ -53,6 +56,14 @@ REPLICA_ARGS = (
     "10s",
 )
 MODEL = "synthetic"
+
+#: The same replica for the fleet simulator: its settings, the model's true cost, and what
+#: the server adds to each pass on this machine (``batchserve demo`` measures about 0.5 ms).
+PASS_COST = CostEstimate(fixed_s=PASS_S, per_item_s=0.0)
+SIM_CONFIG = BatchConfig(
+    max_batch_size=MAX_BATCH, max_wait_s=0.002, queue_size=8, workers=1, initial_cost=PASS_COST
+)
+SIM_OVERHEAD_S = 0.0005
 
 #: nginx's access log: one line per request, every attempt in the upstream lists.
 LOG_FORMAT = (
@@ -227,8 +238,10 @@ class Fleet:
     """Replicas of ``batchserve serve`` on fixed ports with nginx in front.
 
     Attributes:
-        url: nginx's front door to the whole fleet.
-        one_url: nginx's front door to replica 0 alone (the same configuration otherwise).
+        doors: ``k`` -> nginx's front door to the first ``k`` replicas (the same
+            configuration otherwise), for ``k`` from 1 to the fleet's size.
+        url: the front door to the whole fleet.
+        one_url: the front door to replica 0 alone.
         ports: each replica's port.
         replicas: each replica's running server (None while it is down).
     """
@@ -240,15 +253,21 @@ class Fleet:
         try:
             for i in range(size):
                 self.start(i)
-            front, alone = free_port(), free_port()
             conf = DEPLOY_CONF.read_text()
-            http_conf = render(conf, listen_port=front, replica_ports=self.ports)
-            http_conf += "\n" + render(
-                conf, listen_port=alone, replica_ports=self.ports[:1], name="batchserve_one"
+            doors = {k: free_port() for k in range(size, 0, -1)}
+            http_conf = "\n".join(
+                render(
+                    conf,
+                    listen_port=port,
+                    replica_ports=self.ports[:k],
+                    name="batchserve" if k == size else f"batchserve_{k}",
+                )
+                for k, port in doors.items()
             )
             self.nginx = Nginx(http_conf, self.folder / "nginx")
-            self.url = f"http://127.0.0.1:{front}"
-            self.one_url = f"http://127.0.0.1:{alone}"
+            self.doors = {k: f"http://127.0.0.1:{port}" for k, port in doors.items()}
+            self.url = self.doors[size]
+            self.one_url = self.doors[1]
             if not wait_until(lambda: self._answers(self.url), 10.0):
                 raise RuntimeError(f"nginx did not come up:\n{self.nginx.error_text()}")
         except BaseException:

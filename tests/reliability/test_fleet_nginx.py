@@ -7,7 +7,8 @@ are judged by their own counters (``/metrics``) and nginx by its access log, whi
 every attempt of every request.
 
 * capacity: at 400 requests/s (past one replica's 100 and the fleet's 300), three replicas
-  serve >= 2.7x what one serves through the same nginx configuration;
+  serve >= 2.7x what one serves through the same nginx configuration, and the fleet
+  simulator predicts the three (goodput within 12%, p50 within 25%: see the test);
 * counters: every replica received exactly the attempts nginx sent it, and answered ok
   exactly the requests whose last attempt it answered 200;
 * rolling restart at 120/s (two replicas carry it): SIGTERM, wait for the exit, start
@@ -16,8 +17,9 @@ every attempt of every request.
   instant (attempts cut off mid-way in nginx's log), and every request that comes after
   it is served.
 
-Tolerances: none on the counts; the kill's edge is 100 ms (a request scheduled within
-100 ms after it may still have been sent to the dying replica). Total time about 45 s.
+Tolerances: none on the counts; the simulator's as stated; the kill's edge is 100 ms (a
+request scheduled within 100 ms after it may still have been sent to the dying replica).
+Total time about 40 s.
 """
 
 from __future__ import annotations
@@ -27,10 +29,20 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from fleet_harness import MODEL, Access, Fleet, delta, wait_quiet
-from reliability_harness import LoadRun, RequestCounts, run_load, unique_texts
+from fleet_harness import (
+    MODEL,
+    PASS_COST,
+    SIM_CONFIG,
+    SIM_OVERHEAD_S,
+    Access,
+    Fleet,
+    delta,
+    wait_quiet,
+)
+from reliability_harness import LoadRun, RequestCounts, percentile, run_load, unique_texts
 
 from batchserve.loadgen.config import LoadConfig
+from batchserve.sim import simulate_fleet
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
@@ -103,12 +115,13 @@ def test_capacity_scales_and_counters_add_up(fleet: Fleet) -> None:
     duration_s, rate = 3.0, 400.0
     before = fleet.counts()
     mark = fleet.nginx.log_offset()
-    one = run_load(load(fleet.one_url, rate, duration_s, "one"))
+    one = run_load(load(fleet.one_url, rate, duration_s, "one"))  # also warms replica 0
     middle = fleet.counts()
     one_log = infer(fleet.nginx.accesses(mark))
     wait_quiet(QUIET_S)
     mark = fleet.nginx.log_offset()
-    three = run_load(load(fleet.url, rate, duration_s, "three"))
+    three_load = load(fleet.url, rate, duration_s, "three")
+    three = run_load(three_load)
     after = fleet.counts()
     three_log = infer(fleet.nginx.accesses(mark))
 
@@ -125,6 +138,29 @@ def test_capacity_scales_and_counters_add_up(fleet: Fleet) -> None:
     assert len(one_log) == one.n
     assert len(three_log) == three.n
     refused_by_the_whole_fleet(fleet, three_log)
+
+    # The fleet simulator, on the same schedule with the same settings, predicts it. On a
+    # quiet machine bench/fleet.py finds goodput within 3% and p50 within 8%; with another
+    # process keeping a core busy the servers' own overhead grows (measured: goodput 5-8%
+    # under the prediction, p50 10-13% over), hence the tolerances: 12% and 25%.
+    predicted = simulate_fleet(
+        replicas=3,
+        routing="least_conn",
+        config=SIM_CONFIG,
+        cost=PASS_COST,
+        arrivals=three_load.schedule(),
+        timeout_s=three_load.timeout_s,
+        duration_s=duration_s,
+        overhead_s=SIM_OVERHEAD_S,
+    ).summary
+    p50_ms = percentile([three.latency_s(i) for i in three.indices(200)], 50) * 1e3
+    vs = (
+        f"ok {three.count(200)} vs predicted {predicted.ok}, "
+        f"p50 {p50_ms:.1f} ms vs predicted {predicted.p50_ms:.1f} ms"
+    )
+    print(f"simulator: {vs}")
+    assert abs(three.count(200) / predicted.ok - 1) <= 0.12, vs
+    assert abs(p50_ms / predicted.p50_ms - 1) <= 0.25, vs
 
 
 def test_rolling_restart_loses_no_request(fleet: Fleet) -> None:
