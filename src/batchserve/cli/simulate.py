@@ -127,7 +127,10 @@ def add_fleet_args(p: argparse.ArgumentParser) -> None:
     """The fleet flags: ``--replicas``, ``--routing``, ``--max-tries``."""
     g = p.add_argument_group("fleet: replicas behind a load balancer")
     g.add_argument(
-        "--replicas", type=positive_int, default=1, help="replicas, each with these settings (1)"
+        "--replicas",
+        type=positive_int,
+        help="replicas, each with these settings, behind a load balancer (default: one "
+        "server, no balancer)",
     )
     g.add_argument(
         "--routing",
@@ -213,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
         initial_cost=initial_cost_from_args(args, cost),
     )
     schedule = arrival_times(rate=args.rate, duration_s=duration_s, arrivals=mode, seed=args.seed)
-    if args.replicas > 1:
+    if args.replicas is not None:
         return _run_fleet(args, config, cost, schedule)
     result = simulate(
         config=config,
