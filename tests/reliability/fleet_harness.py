@@ -247,6 +247,7 @@ class Fleet:
     """
 
     def __init__(self, size: int = 3, folder: pathlib.Path | None = None) -> None:
+        self._own_folder = folder is None
         self.folder = folder or pathlib.Path(tempfile.mkdtemp(prefix="batchserve-fleet-"))
         self.ports = [free_port() for _ in range(size)]
         self.replicas: list[Server | None] = [None] * size
@@ -322,7 +323,7 @@ class Fleet:
         return [s.settled_counts() if s is not None else None for s in self.replicas]
 
     def close(self) -> None:
-        """Stop nginx and every replica."""
+        """Stop nginx and every replica; remove the folder if it was made for this fleet."""
         nginx = getattr(self, "nginx", None)
         if nginx is not None:
             nginx.close()
@@ -330,6 +331,8 @@ class Fleet:
             if s is not None:
                 s.close()
         self.replicas = [None] * len(self.replicas)
+        if self._own_folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def delta(after: RequestCounts, before: RequestCounts) -> dict[str, int]:
