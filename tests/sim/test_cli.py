@@ -96,3 +96,18 @@ def test_same_seed_same_bytes_across_processes(fmt: list[str]) -> None:
     first = run_cli(*args, hashseed="1")
     assert first == run_cli(*args, hashseed="2")
     assert first != run_cli(*args[:4], "6", *args[5:], hashseed="1")
+
+
+def test_simulate_replicas_prints_the_fleet_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["simulate", "--replicas", "3", "--rate", "7500", "--duration", "1s"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "fleet: 3 replicas, routing least_conn" in out
+    assert "3 x batch<=32, wait 2ms" in out
+    assert main([*args, "--routing", "round_robin", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert (row["replicas"], row["routing"], row["sent"]) == (3, "round_robin", 7500)
+    assert len(row["per_replica"]) == 3
+    assert sum(r["ok"] for r in row["per_replica"]) == row["ok"]
+    assert main([*args, "--routing", "round_robin", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == row

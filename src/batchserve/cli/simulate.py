@@ -4,7 +4,9 @@ Two modes. ``--backlog N`` is the deterministic seed's experiment: N requests wa
 0, served unbatched and then in passes of at most ``--max-batch-size``; it prints the seed's
 three steps and verdict and exits 1 when batching does not raise throughput more than 2x.
 Without ``--backlog`` it is an open-loop run (``--rate``, ``--duration``, ``--arrivals``)
-with the server's settings, reporting what the load generator reports. The defaults are the
+with the server's settings, reporting what the load generator reports; ``--replicas N``
+runs it on N replicas behind a load balancer (``--routing``), as
+:func:`~batchserve.sim.simulate_fleet` does. The defaults are the
 Go seed's scenario, so ``batchserve simulate`` predicts a row of ``batchserve demo``.
 """
 
@@ -26,7 +28,14 @@ from batchserve.demo import (
     SEED_TIMEOUT_S,
 )
 from batchserve.profiling import load_profile
-from batchserve.sim import SimResult, simulate, simulate_backlog
+from batchserve.sim import (
+    ROUTINGS,
+    FleetResult,
+    SimResult,
+    simulate,
+    simulate_backlog,
+    simulate_fleet,
+)
 from batchserve.units import format_duration
 
 __all__ = [
@@ -114,6 +123,28 @@ def add_batch_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--workers", type=positive_int, default=1, help="(1)")
 
 
+def add_fleet_args(p: argparse.ArgumentParser) -> None:
+    """The fleet flags: ``--replicas``, ``--routing``, ``--max-tries``."""
+    g = p.add_argument_group("fleet: replicas behind a load balancer")
+    g.add_argument(
+        "--replicas",
+        type=positive_int,
+        help="replicas, each with these settings, behind a load balancer (default: one "
+        "server, no balancer)",
+    )
+    g.add_argument(
+        "--routing",
+        choices=ROUTINGS,
+        default="least_conn",
+        help="how the balancer picks a replica (least_conn, as deploy/nginx does)",
+    )
+    g.add_argument(
+        "--max-tries",
+        type=positive_int,
+        help="replicas tried per request when they refuse (default: all of them)",
+    )
+
+
 def cost_from_args(args: argparse.Namespace) -> CostEstimate:
     """The true cost of a pass: from ``--profile`` if given, else ``--fixed``/``--per-item``."""
     if args.profile:
@@ -152,6 +183,7 @@ def add_parser(sub: Any) -> None:
         "--max-batch-size; exit 1 unless batching raises throughput more than 2x",
     )
     add_batch_args(p)
+    add_fleet_args(p)
     add_cost_args(p)
     p.add_argument("--name", help="the row's label")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -184,6 +216,8 @@ def run(args: argparse.Namespace) -> int:
         initial_cost=initial_cost_from_args(args, cost),
     )
     schedule = arrival_times(rate=args.rate, duration_s=duration_s, arrivals=mode, seed=args.seed)
+    if args.replicas is not None:
+        return _run_fleet(args, config, cost, schedule)
     result = simulate(
         config=config,
         cost=cost,
@@ -193,10 +227,22 @@ def run(args: argparse.Namespace) -> int:
         overhead_s=args.overhead,
         name=args.name or row_name(args.max_batch_size, args.max_wait, args.workers),
     )
-    scenario = {
+    scenario = _scenario(args, cost)
+    if args.json:
+        print(json.dumps({**result.to_dict(), **scenario}))
+        return 0
+    print(_header(scenario, duration_s))
+    print()
+    print(result.summary.format_row())
+    print(_details(result))
+    return 0
+
+
+def _scenario(args: argparse.Namespace, cost: CostEstimate) -> dict[str, Any]:
+    return {
         "mode": "open_loop",
         "rate": args.rate,
-        "arrivals": mode,
+        "arrivals": args.arrivals,
         "seed": args.seed,
         "timeout_s": args.timeout,
         "queue_size": args.queue_size,
@@ -206,14 +252,48 @@ def run(args: argparse.Namespace) -> int:
         "per_item_s": cost.per_item_s,
         "overhead_s": args.overhead,
     }
+
+
+def _run_fleet(
+    args: argparse.Namespace, config: BatchConfig, cost: CostEstimate, schedule: list[float]
+) -> int:
+    name = args.name or row_name(args.max_batch_size, args.max_wait, args.workers)
+    result = simulate_fleet(
+        replicas=args.replicas,
+        routing=args.routing,
+        config=config,
+        cost=cost,
+        arrivals=schedule,
+        timeout_s=args.timeout,
+        duration_s=args.duration,
+        overhead_s=args.overhead,
+        max_tries=args.max_tries,
+        seed=args.seed,
+        name=f"{args.replicas} x {name}",
+    )
+    scenario = _scenario(args, cost)
     if args.json:
-        print(json.dumps({**result.to_dict(), **scenario}))
+        print(json.dumps({**result.to_dict(), **scenario, "max_tries": args.max_tries}))
         return 0
-    print(_header(scenario, duration_s))
+    tries = "every replica" if args.max_tries is None else f"up to {args.max_tries} replicas"
+    print(_header(scenario, args.duration))
+    print(f"fleet: {args.replicas} replicas, routing {args.routing}, a refusal retried on {tries}")
     print()
     print(result.summary.format_row())
-    print(_details(result))
+    print(_fleet_details(result))
     return 0
+
+
+def _fleet_details(result: FleetResult) -> str:
+    s = result.summary
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(s.rejected_by_reason.items())) or "none"
+    oks = [r.ok for r in result.per_replica]
+    return (
+        f"  sent {s.sent}, ok {s.ok}, late {result.late}, expired {result.expired}, "
+        f"rejected by every replica tried {s.rejected} ({reasons}), retried {result.retries}; "
+        f"{result.batches} passes, last answer at {result.end_s:.4f}s of virtual time\n"
+        f"  ok per replica: min {min(oks)}, max {max(oks)}"
+    )
 
 
 def _header(sc: dict[str, Any], duration_s: float) -> str:

@@ -3,7 +3,10 @@
 Searches max batch size, max wait and workers on the simulator (:mod:`batchserve.tuning`)
 for an offered rate, or each rate of a range, and prints the best setting as ``serve``
 flags with the predicted table of the best few. When no setting meets the target it says
-so, and which rate could be met. Exits 1 when the target is not met (at any rate given).
+so, and which rate could be met. With ``--max-replicas N`` it sizes a fleet instead: the
+fewest replicas (up to N) behind a ``--routing`` balancer, and their setting, that serve the
+rate within the target (:mod:`batchserve.sizing`). Exits 1 when the target is not met (at
+any rate given).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from batchserve.cli.simulate import (
     optional_duration,
 )
 from batchserve.demo import SEED_QUEUE, SEED_TIMEOUT_S
+from batchserve.sim import ROUTINGS
+from batchserve.sizing import FleetPlan, size_fleet
 from batchserve.tuning import Evaluation, Scenario, TuneResult, tune
 from batchserve.units import format_duration
 
@@ -100,6 +105,18 @@ def add_parser(sub: Any) -> None:
         help="share of requests that may go unserved while meeting the target (1%%)",
     )
     p.add_argument("--top", type=positive_int, default=5, help="rows in the table (5)")
+    p.add_argument(
+        "--max-replicas",
+        type=positive_int,
+        metavar="N",
+        help="size a fleet: the fewest replicas (up to N) that serve --rate within --p99",
+    )
+    p.add_argument(
+        "--routing",
+        choices=ROUTINGS,
+        default="least_conn",
+        help="the fleet's balancer, with --max-replicas (least_conn, as deploy/nginx does)",
+    )
     add_cost_args(p)
     p.add_argument("--json", action="store_true", help="one JSON object per rate")
     p.set_defaults(run=run)
@@ -121,6 +138,20 @@ def run(args: argparse.Namespace) -> int:
             max_loss=args.max_loss,
             overhead_s=args.overhead,
         )
+        if args.max_replicas is not None:
+            plan = size_fleet(
+                scenario,
+                routing=args.routing,
+                max_replicas=args.max_replicas,
+                max_workers=args.max_workers,
+                max_batch_size=args.max_batch_limit,
+            )
+            if not plan.met:
+                status = 1
+            if i and not args.json:
+                print()
+            print(json.dumps(plan.to_dict()) if args.json else format_plan(plan))
+            continue
         result = tune(scenario, max_workers=args.max_workers, max_batch_size=args.max_batch_limit)
         if not result.met:
             status = 1
@@ -187,6 +218,39 @@ def format_result(result: TuneResult, *, top: int = 5) -> str:
         )
     lines += ["", _header()]
     lines += [_row(e) for e in result.ranked[:top]]
+    return "\n".join(lines)
+
+
+def format_plan(plan: FleetPlan) -> str:
+    """A fleet plan in words: the counts checked, then the answer and its predicted row."""
+    sc = plan.scenario
+    target = format_duration(sc.p99_target_s)
+    lines = [
+        f"sizing a fleet for {sc.rate:g} requests/s with p99 <= {target}: "
+        f"{format_duration(sc.cost.fixed_s)} per call + {format_duration(sc.cost.per_item_s)} "
+        f"per item, routing {plan.routing}, at most {plan.max_replicas} replicas",
+    ]
+    for c in plan.checked:
+        ev = c.evaluation
+        if ev is None:
+            how = "no setting meets the target at a replica's share of the rate"
+        else:
+            how = f"{ev.setting.label()}: serves {ev.served * 100:.1f}%, p99 {ev.p99_ms:.1f} ms"
+        lines.append(f"  {c.replicas:>5} replicas: {'meets' if c.meets else 'no   '}  {how}")
+    lines.append("")
+    best = plan.best
+    if plan.replicas is None or best is None:
+        lines.append(
+            f"no fleet of up to {plan.max_replicas} replicas meets p99 <= {target} while "
+            f"serving {(1 - sc.max_loss) * 100:g}% of {sc.rate:g} requests/s"
+        )
+        return "\n".join(lines)
+    lines.append(f"needs {plan.replicas} replicas, each: {best.setting.label()}")
+    lines.append(f"  batchserve serve {sc.serve_flags(best.setting)} ...   (on each replica)")
+    lines.append(
+        f"  predicted for the fleet: {best.ok_per_s:.0f} ok/s, serves {best.served * 100:.1f}%, "
+        f"p50 {best.p50_ms:.1f} ms, p99 {best.p99_ms:.1f} ms, batch {best.avg_batch:.1f}"
+    )
     return "\n".join(lines)
 
 

@@ -2,18 +2,24 @@
 
 :func:`simulate` drives the same :class:`~batchserve.policy.Policy` the server runs, on an
 arrival schedule, with a cost model for each forward pass; :func:`simulate_backlog` is the
-deterministic seed's experiment (a backlog served unbatched, then batched).
+deterministic seed's experiment (a backlog served unbatched, then batched);
+:func:`simulate_fleet` runs N replicas of the policy behind a router.
 """
 
 from batchserve.sim.backlog import REQUIRED_GAIN, BacklogResult, BacklogRun, simulate_backlog
 from batchserve.sim.engine import SimResult, TraceEvent, simulate
+from batchserve.sim.fleet import ROUTINGS, FleetResult, ReplicaFigures, simulate_fleet
 
 __all__ = [
     "REQUIRED_GAIN",
+    "ROUTINGS",
     "BacklogResult",
     "BacklogRun",
+    "FleetResult",
+    "ReplicaFigures",
     "SimResult",
     "TraceEvent",
     "simulate",
     "simulate_backlog",
+    "simulate_fleet",
 ]
