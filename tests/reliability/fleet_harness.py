@@ -31,7 +31,8 @@ import time
 from collections.abc import Sequence
 
 import httpx
-from reliability_harness import ROOT, RequestCounts, Server, wait_until
+from reliability_harness import ROOT, RequestCounts, Server
+from support import wait_until
 
 from batchserve.config import BatchConfig, CostEstimate
 
