@@ -32,9 +32,9 @@ from collections.abc import Sequence
 
 import httpx
 from reliability_harness import ROOT, RequestCounts, Server
-from support import wait_until
 
 from batchserve.config import BatchConfig, CostEstimate
+from support import wait_until
 
 #: The nginx configuration under test.
 DEPLOY_CONF = ROOT / "deploy" / "nginx" / "batchserve.conf"
