@@ -231,7 +231,11 @@ def test_ray_scales_up_on_queue_depth(ray_url: str) -> None:
             t0 = time.monotonic()
             scaled_at = 0.0
             while time.monotonic() - t0 < seconds:
-                calls.append(asyncio.ensure_future(c.post("/scaled/v1/embeddings", json=body)))
+                # 50 requests/s against 8/s served: the queue grows by 4 items a tick.
+                calls += [
+                    asyncio.ensure_future(c.post("/scaled/v1/embeddings", json=body))
+                    for _ in range(5)
+                ]
                 await asyncio.sleep(0.1)
                 if not scaled_at and running() == 2:
                     scaled_at = time.monotonic() - t0
@@ -240,7 +244,7 @@ def test_ray_scales_up_on_queue_depth(ray_url: str) -> None:
             assert {r.status_code for r in answers} <= {200, 429}
             return int(scaled_at)
 
-    scaled_after = asyncio.run(load(30.0))
+    scaled_after = asyncio.run(load(60.0))
     print(f"scaled to 2 replicas after {scaled_after} s of queueing")
     assert running() == 2
     serve.delete("scaled")
