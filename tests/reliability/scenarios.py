@@ -158,6 +158,10 @@ def overload(
       stopwatch from the write (on a starved core the client itself is late to read);
     * ``max_response_s``: the slowest answer of any kind, from the write;
     * ``refusal_p99_server_s``: the p99 of a refusal by the server's account;
+    * ``model_capacity``: what the model itself could serve on this machine during the
+      run, by the server's own records: items computed per second of forward time (a
+      sleeping model overshoots its sleeps when the CPUs are contended), at most nominal;
+    * ``model_busy``: the model's forward time over the schedule's length;
     * ``server_cpu``: the share of one core the server used during the run;
     * ``statuses``.
     """
@@ -185,14 +189,23 @@ def overload(
             seed=2,
             texts=unique_texts(int(rate * duration_s * 1.2) + 1),
         )
+        before = server.scrape()
         cpu0, t0 = server.cpu_s(), time.monotonic()
         run = run_load(config)
-        server_cpu = (server.cpu_s() - cpu0) / (time.monotonic() - t0)
+        wall = time.monotonic() - t0
+        server_cpu = (server.cpu_s() - cpu0) / wall
+        after = server.scrape()
         rss_after = server.rss_bytes()
         counts = server.settled_counts()
         healthy = server.healthy()
     ok = run.indices(200)
     refusals = [i for i in range(run.n) if run.status[i] in (429, 503)]
+
+    def delta(name: str) -> float:
+        return after.value(name) - before.value(name)
+
+    forward_s = delta("batchserve_forward_seconds_sum")
+    items = delta("batchserve_batch_size_sum")
     return _figures(
         "overload",
         run,
@@ -208,6 +221,8 @@ def overload(
                 (run.response_s(i) for i in range(run.n) if run.status[i]), default=math.nan
             ),
             "refusal_p99_server_s": percentile([run.server_s(i) for i in refusals], 99),
+            "model_capacity": min(OVERLOAD_CAPACITY, items / forward_s) if forward_s else 0.0,
+            "model_busy": forward_s / duration_s,
             "server_cpu": server_cpu,
             "statuses": run.statuses(),
             "healthy_after": healthy,

@@ -15,7 +15,11 @@ Tolerances, stated once:
 * a refusal's p99 is under 10 ms from the client's write to its answer (refusals are
   decided from the head, before the body is read); by the server's own account, under 5 ms
   (a GIL switch interval: the model's thread may hold it);
-* goodput is at least 90% of capacity, and RSS grows less than 10% after warm-up.
+* goodput is at least 90% of capacity: the model's nominal 200 items/s, or less where the
+  server's own records show the model itself was slower on this machine (a sleeping model
+  overshoots its sleeps when the CPUs are contended: items per second of forward time);
+  and the model was kept busy at least 90% of the run;
+* RSS grows less than 10% after warm-up.
 
 A failure's message gives the CPU the server got (share of one core) and the CPU pressure
 over the run (Linux PSI "some", the share of time runnable tasks waited for a CPU), so a
@@ -44,7 +48,9 @@ def test_overload_at_five_times_capacity() -> None:
     assert f.counts is not None
     deadline = f.extra["deadline_s"]
     summary = (
-        f"statuses {f.extra['statuses']}, goodput {f.goodput:.1f}/s of {f.capacity:.0f}, "
+        f"statuses {f.extra['statuses']}, goodput {f.goodput:.1f}/s of {f.capacity:.0f} "
+        f"nominal, {f.extra['model_capacity']:.1f} measured (model busy "
+        f"{f.extra['model_busy']:.0%}), "
         f"429 p99 {f.refusal_p99_s * 1e3:.2f} ms (server's account "
         f"{f.extra['refusal_p99_server_s'] * 1e3:.3f} ms), "
         f"late 200s {f.extra['late_ok']} (client's stopwatch: {f.extra['late_ok_client']}), "
@@ -60,7 +66,8 @@ def test_overload_at_five_times_capacity() -> None:
     assert f.extra["max_response_s"] <= deadline + MARGIN_S, summary
     # Goodput holds at capacity, and no success came after its deadline.
     assert f.capacity is not None
-    assert f.goodput >= 0.9 * f.capacity, summary
+    assert f.goodput >= 0.9 * min(f.capacity, f.extra["model_capacity"]), summary
+    assert f.extra["model_busy"] >= 0.9, summary
     assert f.extra["late_ok"] == 0, summary
     # Refusals are immediate.
     assert f.refusals > 0.5 * f.offered, summary
