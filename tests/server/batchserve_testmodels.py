@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from batchserve.config import CostEstimate
+
 
 def vector(text: str, dim: int = 4) -> list[float]:
     """A deterministic vector of a text: the same text always gives the same vector."""
@@ -31,6 +33,10 @@ class Recorder:
     def __init__(self) -> None:
         self.path = os.environ.get("BATCHSERVE_TEST_RECORD")
         self.sleep_s = float(os.environ.get("BATCHSERVE_TEST_SLEEP", "0"))
+        # A sleeping model states its cost, so the server does not warm it up by sleeping.
+        self.initial_cost = (
+            CostEstimate(fixed_s=self.sleep_s, per_item_s=0.0) if self.sleep_s else None
+        )
         self.seen: list[str] = []
         self.batches: list[list[str]] = []
         self._lock = threading.Lock()
