@@ -36,7 +36,7 @@ from reliability_harness import (
 )
 
 from batchserve.loadgen.config import LoadConfig
-from support import wait_until
+from support import read_response, wait_until
 
 #: The overload model: 20 ms + 2.5 ms per item; batches of 8 take 40 ms: 200 items/s.
 OVERLOAD_COST = "fixed=20ms,per_item=2.5ms,dim=8"
@@ -359,29 +359,6 @@ def http_request(
         f"X-Request-Timeout: {timeout}\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
-
-
-def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
-    """Read one HTTP/1.1 response: status, headers (lower-case names), body."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError(f"connection closed before the headers: {data!r}")
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines[1:]:
-        k, _, v = line.partition(":")
-        headers[k.strip().lower()] = v.strip()
-    length = int(headers.get("content-length", "0"))
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("connection closed inside the body")
-        body += chunk
-    return int(lines[0].split()[1]), headers, body
 
 
 def _gauge(server: Server, name: str) -> float:

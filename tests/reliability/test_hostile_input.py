@@ -17,7 +17,9 @@ from collections.abc import Iterator
 
 import pytest
 from reliability_harness import FAULTY, Server, serve
-from scenarios import http_request, read_response
+from scenarios import http_request
+
+from support import read_response
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

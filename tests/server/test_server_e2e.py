@@ -27,7 +27,7 @@ from batchserve_testmodels import vector
 from server_helpers import server_process
 
 from batchserve.models.synthetic import SyntheticModel
-from support import metric_value, wait_until
+from support import metric_value, read_response, read_responses, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -340,26 +340,6 @@ def _post(text: str, extra: bytes = b"") -> bytes:
     )
 
 
-def _read_responses(sock: socket.socket, count: int) -> list[bytes]:
-    """``count`` whole HTTP responses from ``sock`` (each with a Content-Length)."""
-    data = b""
-    out: list[bytes] = []
-    sock.settimeout(10)
-    while len(out) < count:
-        head_end = data.find(b"\r\n\r\n")
-        if head_end >= 0:
-            length = int(re.search(rb"content-length: (\d+)", data[:head_end]).group(1))  # type: ignore[union-attr]
-            end = head_end + 4 + length
-            if len(data) >= end:
-                out.append(data[:end])
-                data = data[end:]
-                continue
-        chunk = sock.recv(65536)
-        assert chunk, f"connection closed after {len(out)} responses"
-        data += chunk
-    return out
-
-
 def test_a_full_queue_refuses_from_the_head_before_the_body_is_sent() -> None:
     env = {"BATCHSERVE_TEST_SLEEP": "2"}
     args = ["--model", "rec=batchserve_testmodels:Recorder", "--max-batch-size", "1"]
@@ -381,10 +361,10 @@ def test_a_full_queue_refuses_from_the_head_before_the_body_is_sent() -> None:
                 b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\n"
                 b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
             )
-            (answer,) = _read_responses(refused, 1)
-            assert answer.startswith(b"HTTP/1.1 429 ")
-            assert b"x-reason: queue_full" in answer
-            assert b"retry-after: " in answer
+            status, headers, _ = read_response(refused)
+            assert status == 429
+            assert headers["x-reason"] == "queue_full"
+            assert int(headers["retry-after"]) >= 1
             for s in (refused, holder, queued):
                 s.close()
         server.stop()
@@ -400,10 +380,10 @@ def test_pipelined_requests_are_answered_in_order() -> None:
             + b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
             + _post("second", b"X-Request-Timeout: 5s\r\n")
         )
-        answers = _read_responses(s, 3)
+        answers = read_responses(s, 3)
         s.close()
         server.stop()
-    assert [a.split(b" ", 2)[1] for a in answers] == [b"200"] * 3
-    assert b'"embedding"' in answers[0]
-    assert b'{"live":true}' in answers[1]
-    assert b'"embedding"' in answers[2]
+    assert [status for status, _, _ in answers] == [200, 200, 200]
+    assert b'"embedding"' in answers[0][2]
+    assert answers[1][2] == b'{"live":true}'
+    assert b'"embedding"' in answers[2][2]

@@ -1,6 +1,6 @@
 """Pure predictions used at admission: when would a new item finish, when to retry.
 
-These functions read nothing but their arguments. ``predict_finish`` replays the batches the
+These functions read nothing but their arguments. ``predict_finish_at`` replays the batches the
 queue will form, in order, on the workers as they come free, with the cost model's
 ``t(n) = fixed + n * per_item``; the batch holding the new item is dispatched no earlier than
 its oldest item's arrival plus ``max_wait_s`` when it is not full (an upper bound: more
@@ -14,46 +14,7 @@ import math
 
 from batchserve.config import CostEstimate
 
-__all__ = ["drain_rate", "predict_finish", "predict_finish_at"]
-
-
-def predict_finish(
-    *,
-    now: float,
-    position: int,
-    head_arrival: float,
-    tail_arrival: float,
-    worker_free_at: list[float],
-    max_batch_size: int,
-    max_wait_s: float,
-    cost: CostEstimate,
-) -> float:
-    """Predict when the item at ``position`` (0 = head) of the queue finishes its pass.
-
-    Args:
-        now: the current time.
-        position: 0-based place of the item in the queue of live items.
-        head_arrival: arrival time of the item that will open the item's batch, if it is not
-            full (used for the max-wait bound).
-        tail_arrival: arrival time of the new item itself.
-        worker_free_at: for each worker, when it is predicted to be free (<= now if idle).
-        max_batch_size: items per batch.
-        max_wait_s: the batch's max wait.
-        cost: the cost model.
-
-    Returns:
-        The predicted finish time of the item's forward pass.
-    """
-    return predict_finish_at(
-        now,
-        position,
-        min(head_arrival, tail_arrival),
-        worker_free_at,
-        max_batch_size,
-        max_wait_s,
-        cost.fixed_s,
-        cost.per_item_s,
-    )
+__all__ = ["drain_rate", "predict_finish_at"]
 
 
 def predict_finish_at(
@@ -67,10 +28,13 @@ def predict_finish_at(
     per_item_s: float,
     /,
 ) -> float:
-    """:func:`predict_finish` with positional arguments, for the policy's hot path.
+    """When the item at ``position`` (0 = head) of the queue finishes its pass.
 
-    ``oldest_arrival`` is ``min(head_arrival, tail_arrival)``; the cost is given as its two
-    coefficients. The result is the same float :func:`predict_finish` returns.
+    Positional arguments, for the policy's hot path: ``now``; the item's 0-based
+    ``position`` among the live queued items; ``oldest_arrival``, the arrival of the item
+    that opens its batch if that batch is not full (the max-wait bound); for each worker,
+    when it is predicted to be free (<= ``now`` if idle); ``max_batch_size``;
+    ``max_wait_s``; and the cost ``fixed_s + n * per_item_s`` of a pass of ``n`` items.
     """
     # Runs for every admitted item: conditionals rather than max() and divmod().
     b = max_batch_size

@@ -396,7 +396,7 @@ class Policy(Generic[P]):
         """Expire what is due, dispatch what may go, and say when to poll next."""
         deadlines = self._deadlines
         # Nothing can expire while the earliest deadline is ahead (stale heads are dropped
-        # below, as ``next_deadline`` does).
+        # below).
         expired = self._expire(now) if deadlines and deadlines[0][0] <= now else []
         cfg = self.config
         dispatch: list[Batch[P]] = []
@@ -497,9 +497,3 @@ class Policy(Generic[P]):
             else:
                 self._ok += 1
         self._pending -= len(batch.entries)
-
-    def next_deadline(self) -> float:
-        """The earliest deadline among queued entries (``math.inf`` if none)."""
-        while self._deadlines and self._deadlines[0][2].state != QUEUED:
-            heapq.heappop(self._deadlines)
-        return self._deadlines[0][0] if self._deadlines else math.inf
