@@ -5,11 +5,15 @@ Theory of operation
 :class:`Batcher` owns one :class:`~batchserve.policy.Policy` and drives it with an injected
 :class:`~batchserve.clock.Clock`. Every event (a submission, a cancellation, a timer, a
 finished forward pass) is handed to the policy with the clock's time, and the policy's
-answer is carried out at once in ``_pump``: expired items get ``DeadlineExceeded``, batches
-start on the workers, and one timer is (re)armed for the policy's ``wake_at``.
+answer is carried out at once in ``_pump``: expired items (deadline passed in the queue) and
+late ones (deadline passed during their pass) get ``DeadlineExceeded``, batches start on the
+workers, and one timer is (re)armed for the policy's ``wake_at``. Every deadline is the
+policy's to track; the driver writes no policy state.
 
-A sync model runs in a thread pool of ``workers`` threads, so the event loop keeps admitting
-and forming the next batch during a forward pass; an async model runs on the loop. Just
+One runner with two variants carries a pass: a sync model runs in a thread pool of
+``workers`` threads (so the event loop keeps admitting and forming the next batch during a
+forward pass) and comes back with one loop callback; an async model runs as a task on the
+loop. Just
 before the pass, inside the worker, items whose caller already left are dropped: the model
 never runs for a caller who is gone. If the model raises, the batch is bisected
 (:mod:`batchserve.bisection`) so only the failing inputs' callers get a ``ModelError``.
@@ -32,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
@@ -361,6 +365,8 @@ class Batcher(Generic[Out]):
             _settle_error(
                 entry, DeadlineExceeded(f"deadline passed after {waited:.4f}s in the queue")
             )
+        for entry in step.late:
+            _settle_error(entry, _late(entry, now))
         for batch in step.dispatch:
             self._start(batch)
         self._arm(step.wake_at)
@@ -386,10 +392,12 @@ class Batcher(Generic[Out]):
     # -- forward passes --------------------------------------------------------------------
 
     def _start(self, batch: Batch[_Item]) -> None:
-        guard = _DeadlineGuard(self._clock, batch)
+        # One runner, two variants: a sync model's pass runs in a worker thread and comes
+        # back with one loop callback; an async model's pass is a task on the loop. Both
+        # take the live entries the same way and end in ``_complete`` (or ``_fail``).
         loop = asyncio.get_running_loop()
         if self._async:
-            task = loop.create_task(self._run_async(batch, guard))
+            task = loop.create_task(self._run_on_loop(batch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return
@@ -399,22 +407,23 @@ class Batcher(Generic[Out]):
             )
         # A plain callback back onto the loop, not a task awaiting the executor: one loop
         # iteration between the end of the pass and the callers' answers, instead of three.
-        cf = self._executor.submit(self._run_in_thread, batch.entries)
+        cf = self._executor.submit(self._run_in_thread, batch)
 
-        def on_done(f: Future[tuple[list[Entry[_Item]], BisectResult, float]]) -> None:
+        def on_done(f: Future[_Pass]) -> None:
             # RuntimeError: the loop is closed, nobody is left to answer.
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._thread_done, batch, guard, f)
+                loop.call_soon_threadsafe(self._thread_done, batch, f)
 
         cf.add_done_callback(on_done)
 
-    def _thread_done(
-        self,
-        batch: Batch[_Item],
-        guard: _DeadlineGuard,
-        f: Future[tuple[list[Entry[_Item]], BisectResult, float]],
-    ) -> None:
-        guard.cancel()
+    def _run_in_thread(self, batch: Batch[_Item]) -> _Pass:
+        # Runs in a worker thread: the last check for callers who left, then the pass.
+        live, inputs = _live(batch)
+        t0 = self._clock.now()
+        result = run_sync(cast(SyncBatchFn, self._model), inputs, self.config.max_bisect_calls)
+        return live, result, self._clock.now() - t0
+
+    def _thread_done(self, batch: Batch[_Item], f: Future[_Pass]) -> None:
         try:
             live, result, forward_s = f.result()
         except BaseException as exc:
@@ -422,21 +431,18 @@ class Batcher(Generic[Out]):
             return
         self._complete(batch, live, result, forward_s)
 
-    async def _run_async(self, batch: Batch[_Item], guard: _DeadlineGuard) -> None:
+    async def _run_on_loop(self, batch: Batch[_Item]) -> None:
         try:
-            live = [e for e in batch.entries if not e.gone]
+            live, inputs = _live(batch)
             t0 = self._clock.now()
             model = cast(AsyncBatchFn, self._model)
-            inputs = [e.payload.input for e in live]
             result = await run_async(model, inputs, self.config.max_bisect_calls)
             forward_s = self._clock.now() - t0
         except BaseException as exc:
-            guard.cancel()
             self._fail(batch, exc)
             if not isinstance(exc, Exception):
                 raise
             return
-        guard.cancel()
         self._complete(batch, live, result, forward_s)
 
     def _fail(self, batch: Batch[_Item], exc: BaseException) -> None:
@@ -444,19 +450,8 @@ class Batcher(Generic[Out]):
         self._policy.finish(self._clock.now(), batch, failed=batch.entries)
         for e in batch.entries:
             if not e.gone:
-                e.gone = True
                 _settle_error(e, exc)
         self._pump()
-
-    def _run_in_thread(
-        self, entries: Sequence[Entry[_Item]]
-    ) -> tuple[list[Entry[_Item]], BisectResult, float]:
-        # Runs in a worker thread: the last check for callers who left, then the pass.
-        live = [e for e in entries if not e.gone]
-        t0 = self._clock.now()
-        model = cast(SyncBatchFn, self._model)
-        result = run_sync(model, [e.payload.input for e in live], self.config.max_bisect_calls)
-        return live, result, self._clock.now() - t0
 
     def _complete(
         self,
@@ -525,37 +520,18 @@ class Batcher(Generic[Out]):
             _log.exception("on_batch listener raised")
 
 
+#: What a pass hands back: the entries it ran, their results, its forward time.
+_Pass = tuple[list[Entry[_Item]], BisectResult, float]
+
+
+def _live(batch: Batch[_Item]) -> tuple[list[Entry[_Item]], list[Any]]:
+    """The entries whose callers are still there, and their inputs: the model runs these."""
+    live = [e for e in batch.entries if not e.gone]
+    return live, [e.payload.input for e in live]
+
+
 def _late(entry: Entry[_Item], now: float) -> DeadlineExceeded:
     return DeadlineExceeded(
         f"deadline passed after {now - entry.arrival:.4f}s, while its forward pass was running",
         during_pass=True,
     )
-
-
-class _DeadlineGuard:
-    """Answers ``DeadlineExceeded`` to callers whose deadline passes while their pass runs."""
-
-    __slots__ = ("_batch", "_clock", "_handle")
-
-    def __init__(self, clock: Clock, batch: Batch[_Item]) -> None:
-        self._clock = clock
-        self._batch = batch
-        self._handle: TimerHandle | None = None
-        self._arm()
-
-    def _arm(self) -> None:
-        pending = [e.deadline for e in self._batch.entries if e.deadline is not None and not e.gone]
-        self._handle = self._clock.call_at(min(pending), self._fire) if pending else None
-
-    def _fire(self) -> None:
-        now = self._clock.now()
-        for e in self._batch.entries:
-            if e.deadline is not None and e.deadline <= now and not e.gone:
-                e.gone = True
-                _settle_error(e, _late(e, now))
-        self._arm()
-
-    def cancel(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None

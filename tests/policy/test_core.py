@@ -219,3 +219,23 @@ def test_retry_after_reflects_queue_and_drain_rate() -> None:
     # Drain rate: 2 items per 10 ms. Clearing one batch (2 items) takes 10 ms.
     assert p.retry_after(0.0, "queue_full") == pytest.approx(0.010)
     assert p.retry_after(0.0, "draining") == pytest.approx(0.020)
+
+
+def test_a_deadline_that_passes_during_a_pass_is_reported_at_the_deadline() -> None:
+    p = make(max_batch_size=2, max_wait_s=0.0, admission=False)
+    a = p.offer(0.0, "a", deadline=0.5)
+    p.offer(0.0, "b", deadline=2.0)
+    step = p.poll(0.0)
+    (batch,) = step.dispatch
+    assert [e.payload for e in batch.entries] == ["a", "b"]
+    assert step.wake_at == 0.5  # the earliest running deadline
+    assert p.poll(0.25).late == []
+    step = p.poll(0.5)
+    assert step.late == [a]
+    assert a.gone  # a pass that has not begun skips it
+    assert step.wake_at == 2.0
+    assert p.poll(0.75).late == []  # reported once
+    p.finish(1.0, batch)
+    counters = p.statistics().counters
+    assert (counters.late, counters.ok) == (1, 1)
+    assert p.poll(1.0).wake_at is None

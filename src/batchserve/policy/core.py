@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 State: a FIFO queue of live entries (at most ``queue_size``), a heap of their deadlines, the
-batches running on the workers (at most ``workers``), outcome counters and the cost model.
+batches running on the workers (at most ``workers``) with a heap of their entries'
+deadlines, outcome counters and the cost model. Every deadline, queued or running, is the
+policy's to track and the driver's to fire.
 
 Events, each handed the current time ``now`` by the driver:
 
@@ -24,8 +26,10 @@ Events, each handed the current time ``now`` by the driver:
 * ``cancel(now, entry)`` removes a queued entry (its caller left). A running entry is only
   marked, so the driver can skip it just before the forward pass.
 * ``poll(now)`` returns the actions due now: entries whose deadline has passed while queued
-  (``expired``, in deadline order), then batches to dispatch, and ``wake_at``: the time the
-  driver must call ``poll`` again if nothing else happens first.
+  (``expired``, in deadline order), running entries whose deadline has passed during their
+  pass (``late``: marked gone, to be answered now; a pass not yet begun skips them), then
+  batches to dispatch, and ``wake_at``: the time the driver must call ``poll`` again if
+  nothing else happens first (the next max wait, queued deadline or running deadline).
 * ``finish(now, batch, ...)`` ends a forward pass: the worker is free, each entry gets its
   outcome, the cost model learns the pass's duration.
 
@@ -116,16 +120,23 @@ class Step(Generic[P]):
         dispatch: batches to run now, each on a free worker.
         wake_at: call ``poll`` again at this time unless another event comes first (None: no
             timer needed).
+        late: running entries whose deadline passed during their pass (now marked gone);
+            answer them "deadline exceeded" now, not when the pass ends.
     """
 
-    __slots__ = ("dispatch", "expired", "wake_at")
+    __slots__ = ("dispatch", "expired", "late", "wake_at")
 
     def __init__(
-        self, expired: list[Entry[P]], dispatch: list[Batch[P]], wake_at: float | None
+        self,
+        expired: list[Entry[P]],
+        dispatch: list[Batch[P]],
+        wake_at: float | None,
+        late: list[Entry[P]] | None = None,
     ) -> None:
         self.expired = expired
         self.dispatch = dispatch
         self.wake_at = wake_at
+        self.late = late if late is not None else []
 
 
 class Policy(Generic[P]):
@@ -147,6 +158,7 @@ class Policy(Generic[P]):
         self._tail_min: float | None = math.inf
         self._deadlines: list[tuple[float, int, Entry[P]]] = []
         self._running: dict[int, Batch[P]] = {}
+        self._running_deadlines: list[tuple[float, int, Entry[P]]] = []
         self._ids = itertools.count()
         self._batch_ids = itertools.count()
         self._draining = False
@@ -398,6 +410,8 @@ class Policy(Generic[P]):
         # Nothing can expire while the earliest deadline is ahead (stale heads are dropped
         # below).
         expired = self._expire(now) if deadlines and deadlines[0][0] <= now else []
+        running_deadlines = self._running_deadlines
+        late = self._overdue(now) if running_deadlines and running_deadlines[0][0] <= now else None
         cfg = self.config
         dispatch: list[Batch[P]] = []
         queue = self._queue
@@ -412,6 +426,8 @@ class Policy(Generic[P]):
             entries = [queue.popitem(last=False)[1] for _ in range(n)]
             for e in entries:
                 e.state = RUNNING
+                if e.deadline is not None:
+                    heapq.heappush(running_deadlines, (e.deadline, e.id, e))
             batch = Batch(next(self._batch_ids), entries, now)
             self._running[batch.id] = batch
             dispatch.append(batch)
@@ -420,7 +436,26 @@ class Policy(Generic[P]):
         if deadlines:
             first = deadlines[0][0]
             wake_at = first if wake_at is None or first < wake_at else wake_at
-        return Step(expired, dispatch, wake_at)
+        while running_deadlines and (
+            running_deadlines[0][2].state != RUNNING or running_deadlines[0][2].gone
+        ):
+            heapq.heappop(running_deadlines)
+        if running_deadlines:
+            first = running_deadlines[0][0]
+            wake_at = first if wake_at is None or first < wake_at else wake_at
+        return Step(expired, dispatch, wake_at, late)
+
+    def _overdue(self, now: float) -> list[Entry[P]]:
+        # Running entries whose deadline has passed: their callers are answered now, and a
+        # pass that has not begun yet skips them (they are gone for the model too).
+        heap = self._running_deadlines
+        late: list[Entry[P]] = []
+        while heap and heap[0][0] <= now:
+            entry = heapq.heappop(heap)[2]
+            if entry.state == RUNNING and not entry.gone:
+                entry.gone = True
+                late.append(entry)
+        return late
 
     def _expire(self, now: float) -> list[Entry[P]]:
         heap = self._deadlines

@@ -55,7 +55,8 @@ class TraceEvent(NamedTuple):
 
     Attributes:
         time: virtual time in seconds.
-        kind: ``admit``, ``reject``, ``dispatch``, ``finish`` or ``expire``.
+        kind: ``admit``, ``reject``, ``dispatch``, ``finish``, ``expire`` or ``late`` (a
+            deadline that passed during the pass: answered then, not at the finish).
         ids: the requests concerned, by index in the arrival schedule (a batch's, in order).
         detail: the reason of a ``reject``; empty otherwise.
     """
@@ -203,6 +204,8 @@ def simulate(
             else:
                 finish(now, batch)
                 for e in batch.entries:
+                    if e.gone:
+                        continue  # answered late at its deadline, during the pass
                     d = e.deadline
                     if d is None or now <= d:
                         append(now - e.arrival)
@@ -218,6 +221,11 @@ def simulate(
             break
 
         step = poll(now)
+        if step.late:
+            late += len(step.late)
+            end = now
+            if events is not None:
+                events.extend(TraceEvent(now, "late", (e.payload,)) for e in step.late)
         if step.expired:
             expired += len(step.expired)
             end = now
