@@ -57,7 +57,9 @@ def connection_protocol(
     guarded = guarded_protocol(read_timeout_s=read_timeout_s, max_head_bytes=max_head_bytes)
     if guarded == "auto":
         return guarded
+    from uvicorn.protocols.http.flow_control import FlowControl
     from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+    from uvicorn.protocols.utils import get_local_addr, get_remote_addr, is_ssl
 
     limit = app.limits.max_body_bytes
 
@@ -73,6 +75,18 @@ def connection_protocol(
             self._body_size = 0
             self._body_timer: Any = None
             self._keep_alive = True
+
+        def connection_made(self, transport: Any) -> None:
+            # uvicorn's, less its two address look-ups (each builds a socket object, which
+            # under a burst of new connections costs the loop more than a request): only a
+            # request that goes to the ASGI app needs the addresses, and it looks them up.
+            self.connections.add(self)
+            self.transport = transport
+            self.flow = FlowControl(transport)
+            self.server: tuple[str, int | None] | None = None
+            self.client: tuple[str, int] | None = None
+            self.scheme = "https" if is_ssl(transport) else "http"
+            self._arm()  # the guard's: a connection that never sends is closed
 
         # -- parser callbacks --------------------------------------------------------------
 
@@ -96,8 +110,13 @@ def connection_protocol(
                 if b"%" not in path:
                     route = app.inference_route("POST", path.decode("latin-1"))
             if route is None:
+                if self.client is None:
+                    self.server = get_local_addr(self.transport)
+                    self.client = get_remote_addr(self.transport)
+                scope = self.scope
+                scope["server"], scope["client"] = self.server, self.client
                 super().on_headers_complete()
-                self.scope["extensions"] = {ARRIVAL: self._arrival}
+                scope["extensions"] = {ARRIVAL: self._arrival}
                 return
             self._disarm()  # the head is whole: the guard's timer, if armed
             self._in_head = False
