@@ -122,11 +122,26 @@ def ray_url() -> Iterator[str]:
     # Replicas report their queue depth every 0.5 s instead of 10 s, so a scale-up shows
     # within seconds (the replica processes inherit the variable).
     os.environ["RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = "0.5"
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # Every Ray process on the loopback address: the test talks to nothing else.
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        _node_ip_address="127.0.0.1",
+    )
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
         app = deployment(settings(queue_size=4), num_replicas=2, ray_actor_options={"num_cpus": 0})
-        serve.run(app, name="batchserve", route_prefix="/")
+        # On a busy machine Ray may give up on starting its HTTP proxy: one more try.
+        for attempt in range(2):
+            try:
+                serve.start(http_options={"host": "127.0.0.1", "port": port})
+                serve.run(app, name="batchserve", route_prefix="/")
+                break
+            except Exception:
+                if attempt:
+                    raise
+                serve.shutdown()
         yield f"http://127.0.0.1:{port}"
     finally:
         serve.shutdown()
