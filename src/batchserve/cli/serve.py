@@ -27,11 +27,17 @@ The same settings can come from ``--config FILE`` (TOML)::
     [models.all-MiniLM-L6-v2] # one table per model, in serving order
     spec = "minilm"
     max_batch_size = 64
+    backend = "onnx-int8"     # runtime keys: backend, device, dtype, threads, cache_dir
 
 Precedence, lowest first: built-in defaults, the file's ``[defaults]``, the file's
 ``[models.NAME]``, flags for every model, flags for one model. When ``--model`` is given the
 file's models are replaced by the flags' (their ``[models.NAME]`` settings still apply).
 With no model anywhere, the built-in all-MiniLM-L6-v2 is served.
+
+The runtime keys (``--backend``, ``--device``, ``--dtype``, ``--threads``, ``--cache-dir``)
+apply to ``minilm`` and model folders; they become options of the SPEC
+(``minilm:backend=onnx-int8,threads=1``, see :mod:`batchserve.models.loader`). Given for
+every model they skip the others; given for one model that takes none, they are an error.
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ from typing import Any
 
 from batchserve.config import BatchConfig
 from batchserve.errors import ConfigError
-from batchserve.models.loader import default_model_name
+from batchserve.models.loader import default_model_name, split_runtime, with_runtime
+from batchserve.models.runtime import Runtime
 from batchserve.server.settings import (
     DEFAULT_MODEL_NAME,
     ModelSettings,
@@ -66,7 +73,14 @@ _MODEL_KEYS: dict[str, tuple[str, str | None]] = {
     "workers": ("int", "workers"),
     "admission": ("bool", "admission"),
     "timeout": ("duration", None),
+    # The runtime of minilm or a model folder: options of its SPEC (field None).
+    "backend": ("str", None),
+    "device": ("str", None),
+    "dtype": ("str", None),
+    "threads": ("int", None),
+    "cache_dir": ("str", None),
 }
+_RUNTIME = ("backend", "device", "dtype", "threads", "cache_dir")
 _SERVER_KEYS = {
     "host": "str",
     "port": "int",
@@ -108,6 +122,13 @@ def add_parser(sub: Any) -> None:
         "workers": "forward passes at once (default 1)",
         "timeout": "deadline of a request that states none (default 30s)",
         "admission": "on/off: refuse at once what cannot meet its deadline (default on)",
+        "backend": "minilm/folder: torch, onnx, onnx-int8, openvino, openvino-int8 "
+        "(default torch; int8 only if it passed its quality gate)",
+        "device": "minilm/folder: auto, cpu, cuda, cuda:N, mps (default auto: a GPU if any)",
+        "dtype": "minilm/folder on a GPU: float32, float16, bfloat16 (default float32)",
+        "threads": "minilm/folder: CPU threads per pass (default: cores - 1, at least 1)",
+        "cache_dir": "minilm/folder: where ONNX/OpenVINO exports are cached "
+        "(default $BATCHSERVE_CACHE_DIR or ~/.cache/batchserve)",
     }
     for key, text in per_model.items():
         p.add_argument(
@@ -250,8 +271,12 @@ def build_settings(
             for key, value in source.items():
                 if key != "spec":
                     merged[key] = _convert(_MODEL_KEYS[key][0], f"{label} {key}", value)
+        named = {k for k in (*file_models.get(name, {}), *flags_one.get(name, {})) if k in _RUNTIME}
         merged.update(flags_all)
         merged.update(flags_one.get(name, {}))
+        spec = _apply_runtime(
+            name, spec, {k: merged.pop(k) for k in _RUNTIME if k in merged}, named
+        )
         # A timeout nobody set keeps ModelSettings' own default.
         extra = {"timeout_s": merged.pop("timeout")} if "timeout" in merged else {}
         fields: dict[str, Any] = {str(_MODEL_KEYS[k][1]): v for k, v in merged.items()}
@@ -269,6 +294,22 @@ def build_settings(
     if "drain_timeout" in server:
         server["drain_timeout_s"] = server.pop("drain_timeout")
     return ServerSettings(models=tuple(models), limits=limits, **server)
+
+
+def _apply_runtime(name: str, spec: str, options: dict[str, Any], named: set[str]) -> str:
+    # Runtime settings become SPEC options; validated here so a typo fails at start-up.
+    if not options:
+        return spec
+    base = split_runtime(spec)[0]
+    if not (base == "minilm" or os.path.isdir(base)):
+        if named:
+            raise ConfigError(
+                f"model {name}: {', '.join(sorted(named))} apply to minilm or a model folder, "
+                f"not {spec!r}"
+            )
+        return spec
+    Runtime(**options)
+    return with_runtime(spec, {k: str(v) for k, v in options.items()})
 
 
 def run(args: argparse.Namespace) -> int:

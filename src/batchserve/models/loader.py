@@ -3,6 +3,9 @@
 SPEC is one of:
 
 * ``minilm``: the built-in all-MiniLM-L6-v2 embedding model (the ``embeddings`` extra);
+* ``minilm:backend=onnx-int8,threads=1`` (or a folder with the same options): the same
+  model on another runtime, see :class:`~batchserve.models.runtime.Runtime` (keys
+  ``backend``, ``device``, ``dtype``, ``threads``, ``cache_dir``);
 * ``synthetic`` or ``synthetic:fixed=8ms,per_item=0.25ms,dim=8``: the seed's cost model;
 * a path to a sentence-transformers model folder;
 * ``package.module:attr``: any batch function, or model object with ``__call__`` (a class is
@@ -14,21 +17,37 @@ SPEC is one of:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from batchserve.config import CostEstimate
 from batchserve.errors import ConfigError
 from batchserve.models.base import BatchFn
+from batchserve.models.runtime import Runtime
 from batchserve.models.synthetic import SyntheticModel
 from batchserve.units import parse_duration
 
-__all__ = ["LoadedModel", "default_model_name", "load_model", "parse_synthetic"]
+__all__ = [
+    "RUNTIME_KEYS",
+    "LoadedModel",
+    "default_model_name",
+    "load_model",
+    "parse_synthetic",
+    "split_runtime",
+    "with_runtime",
+]
+
+#: The options a ``minilm`` or folder SPEC takes after ``:``.
+RUNTIME_KEYS = ("backend", "device", "dtype", "threads", "cache_dir")
+# The base ends at the first ':' that is followed by KEY= (a device may hold a ':').
+_OPTIONS = re.compile(r"^(.+?):([A-Za-z_]+=.*)$")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,10 +103,70 @@ def parse_synthetic(spec: str) -> SyntheticModel:
     return SyntheticModel(fixed_s, per_item_s, dimension=dim or None)
 
 
-def load_model(spec: str) -> LoadedModel:
+def split_runtime(spec: str) -> tuple[str, dict[str, str]]:
+    """Split ``minilm:backend=onnx,threads=1`` into ``minilm`` and its runtime options.
+
+    Only ``minilm`` and model folders take options; any other SPEC comes back whole, with
+    no options.
+
+    Raises:
+        ConfigError: an option is unknown or not KEY=VALUE; the message names it.
+    """
+    match = _OPTIONS.match(spec)
+    if match is None or not (match.group(1) == "minilm" or os.path.isdir(match.group(1))):
+        return spec, {}
+    base, rest = match.group(1), match.group(2)
+    options: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = part.partition("=")
+        if not eq or not value:
+            raise ConfigError(f"model option must be KEY=VALUE, got {part!r} in {spec!r}")
+        if key not in RUNTIME_KEYS:
+            raise ConfigError(
+                f"unknown model option {key!r} in {spec!r}; known: {', '.join(RUNTIME_KEYS)}"
+            )
+        options[key] = value
+    return base, options
+
+
+def with_runtime(spec: str, options: dict[str, str]) -> str:
+    """``spec`` with runtime ``options`` added (they override the SPEC's own).
+
+    Raises:
+        ConfigError: ``spec`` takes no runtime options (it is not ``minilm`` or a folder).
+    """
+    base, own = split_runtime(spec)
+    if not options:
+        return spec
+    if not (base == "minilm" or os.path.isdir(base)):
+        raise ConfigError(
+            f"{', '.join(sorted(options))} apply to minilm or a model folder, not {spec!r}"
+        )
+    merged = {**own, **options}
+    return base + ":" + ",".join(f"{k}={merged[k]}" for k in RUNTIME_KEYS if k in merged)
+
+
+def _runtime(options: dict[str, str], base: Runtime | None) -> Runtime:
+    fields: dict[str, object] = {}
+    for key, value in options.items():
+        if key == "threads":
+            if not value.isdigit():
+                raise ConfigError(f"threads must be an integer >= 1, got {value!r}")
+            fields[key] = int(value)
+        else:
+            fields[key] = value
+    return dataclasses.replace(base or Runtime(), **fields)  # type: ignore[arg-type]
+
+
+def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
     """Load the model named by ``spec`` (see the module docstring).
 
-    Blocks while the model loads (seconds for MiniLM); call it off the event loop.
+    Blocks while the model loads (seconds for MiniLM; an ONNX or OpenVINO backend's first
+    load also exports it into the cache); call it off the event loop.
+
+    Args:
+        spec: what to load.
+        runtime: how to run ``minilm`` or a model folder; options in ``spec`` override it.
 
     Raises:
         ConfigError: the spec names nothing loadable; the message says why.
@@ -103,10 +182,19 @@ def load_model(spec: str) -> LoadedModel:
             dimension=model.dimension,
             initial_cost=CostEstimate(fixed_s=model.fixed_s, per_item_s=model.per_item_s),
         )
-    if spec == "minilm" or os.path.isdir(spec):
-        from batchserve.models.embeddings import SentenceEmbedder
+    base, options = split_runtime(spec)
+    if base == "minilm" or os.path.isdir(base):
+        from batchserve.models.embeddings import SentenceEmbedder, builtin_path
 
-        emb = SentenceEmbedder.builtin() if spec == "minilm" else SentenceEmbedder.from_path(spec)
+        rt = _runtime(options, runtime)
+        path = builtin_path() if base == "minilm" else Path(base)
+        emb: Any
+        if rt.exported:
+            from batchserve.models.exported import ExportedEmbedder
+
+            emb = ExportedEmbedder.load(path, rt)
+        else:
+            emb = SentenceEmbedder.from_path(path, rt)
         return LoadedModel(
             spec=spec,
             fn=emb,
@@ -154,6 +242,7 @@ def default_model_name(spec: str) -> str:
     ``minilm`` -> ``all-MiniLM-L6-v2``; ``synthetic:...`` -> ``synthetic``; a folder -> its
     last path component; ``package.module:attr`` -> ``attr``.
     """
+    spec = split_runtime(spec)[0]
     if spec == "minilm":
         return "all-MiniLM-L6-v2"
     if spec == "synthetic" or spec.startswith("synthetic:"):

@@ -1,0 +1,180 @@
+"""The built-in MiniLM on each backend and precision: throughput and quality, side by side.
+
+For each backend (``torch``, ``onnx``, ``onnx-int8``, ``openvino``, ``openvino-int8``; on a
+GPU also torch ``float16`` and ``bfloat16``) the model is loaded as ``batchserve serve``
+loads it (``load_model("minilm:backend=...")``, exports cached in ``--cache-dir``) and
+
+* **throughput**: one forward pass after another on batches of each ``--batch-sizes``,
+  for ``--seconds`` each, over ``--rounds`` rounds that alternate the backends (so a
+  neighbour's load on this shared machine falls on all of them alike); the best round
+  per size is kept, and the best size is the row's ``batch_size`` and ``items_per_s``;
+* **quality**: the embeddings of the quality set (the shipped one, or ``--quality-set``)
+  against torch fp32's, as the int8 gate measures them: mean and min cosine, and the
+  fraction of retrieval queries whose nearest passage is unchanged.
+
+Texts: ``--texts short`` (3-16 words, as queries are) or ``mixed`` (3-200 words, the
+realistic length mix). ``--json`` prints one object per backend and precision with the
+keys ``backend, dtype, device, threads, batch_size, items_per_s, speedup_vs_torch,
+items_per_cpu_s, cpu_speedup_vs_torch, mean_cosine, min_cosine, ranking_agreement,
+passes_gate, by_batch_size``. On a shared machine the wall-clock rate depends on the
+neighbours; the rate per CPU second of this process does much less (with one thread it
+is what an idle core gives), hence both.
+
+Run: ``.venv/bin/python bench/minilm_backends.py [--threads 1] [--json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from batchserve.models.loader import load_model
+from batchserve.models.quality import compare
+from batchserve.models.quality_set import load as load_quality_set
+from batchserve.models.quality_set import read as read_quality_set
+
+BACKENDS = ["torch", "onnx", "onnx-int8", "openvino", "openvino-int8"]
+
+
+def texts_for(kind: str, n: int = 512, seed: int = 11) -> list[str]:
+    """``short``: 3-16 words; ``mixed``: 3-200 words (uniform), from the quality set's words."""
+    words = " ".join(load_quality_set().texts).split()
+    rng = random.Random(seed)
+    hi = 16 if kind == "short" else 200
+    out = []
+    for _ in range(n):
+        k = rng.randint(3, hi)
+        start = rng.randrange(len(words) - k)
+        out.append(" ".join(words[start : start + k]))
+    return out
+
+
+def rate(fn: Any, texts: list[str], batch: int, seconds: float) -> tuple[float, float]:
+    """Items per wall second and per CPU second of this process, running ``fn`` on
+    consecutive batches of ``batch`` texts for ``seconds``.
+
+    The CPU figure is what a pass costs whatever else the machine runs: with one thread it
+    is the rate an idle core would give; the wall figure is what this run got.
+    """
+    fn(texts[:batch])
+    done, i = 0, 0
+    c0, t0 = time.process_time(), time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        fn([texts[(i + k) % len(texts)] for k in range(batch)])
+        i += batch
+        done += batch
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return done / wall, done / max(cpu, 1e-9)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--dtypes", default="", help="torch on a GPU: e.g. float16,bfloat16")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads (default: serve's)")
+    parser.add_argument("--batch-sizes", default="1,8,32,64")
+    parser.add_argument("--seconds", type=float, default=2.0, help="per size and round")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--texts", choices=["short", "mixed"], default="short")
+    parser.add_argument("--no-quality", action="store_true")
+    parser.add_argument("--quality-set", help="JSON {texts, queries, passages} or text lines")
+    parser.add_argument("--cache-dir", help="where exports are cached")
+    parser.add_argument("--json", action="store_true", help="one JSON object per row")
+    args = parser.parse_args()
+
+    def spec(backend: str, dtype: str = "float32") -> str:
+        opts = [f"backend={backend}", f"device={args.device if backend == 'torch' else 'cpu'}"]
+        if dtype != "float32":
+            opts.append(f"dtype={dtype}")
+        if args.threads:
+            opts.append(f"threads={args.threads}")
+        if args.cache_dir:
+            opts.append(f"cache_dir={args.cache_dir}")
+        return "minilm:" + ",".join(opts)
+
+    variants = [(b, "float32") for b in args.backends.split(",") if b]
+    variants += [("torch", d) for d in args.dtypes.split(",") if d]
+    sizes = [int(s) for s in args.batch_sizes.split(",")]
+    models: dict[tuple[str, str], Any] = {}
+    for backend, dtype in variants:
+        t0 = time.perf_counter()
+        models[(backend, dtype)] = load_model(spec(backend, dtype)).fn
+        print(f"[load] {backend} {dtype}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    texts = texts_for(args.texts)
+    rates: dict[tuple[str, str], dict[int, float]] = {v: {} for v in variants}
+    cpu_rates: dict[tuple[str, str], dict[int, float]] = {v: {} for v in variants}
+    for r in range(args.rounds):
+        for v, fn in models.items():
+            for b in sizes:
+                wall, cpu = rate(fn, texts, b, args.seconds)
+                rates[v][b] = max(rates[v].get(b, 0.0), wall)
+                cpu_rates[v][b] = max(cpu_rates[v].get(b, 0.0), cpu)
+            print(f"[round {r + 1}] {v[0]} {v[1]}: {rates[v]}", file=sys.stderr)
+    quality: dict[tuple[str, str], Any] = {}
+    if not args.no_quality:
+        qs = read_quality_set(Path(args.quality_set)) if args.quality_set else load_quality_set()
+        reference = models.get(("torch", "float32")) or load_model(spec("torch")).fn
+        for v, fn in models.items():
+            quality[v] = compare(reference, fn, qs)
+    base = rates.get(("torch", "float32"))
+    base_best = max(base.values()) if base else None
+    base_cpu = cpu_rates.get(("torch", "float32"))
+    base_cpu_best = max(base_cpu.values()) if base_cpu else None
+    rows = []
+    for v, fn in models.items():
+        best = max(rates[v], key=lambda b: rates[v][b])
+        cpu_best = max(cpu_rates[v].values())
+        q = quality.get(v)
+        rows.append(
+            {
+                "backend": v[0],
+                "dtype": "int8" if v[0].endswith("int8") else v[1],
+                "device": getattr(fn, "device", "cpu"),
+                "threads": getattr(fn, "threads", None),
+                "texts": args.texts,
+                "batch_size": best,
+                "items_per_s": round(rates[v][best], 1),
+                "speedup_vs_torch": round(rates[v][best] / base_best, 3) if base_best else None,
+                "items_per_cpu_s": round(cpu_best, 1),
+                "cpu_speedup_vs_torch": (
+                    round(cpu_best / base_cpu_best, 3) if base_cpu_best else None
+                ),
+                "mean_cosine": round(q.mean_cosine, 5) if q else None,
+                "min_cosine": round(q.min_cosine, 5) if q else None,
+                "ranking_agreement": round(q.ranking_agreement, 4) if q else None,
+                "passes_gate": q.passes if q else None,
+                "by_batch_size": {str(b): round(x, 1) for b, x in rates[v].items()},
+            }
+        )
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        return 0
+    print(
+        f"{'backend':14} {'dtype':8} {'device':7} {'thr':>3} {'batch':>5} {'items/s':>8} "
+        f"{'vs torch':>8} {'/cpu-s':>7} {'vs torch':>8} {'mean cos':>8} {'min cos':>8} "
+        f"{'NN kept':>7} gate"
+    )
+    for row in rows:
+        gate = {True: "pass", False: "FAIL", None: "-"}[row["passes_gate"]]
+        print(
+            f"{row['backend']:14} {row['dtype']:8} {row['device']:7} {row['threads'] or '-':>3} "
+            f"{row['batch_size']:5d} {row['items_per_s']:8.1f} "
+            f"{row['speedup_vs_torch'] or 0:7.2f}x {row['items_per_cpu_s']:7.1f} "
+            f"{row['cpu_speedup_vs_torch'] or 0:7.2f}x {row['mean_cosine'] or 0:8.4f} "
+            f"{row['min_cosine'] or 0:8.4f} {row['ranking_agreement'] or 0:7.3f} {gate}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

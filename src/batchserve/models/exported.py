@@ -1,0 +1,254 @@
+"""A sentence-transformers model exported to ONNX Runtime or OpenVINO, as a batch function.
+
+Theory of operation: one call is one forward pass, as with
+:class:`~batchserve.models.embeddings.SentenceEmbedder`, and the answers agree with it
+(fp32: cosine >= 0.9999, a tested property). The texts are tokenized exactly as
+sentence-transformers does (the model folder's own tokenizer, whitespace stripped, padded
+to the longest, truncated at ``max_seq_length``), the exported graph runs the transformer,
+pooling and normalization (see :mod:`batchserve.models.export`), and the result is
+normalized again (a no-op for a graph that ends in ``Normalize``).
+
+Threads: ONNX Runtime's intra-op threads and OpenVINO's inference threads are the
+runtime's ``threads`` (see :func:`~batchserve.models.runtime.default_threads`); one pass
+uses them, and the other core stays free for the event loop.
+
+Thread-safety: tokenization holds a lock (the fast tokenizer keeps state); ONNX Runtime's
+``InferenceSession.run`` may be called from several threads at once, and OpenVINO gets one
+infer request per calling thread. Both release the GIL during a pass.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from batchserve.errors import ConfigError
+from batchserve.models.runtime import Runtime, default_threads, resolve_device
+from batchserve.models.token_counts import TokenCounts
+
+__all__ = ["ExportedEmbedder"]
+
+_Run = Callable[[dict[str, npt.NDArray[np.int64]]], npt.NDArray[Any]]
+
+
+def _st_config(source: Path) -> dict[str, Any]:
+    path = source / "sentence_bert_config.json"
+    if path.is_file():
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return data
+    return {}
+
+
+def _onnx_runner(model_file: Path, threads: int) -> tuple[_Run, list[str]]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+
+    def run(feeds: dict[str, npt.NDArray[np.int64]]) -> npt.NDArray[Any]:
+        out: npt.NDArray[Any] = session.run(None, feeds)[0]
+        return out
+
+    return run, names
+
+
+def _openvino_runner(model_file: Path, threads: int) -> tuple[_Run, list[str]]:
+    import openvino as ov
+
+    compiled = ov.Core().compile_model(
+        str(model_file),
+        "CPU",
+        {
+            "INFERENCE_NUM_THREADS": threads,
+            "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_PRECISION_HINT": "f32",
+        },
+    )
+    names = [port.get_any_name() for port in compiled.inputs]
+    local = threading.local()
+
+    def run(feeds: dict[str, npt.NDArray[np.int64]]) -> npt.NDArray[Any]:
+        request = getattr(local, "request", None)
+        if request is None:
+            request = local.request = compiled.create_infer_request()
+        result = request.infer(feeds)
+        return np.array(result[compiled.outputs[0]], copy=True)
+
+    return run, names
+
+
+class ExportedEmbedder:
+    """An exported embedding model as a batch function from texts to float32 vectors.
+
+    Args:
+        tokenizer: the model's Hugging Face fast tokenizer.
+        run: runs one pass on ``input_ids``/``attention_mask``/``token_type_ids`` arrays.
+        input_names: the graph's inputs (a subset of those three).
+        max_seq_length: texts are truncated to this many tokens.
+        dimension: the embedding's length.
+        backend: the backend's name, for reports.
+        threads: CPU threads per pass, for reports.
+        lower_case: lower-case texts before tokenizing (the model's ``do_lower_case``).
+
+    Calling it blocks for the pass: run it in a worker. It may be called from several
+    threads at once.
+    """
+
+    kind = "embedding"
+    device = "cpu"
+    dtype = "float32"
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        run: _Run,
+        *,
+        input_names: Sequence[str],
+        max_seq_length: int,
+        dimension: int,
+        backend: str,
+        threads: int,
+        lower_case: bool = False,
+    ) -> None:
+        self._tokenizer = tokenizer
+        self._run = run
+        self._inputs = list(input_names)
+        self._lower = lower_case
+        self._lock = threading.Lock()
+        self._counts = TokenCounts()
+        self.max_seq_length = max_seq_length
+        self.dimension = dimension
+        self.backend = backend
+        self.threads = threads
+
+    @classmethod
+    def open(
+        cls, source: Path, model_file: Path, *, backend: str, threads: int | None = None
+    ) -> ExportedEmbedder:
+        """Load ``model_file`` (exported from the model folder ``source``) on the CPU.
+
+        Raises:
+            ImportError: the backend's package is missing.
+        """
+        from transformers import AutoTokenizer
+
+        threads = threads or default_threads()
+        config = _st_config(source)
+        tokenizer = AutoTokenizer.from_pretrained(str(source), local_files_only=True)
+        max_len = int(config.get("max_seq_length") or min(tokenizer.model_max_length, 512))
+        opener = _openvino_runner if backend.startswith("openvino") else _onnx_runner
+        run, names = opener(model_file, threads)
+        probe = run(_feeds(tokenizer, ["probe"], names, max_len)[0])
+        return cls(
+            tokenizer,
+            run,
+            input_names=names,
+            max_seq_length=max_len,
+            dimension=int(probe.shape[-1]),
+            backend=backend,
+            threads=threads,
+            lower_case=bool(config.get("do_lower_case", False)),
+        )
+
+    @classmethod
+    def load(cls, source: Path, runtime: Runtime) -> ExportedEmbedder:
+        """Export ``source`` for ``runtime.backend`` if not cached, check the gate, load it.
+
+        Blocks while exporting (once per model and backend; see
+        :func:`~batchserve.models.export.ensure_exported`).
+
+        Raises:
+            ConfigError: the device is not the CPU, or an int8 export failed the quality
+                gate (the message gives the figures).
+            ImportError: the backend's extra is missing.
+        """
+        from batchserve.models.export import ensure_exported
+
+        resolve_device(runtime.device, cuda_devices=0, mps=False, backend=runtime.backend)
+        threads = runtime.threads or default_threads()
+        exported = ensure_exported(
+            Path(source), runtime.backend, runtime.cache_path(), threads=threads
+        )
+        quality = exported.quality
+        if quality is not None and not quality.passes:
+            raise ConfigError(
+                f"backend {runtime.backend} failed the int8 quality gate on the shipped text "
+                f"set ({'; '.join(quality.failures())}); use its full-precision backend "
+                f"(figures in {exported.folder / 'export.json'})"
+            )
+        return cls.open(Path(source), exported.model_file, backend=runtime.backend, threads=threads)
+
+    def __call__(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Embed ``texts`` in one forward pass; one row per text, in order.
+
+        Raises:
+            TypeError: an input is not a string.
+        """
+        vectors, _ = self.embed(texts)
+        return vectors
+
+    def embed(self, texts: Sequence[str]) -> tuple[npt.NDArray[np.float32], list[int]]:
+        """Embed ``texts`` in one pass; also return each text's token count.
+
+        Raises:
+            TypeError: an input is not a string.
+        """
+        batch = list(texts)
+        for i, text in enumerate(batch):
+            if not isinstance(text, str):
+                raise TypeError(f"input {i} must be a string, got {type(text).__name__}")
+        if not batch:
+            return np.zeros((0, self.dimension), dtype=np.float32), []
+        if self._lower:
+            batch = [t.lower() for t in batch]
+        with self._lock:
+            feeds, counts = _feeds(self._tokenizer, batch, self._inputs, self.max_seq_length)
+        out = np.asarray(self._run(feeds), dtype=np.float32)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        vectors = out / np.maximum(norms, 1e-12)
+        self._counts.remember(list(texts), counts)
+        return np.ascontiguousarray(vectors, dtype=np.float32), counts
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Tokens per text as the model sees them (special tokens included, truncated)."""
+        return self._counts.get(texts, self._tokenize_counts)
+
+    def _tokenize_counts(self, texts: list[str]) -> list[int]:
+        if self._lower:
+            texts = [t.lower() for t in texts]
+        with self._lock:
+            enc = self._tokenizer(
+                [t.strip() for t in texts],
+                add_special_tokens=True,
+                truncation=True,
+                max_length=self.max_seq_length,
+            )
+        return [len(ids) for ids in enc["input_ids"]]
+
+
+def _feeds(
+    tokenizer: Any, texts: list[str], names: Sequence[str], max_len: int
+) -> tuple[dict[str, npt.NDArray[np.int64]], list[int]]:
+    enc = tokenizer(
+        [t.strip() for t in texts],
+        padding=True,
+        truncation="longest_first",
+        max_length=max_len,
+        return_tensors="np",
+    )
+    feeds = {n: np.asarray(enc[n], dtype=np.int64) for n in names if n in enc}
+    for n in names:
+        if n not in feeds:  # a graph input the tokenizer does not make (token types)
+            feeds[n] = np.zeros_like(feeds["input_ids"])
+    counts = [int(c) for c in enc["attention_mask"].sum(axis=1)]
+    return feeds, counts

@@ -1,0 +1,194 @@
+"""Where and how the built-in embedding model runs: backend, device, precision, CPU threads.
+
+Theory of operation: a :class:`Runtime` is what the user asked for (``--backend``,
+``--device``, ``--dtype``, ``--threads``, ``--cache-dir``), validated when it is built.
+What it means on this machine is decided once, at load, by pure functions that are handed
+the machine's facts instead of probing it themselves, so that every rule is testable
+without a GPU:
+
+* :func:`resolve_device`: ``auto`` picks the first CUDA GPU, else Apple's ``mps``, else
+  the CPU; ``cuda`` means ``cuda:0``; asking for a device that is not there is an error
+  that says what is.
+* :func:`resolve_dtype`: half precision (``float16``, ``bfloat16``) is for GPUs. Asked for
+  explicitly on the CPU it is an error (it is slower there, not faster); under ``auto`` on
+  a machine without a GPU it falls back to ``float32``, so one config serves both kinds.
+* :func:`default_threads`: the CPU threads one forward pass uses. The server's event loop
+  (HTTP parsing, batching, answering) needs a share of a core while passes run, so the
+  default leaves it room on a small machine; see the function for the measurement.
+
+ONNX Runtime and OpenVINO run on the CPU here (their GPU builds are other packages), so
+their ``auto`` is the CPU and an explicit GPU device is refused with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from batchserve.errors import ConfigError
+
+__all__ = [
+    "BACKENDS",
+    "DTYPES",
+    "Runtime",
+    "default_cache_dir",
+    "default_threads",
+    "resolve_device",
+    "resolve_dtype",
+]
+
+#: The backends of the built-in model: PyTorch, ONNX Runtime, OpenVINO; full precision or int8.
+BACKENDS = ("torch", "onnx", "onnx-int8", "openvino", "openvino-int8")
+#: Floating-point precisions; half precision is for GPUs.
+DTYPES = ("float32", "float16", "bfloat16")
+#: Where exported models are cached when neither ``--cache-dir`` nor this variable says.
+CACHE_ENV = "BATCHSERVE_CACHE_DIR"
+
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Runtime:
+    """How to run an embedding model.
+
+    Attributes:
+        backend: one of :data:`BACKENDS`.
+        device: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+        dtype: one of :data:`DTYPES` (half precision on GPUs only).
+        threads: CPU threads per forward pass; None takes :func:`default_threads`.
+        cache_dir: where exported ONNX/OpenVINO files live; None takes
+            :func:`default_cache_dir`.
+    """
+
+    backend: str = "torch"
+    device: str = "auto"
+    dtype: str = "float32"
+    threads: int | None = None
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if not isinstance(self.device, str) or not _DEVICE.match(self.device):
+            raise ConfigError(f"device must be auto, cpu, cuda, cuda:N or mps, got {self.device!r}")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
+        ):
+            raise ConfigError(f"threads must be an integer >= 1, got {self.threads!r}")
+        if self.cache_dir is not None and not self.cache_dir:
+            raise ConfigError("cache_dir must be a non-empty path when given, got ''")
+        if self.backend != "torch" and self.dtype != "float32":
+            raise ConfigError(
+                f"dtype {self.dtype} is for the torch backend; backend {self.backend} runs "
+                "float32 (or int8 as its -int8 variant), got dtype "
+                f"{self.dtype!r}"
+            )
+
+    @property
+    def exported(self) -> bool:
+        """Whether the backend runs a file exported from the torch weights."""
+        return self.backend != "torch"
+
+    def cache_path(self) -> Path:
+        """The cache folder this runtime uses."""
+        return Path(self.cache_dir) if self.cache_dir else default_cache_dir()
+
+
+def default_cache_dir(environ: dict[str, str] | None = None) -> Path:
+    """The cache folder for exports.
+
+    ``$BATCHSERVE_CACHE_DIR``, else ``$XDG_CACHE_HOME/batchserve``, else
+    ``~/.cache/batchserve``.
+    """
+    env = os.environ if environ is None else environ
+    if env.get(CACHE_ENV):
+        return Path(env[CACHE_ENV])
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "batchserve"
+
+
+def resolve_device(requested: str, *, cuda_devices: int, mps: bool, backend: str = "torch") -> str:
+    """The concrete device for ``requested`` on a machine with these devices.
+
+    Args:
+        requested: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+        cuda_devices: how many CUDA GPUs the backend can use.
+        mps: whether Apple's Metal device is available to the backend.
+        backend: the backend; only torch runs on a GPU here.
+
+    Returns:
+        ``cpu``, ``cuda:N`` or ``mps``.
+
+    Raises:
+        ConfigError: the device is not there (the message says which are), or the backend
+            cannot use it.
+    """
+    if requested == "cpu":
+        return "cpu"
+    if backend != "torch":
+        if requested == "auto":
+            return "cpu"
+        raise ConfigError(
+            f"device {requested!r}: backend {backend} runs on the CPU here (its GPU build is "
+            "another package); use --device cpu or auto, or --backend torch"
+        )
+    if requested == "auto":
+        if cuda_devices > 0:
+            return "cuda:0"
+        return "mps" if mps else "cpu"
+    if requested == "mps":
+        if not mps:
+            raise ConfigError("device 'mps': no Apple Metal device is available here")
+        return "mps"
+    index = int(requested.partition(":")[2] or 0)
+    if cuda_devices == 0:
+        raise ConfigError(f"device {requested!r}: no CUDA device is available here")
+    if index >= cuda_devices:
+        raise ConfigError(
+            f"device {requested!r}: CUDA devices here are cuda:0..cuda:{cuda_devices - 1}"
+        )
+    return f"cuda:{index}"
+
+
+def resolve_dtype(dtype: str, *, device: str, requested_device: str) -> str:
+    """The precision to run at on ``device`` (the resolved one).
+
+    Half precision is for GPUs: on the CPU it is refused when the CPU was asked for by
+    name, and falls back to ``float32`` when ``auto`` found no GPU.
+
+    Raises:
+        ConfigError: half precision asked for on an explicitly chosen CPU.
+    """
+    if dtype == "float32" or device != "cpu":
+        return dtype
+    if requested_device == "auto":
+        return "float32"
+    raise ConfigError(
+        f"dtype {dtype!r} is for GPUs; on device 'cpu' use float32 (or an int8 backend)"
+    )
+
+
+def default_threads(cpu_count: int | None = None) -> int:
+    """CPU threads per forward pass when none are set.
+
+    All cores but one on a machine of up to four cores, so that the event loop keeps one;
+    all but two above that. Measured on the 2-core machine this project is developed on
+    (``bench/minilm_backends.py --threads 1`` and ``--threads 2``, served with
+    ``bench/minilm_throughput.py``): see the README section "The built-in model: devices,
+    backends, int8".
+
+    Args:
+        cpu_count: cores usable by this process; None reads them (``os.sched_getaffinity``).
+    """
+    if cpu_count is None:
+        try:
+            cpu_count = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            cpu_count = os.cpu_count() or 1
+    if cpu_count <= 4:
+        return max(1, cpu_count - 1)
+    return cpu_count - 2

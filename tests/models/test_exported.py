@@ -1,0 +1,181 @@
+"""Exports to ONNX and OpenVINO: made from the shipped weights, cached, raced, gated.
+
+The fp32 exports must answer what torch answers (cosine >= 0.9999, the same token counts)
+for texts of every length, truncation included. The int8 export runs its quality gate (on
+a slice of the shipped set here, to keep the test short; ``batchserve profile`` and
+``bench/minilm_backends.py`` give the full set's figures), and a load refuses an export
+whose gate failed. Exports take seconds each; this module shares them through one cache.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sentence_transformers")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("openvino")
+onnx = pytest.importorskip("onnx")
+
+from batchserve.errors import ConfigError  # noqa: E402
+from batchserve.models import export  # noqa: E402
+from batchserve.models.embeddings import SentenceEmbedder, builtin_path  # noqa: E402
+from batchserve.models.exported import ExportedEmbedder  # noqa: E402
+from batchserve.models.loader import load_model  # noqa: E402
+from batchserve.models.quality_set import QualitySet  # noqa: E402
+from batchserve.models.quality_set import load as load_quality_set  # noqa: E402
+from batchserve.models.runtime import Runtime  # noqa: E402
+
+MIXED = [
+    "Hi",
+    "  The quick brown fox jumps over the lazy dog.  ",
+    "Dynamic batching groups requests that arrive close together into one forward pass.",
+    "ünïcödé and emoji ✓ 🚀 mixed in",
+    " ".join(["a very long text that will be truncated at the model's maximum length"] * 40),
+    "x",
+]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("export-cache")
+
+
+@pytest.fixture(scope="module")
+def torch_model() -> SentenceEmbedder:
+    return SentenceEmbedder.builtin(Runtime(device="cpu"))
+
+
+def small_set() -> QualitySet:
+    qs = load_quality_set()
+    step = len(qs.texts) // 120
+    return QualitySet(texts=qs.texts[::step], queries=qs.queries, passages=qs.passages)
+
+
+@pytest.mark.parametrize("backend", ["onnx", "openvino"])
+def test_fp32_exports_answer_what_torch_answers(
+    backend: str, cache: Path, torch_model: SentenceEmbedder
+) -> None:
+    model = load_model(f"minilm:backend={backend},cache_dir={cache}")
+    emb = model.fn
+    assert isinstance(emb, ExportedEmbedder)
+    assert (model.kind, model.dimension, model.max_input_tokens) == ("embedding", 384, 256)
+    got, counts = emb.embed(MIXED)
+    want, want_counts = torch_model.embed(MIXED)
+    assert got.dtype == np.float32
+    assert got.shape == (len(MIXED), 384)
+    assert np.all(np.sum(got * want, axis=1) >= 0.9999)
+    assert counts == want_counts
+    assert emb.count_tokens(["never seen before", *MIXED[:2]]) == torch_model.count_tokens(
+        ["never seen before", *MIXED[:2]]
+    )
+    # a text's embedding does not depend on its batch
+    alone = np.stack([emb([t])[0] for t in MIXED])
+    assert np.all(np.sum(alone * got, axis=1) >= 0.9999)
+    with pytest.raises(TypeError, match="input 1 must be a string"):
+        emb(["ok", 3])  # type: ignore[list-item]
+    assert emb([]).shape == (0, 384)
+
+
+def test_an_export_is_made_once_and_then_read_from_the_cache(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = export.ensure_exported(builtin_path(), "onnx", cache)
+
+    def no_second_export(*args: object) -> None:
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(export, "_export_onnx", no_second_export)
+    again = export.ensure_exported(builtin_path(), "onnx", cache)
+    assert again == first
+    assert first.model_file.name == "model.onnx"
+    assert first.model_file.is_file()
+    assert first.folder.name == f"onnx-r{export.RECIPE}"
+    meta = json.loads((first.folder / "export.json").read_text())
+    assert meta["source_sha256"] == export.model_key(builtin_path())
+    assert meta["source_sha256"][:16] in first.folder.parent.name
+
+
+def test_two_racing_exports_build_once_and_agree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[Path] = []
+    real = export._export_onnx
+
+    def counted(source: Path, path: Path) -> None:
+        calls.append(path)
+        real(source, path)
+
+    monkeypatch.setattr(export, "_export_onnx", counted)
+    results: list[export.Exported] = []
+    errors: list[BaseException] = []
+
+    def racer() -> None:
+        try:
+            results.append(export.ensure_exported(builtin_path(), "onnx", tmp_path))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=racer) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    assert len(calls) == 1
+    assert results[0] == results[1]
+    leftovers = [p.name for p in results[0].folder.parent.iterdir() if "-tmp-" in p.name]
+    assert leftovers == []
+
+
+def test_the_leftovers_of_a_crashed_export_are_replaced(cache: Path, tmp_path: Path) -> None:
+    done = export.ensure_exported(builtin_path(), "onnx", cache)
+    # a copy of the cache where the export never finished: no marker, a temp folder beside
+    parent = tmp_path / done.folder.parent.name
+    shutil.copytree(done.folder, parent / done.folder.name)
+    (parent / done.folder.name / "export.json").unlink()
+    (parent / done.folder.name / "model.onnx").write_bytes(b"truncated")
+    (parent / ".onnx-tmp-crashed").mkdir()
+    again = export.ensure_exported(builtin_path(), "onnx", tmp_path)
+    assert again.folder == parent / done.folder.name
+    assert (again.folder / "export.json").is_file()
+    assert again.model_file.stat().st_size == done.model_file.stat().st_size
+    assert not (parent / ".onnx-tmp-crashed").exists()
+
+
+def test_int8_is_gated_and_a_failed_gate_refuses_to_load(cache: Path, tmp_path: Path) -> None:
+    int8 = export.ensure_exported(builtin_path(), "onnx-int8", cache, quality_set=small_set())
+    assert int8.quality is not None
+    assert int8.quality.texts == len(small_set().texts)
+    assert int8.quality.mean_cosine >= 0.99
+    assert int8.quality.passes
+    graph = onnx.load(str(int8.model_file), load_external_data=False).graph
+    ops = [node.op_type for node in graph.node]
+    # six blocks: fused attention and three linear layers each, two layers left in fp32
+    assert (ops.count("QAttention"), ops.count("MatMulInteger")) == (6, 16)
+    emb = load_model(f"minilm:backend=onnx-int8,threads=1,cache_dir={cache}").fn
+    assert isinstance(emb, ExportedEmbedder)
+    assert emb.threads == 1
+    assert emb(["int8 still embeds"]).shape == (1, 384)
+
+    # the same export, its figures made to fail: the load says why and what to use
+    failed = tmp_path / int8.folder.parent.name / int8.folder.name
+    shutil.copytree(int8.folder, failed)
+    meta = json.loads((failed / "export.json").read_text())
+    meta["quality"].update(mean_cosine=0.966, passes=False)
+    (failed / "export.json").write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match="failed the int8 quality gate") as info:
+        load_model(f"minilm:backend=onnx-int8,cache_dir={tmp_path}")
+    assert "mean cosine to fp32 must be >= 0.99, got 0.9660" in str(info.value)
+
+
+def test_exported_backends_refuse_a_gpu_and_unknown_backends() -> None:
+    with pytest.raises(ConfigError, match="runs on the CPU here"):
+        load_model("minilm:backend=onnx,device=cuda")
+    with pytest.raises(ConfigError, match="backend must be onnx, onnx-int8"):
+        export.ensure_exported(builtin_path(), "torch", Path("/nonexistent"))

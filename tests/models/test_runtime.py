@@ -1,0 +1,112 @@
+"""Runtime settings: validation, device and precision resolution, default threads.
+
+Device resolution is a pure function of the machine's facts, so every rule is checked here
+for machines this one is not (several GPUs, Apple's mps, none).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from batchserve.errors import ConfigError
+from batchserve.models.runtime import (
+    Runtime,
+    default_cache_dir,
+    default_threads,
+    resolve_device,
+    resolve_dtype,
+)
+
+
+def test_defaults_are_torch_on_the_best_device_in_float32() -> None:
+    rt = Runtime()
+    assert (rt.backend, rt.device, rt.dtype, rt.threads, rt.exported) == (
+        "torch",
+        "auto",
+        "float32",
+        None,
+        False,
+    )
+    assert Runtime(backend="onnx-int8").exported
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"backend": "tensorrt"}, "backend must be one of torch, onnx, onnx-int8"),
+        ({"device": "gpu"}, "device must be auto, cpu, cuda, cuda:N or mps, got 'gpu'"),
+        ({"device": "cuda:x"}, "device must be"),
+        ({"dtype": "float64"}, "dtype must be one of float32, float16, bfloat16"),
+        ({"threads": 0}, "threads must be an integer >= 1, got 0"),
+        ({"threads": True}, "threads must be an integer >= 1"),
+        ({"cache_dir": ""}, "cache_dir must be a non-empty path"),
+        ({"backend": "onnx", "dtype": "float16"}, "dtype float16 is for the torch backend"),
+    ],
+)
+def test_a_bad_setting_names_the_field_the_rule_and_the_value(
+    fields: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Runtime(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("requested", "cuda", "mps", "expected"),
+    [
+        ("auto", 0, False, "cpu"),
+        ("auto", 2, False, "cuda:0"),
+        ("auto", 0, True, "mps"),
+        ("auto", 1, True, "cuda:0"),
+        ("cpu", 4, True, "cpu"),
+        ("cuda", 1, False, "cuda:0"),
+        ("cuda:1", 2, False, "cuda:1"),
+        ("mps", 0, True, "mps"),
+    ],
+)
+def test_resolve_device(requested: str, cuda: int, mps: bool, expected: str) -> None:
+    assert resolve_device(requested, cuda_devices=cuda, mps=mps) == expected
+
+
+@pytest.mark.parametrize(
+    ("requested", "cuda", "mps", "message"),
+    [
+        ("cuda", 0, False, "device 'cuda': no CUDA device is available here"),
+        ("cuda:2", 2, False, r"CUDA devices here are cuda:0..cuda:1"),
+        ("mps", 1, False, "no Apple Metal device"),
+    ],
+)
+def test_a_device_that_is_not_here_is_refused_with_what_is(
+    requested: str, cuda: int, mps: bool, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        resolve_device(requested, cuda_devices=cuda, mps=mps)
+
+
+def test_exported_backends_run_on_the_cpu() -> None:
+    assert resolve_device("auto", cuda_devices=1, mps=True, backend="onnx") == "cpu"
+    assert resolve_device("cpu", cuda_devices=1, mps=False, backend="openvino") == "cpu"
+    with pytest.raises(ConfigError, match="backend onnx-int8 runs on the CPU here"):
+        resolve_device("cuda", cuda_devices=1, mps=False, backend="onnx-int8")
+
+
+def test_half_precision_is_for_gpus() -> None:
+    assert resolve_dtype("bfloat16", device="cuda:0", requested_device="auto") == "bfloat16"
+    assert resolve_dtype("float16", device="mps", requested_device="mps") == "float16"
+    # auto found no GPU: the same config runs float32 on the CPU
+    assert resolve_dtype("float16", device="cpu", requested_device="auto") == "float32"
+    with pytest.raises(ConfigError, match="dtype 'float16' is for GPUs"):
+        resolve_dtype("float16", device="cpu", requested_device="cpu")
+
+
+@pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 1), (4, 3), (8, 6), (64, 62)])
+def test_default_threads_leave_the_event_loop_a_core(cores: int, threads: int) -> None:
+    assert default_threads(cores) == threads
+
+
+def test_default_cache_dir(tmp_path: Path) -> None:
+    assert default_cache_dir({"BATCHSERVE_CACHE_DIR": str(tmp_path)}) == tmp_path
+    assert default_cache_dir({"XDG_CACHE_HOME": "/x"}) == Path("/x/batchserve")
+    assert default_cache_dir({}).parts[-2:] == (".cache", "batchserve")
+    assert Runtime(cache_dir=str(tmp_path)).cache_path() == tmp_path

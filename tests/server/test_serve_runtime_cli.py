@@ -1,0 +1,75 @@
+"""``batchserve serve``'s runtime flags (--backend, --device, --dtype, --threads, --cache-dir)."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+
+import pytest
+
+from batchserve.cli import build_parser
+from batchserve.cli.serve import build_settings
+from batchserve.errors import ConfigError
+from batchserve.server import ServerSettings
+
+
+def settings(argv: list[str]) -> ServerSettings:
+    args: argparse.Namespace = build_parser().parse_args(["serve", *argv])
+    return build_settings(args, environ={})
+
+
+def specs(argv: list[str]) -> list[tuple[str, str]]:
+    return [(m.name, m.spec) for m in settings(argv).models]
+
+
+def test_runtime_flags_become_spec_options_of_the_builtin_model() -> None:
+    assert specs(["--backend", "onnx-int8", "--threads", "1"]) == [
+        ("all-MiniLM-L6-v2", "minilm:backend=onnx-int8,threads=1")
+    ]
+    assert specs([]) == [("all-MiniLM-L6-v2", "minilm")]
+
+
+def test_flags_for_every_model_skip_models_that_take_none() -> None:
+    assert specs(["--model", "minilm", "--model", "synthetic", "--device", "cpu"]) == [
+        ("all-MiniLM-L6-v2", "minilm:device=cpu"),
+        ("synthetic", "synthetic"),
+    ]
+
+
+def test_flags_for_one_model_override_the_specs_own_options() -> None:
+    argv = ["--model", "a=minilm:device=cpu,threads=2", "--model", "b=minilm"]
+    argv += ["--threads", "a=1", "--device", "b=cuda:1", "--dtype", "b=bfloat16"]
+    assert specs(argv) == [
+        ("a", "minilm:device=cpu,threads=1"),
+        ("b", "minilm:device=cuda:1,dtype=bfloat16"),
+    ]
+
+
+def test_the_config_file_takes_runtime_keys(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "serve.toml"
+    path.write_text(
+        '[defaults]\nthreads = 1\n[models.emb]\nspec = "minilm"\nbackend = "onnx"\n'
+        f'cache_dir = "{tmp_path}"\n'
+    )
+    assert specs(["--config", str(path)]) == [
+        ("emb", f"minilm:backend=onnx,threads=1,cache_dir={tmp_path}")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--backend", "tensorrt"], "backend must be one of torch, onnx"),
+        (["--threads", "0"], "threads must be an integer >= 1, got 0"),
+        (["--threads", "x"], "--threads must be an integer, got 'x'"),
+        (["--device", "gpu"], "device must be auto, cpu, cuda, cuda:N or mps"),
+        (["--backend", "onnx", "--dtype", "float16"], "dtype float16 is for the torch backend"),
+        (
+            ["--model", "synthetic", "--backend", "synthetic=onnx"],
+            "model synthetic: backend apply to minilm or a model folder",
+        ),
+    ],
+)
+def test_a_bad_runtime_flag_fails_at_start_up(argv: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        settings(argv)
