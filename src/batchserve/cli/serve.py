@@ -126,7 +126,8 @@ def add_parser(sub: Any) -> None:
         "(default torch; int8 only if it passed its quality gate)",
         "device": "minilm/folder: auto, cpu, cuda, cuda:N, mps (default auto: a GPU if any)",
         "dtype": "minilm/folder on a GPU: float32, float16, bfloat16 (default float32)",
-        "threads": "minilm/folder: CPU threads per pass (default: cores - 1, at least 1)",
+        "threads": "minilm/folder: CPU threads per pass (default: cores - 1 up to 4 cores, "
+        "cores - 2 above: the event loop keeps a core)",
         "cache_dir": "minilm/folder: where ONNX/OpenVINO exports are cached "
         "(default $BATCHSERVE_CACHE_DIR or ~/.cache/batchserve)",
     }
