@@ -32,7 +32,15 @@ from typing import Any
 from batchserve.arrivals import arrival_times
 from batchserve.errors import ConfigError
 from batchserve.sim.fleet import ROUTINGS, simulate_fleet
-from batchserve.tuning import DEFAULT_WAITS_S, Evaluation, Scenario, Setting, rate_bound, tune
+from batchserve.tuning import (
+    DEFAULT_WAITS_S,
+    Evaluation,
+    Scenario,
+    Setting,
+    pool,
+    rate_bound,
+    tune,
+)
 
 __all__ = ["FleetPlan", "SizeCheck", "evaluate_fleet", "size_fleet"]
 
@@ -127,10 +135,8 @@ def evaluate_fleet(
     :func:`~batchserve.tuning.evaluate` pools one replica's.
     """
     config = scenario.config(setting)
-    sent = ok = rejected = timed_out = 0
-    ok_per_s = p50 = batch = p99 = 0.0
-    for k, (arrivals, duration_s) in enumerate(schedules):
-        s = simulate_fleet(
+    summaries = [
+        simulate_fleet(
             replicas=replicas,
             routing=routing,
             config=config,
@@ -141,29 +147,9 @@ def evaluate_fleet(
             overhead_s=scenario.overhead_s,
             seed=k,
         ).summary
-        sent += s.sent
-        ok += s.ok
-        rejected += s.rejected
-        timed_out += s.timed_out
-        ok_per_s += s.ok_per_s
-        p50 += s.p50_ms
-        batch += s.avg_batch
-        p99 = max(p99, s.p99_ms)
-    k = len(schedules)
-    return Evaluation(
-        setting=setting,
-        runs=k,
-        sent=sent,
-        ok_per_s=ok_per_s / k,
-        served=ok / sent if sent else 0.0,
-        avg_batch=batch / k,
-        p50_ms=p50 / k,
-        p99_ms=p99,
-        rejected=rejected / sent if sent else 0.0,
-        timed_out=timed_out / sent if sent else 0.0,
-        p99_target_ms=scenario.p99_target_s * 1e3,
-        max_loss=scenario.max_loss,
-    )
+        for k, (arrivals, duration_s) in enumerate(schedules)
+    ]
+    return pool(setting, scenario, summaries)
 
 
 def size_fleet(

@@ -32,6 +32,7 @@ from typing import Any
 from batchserve.arrivals import arrival_times
 from batchserve.config import BatchConfig, CostEstimate, check_non_negative, check_positive
 from batchserve.errors import ConfigError
+from batchserve.report import LoadSummary
 from batchserve.sim.engine import simulate
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "candidate_grid",
     "evaluate",
     "max_rate",
+    "pool",
     "rate_bound",
     "tune",
 ]
@@ -287,11 +289,8 @@ def evaluate(
 ) -> Evaluation:
     """Simulate ``setting`` on each ``(arrivals, duration_s)`` schedule and pool the figures."""
     config = scenario.config(setting)
-    sent = ok = rejected = timed_out = 0
-    ok_per_s = p50 = batch = 0.0
-    p99 = 0.0
-    for arrivals, duration_s in schedules:
-        s = simulate(
+    summaries = [
+        simulate(
             config=config,
             cost=scenario.cost,
             arrivals=arrivals,
@@ -299,26 +298,31 @@ def evaluate(
             duration_s=duration_s,
             overhead_s=scenario.overhead_s,
         ).summary
-        sent += s.sent
-        ok += s.ok
-        rejected += s.rejected
-        timed_out += s.timed_out
-        ok_per_s += s.ok_per_s
-        p50 += s.p50_ms
-        batch += s.avg_batch
-        p99 = max(p99, s.p99_ms)
-    k = len(schedules)
+        for arrivals, duration_s in schedules
+    ]
+    return pool(setting, scenario, summaries)
+
+
+def pool(setting: Setting, scenario: Scenario, summaries: Sequence[LoadSummary]) -> Evaluation:
+    """One :class:`Evaluation` from the summaries of ``setting``'s runs.
+
+    Counts are summed, rates and medians averaged, and the p99 is the worst run's.
+    """
+    sent = sum(s.sent for s in summaries)
+    ok = sum(s.ok for s in summaries)
+    k = len(summaries)
     return Evaluation(
         setting=setting,
         runs=k,
         sent=sent,
-        ok_per_s=ok_per_s / k,
+        ok_per_s=sum(s.ok_per_s for s in summaries) / k,
         served=ok / sent if sent else 0.0,
-        avg_batch=batch / k,
-        p50_ms=p50 / k,
-        p99_ms=p99,
-        rejected=rejected / sent if sent else 0.0,
-        timed_out=timed_out / sent if sent else 0.0,
+        avg_batch=sum(s.avg_batch for s in summaries) / k,
+        p50_ms=sum(s.p50_ms for s in summaries) / k,
+        # A run with no success has no p99 (NaN): it is left out, as it always was.
+        p99_ms=max((s.p99_ms for s in summaries if not math.isnan(s.p99_ms)), default=0.0),
+        rejected=sum(s.rejected for s in summaries) / sent if sent else 0.0,
+        timed_out=sum(s.timed_out for s in summaries) / sent if sent else 0.0,
         p99_target_ms=scenario.p99_target_s * 1e3,
         max_loss=scenario.max_loss,
     )
