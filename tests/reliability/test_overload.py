@@ -12,9 +12,12 @@ Tolerances, stated once:
   from the request's first byte, which is where its deadline counts from; 2 ms for the
   write itself), and every answer reaches the client within its deadline + 100 ms of the
   write;
-* a refusal's p99 is under 10 ms from the client's write to its answer (refusals are
-  decided from the head, before the body is read); by the server's own account, under 5 ms
-  (a GIL switch interval: the model's thread may hold it);
+* a refusal's p99 is under 5 ms by the server's own account, from the request's first byte
+  to its answer (refusals are decided from the head, before the body is read; 5 ms is a
+  GIL switch interval, in case the model's thread holds it), and under 25 ms from the
+  client's write to the answer it reads: the client shares the machine's free core with
+  the server and the model's thread, and a process that waits for that core waits a few
+  scheduler slices (measured here: 7-11 ms with one core kept busy);
 * goodput is at least 90% of capacity: the model's nominal 200 items/s, or less where the
   server's own records show the model itself was slower on this machine (a sleeping model
   overshoots its sleeps when the CPUs are contended: items per second of forward time);
@@ -71,8 +74,8 @@ def test_overload_at_five_times_capacity() -> None:
     assert f.extra["late_ok"] == 0, summary
     # Refusals are immediate.
     assert f.refusals > 0.5 * f.offered, summary
-    assert f.refusal_p99_s < 0.010, summary
     assert f.extra["refusal_p99_server_s"] < 0.005, summary
+    assert f.refusal_p99_s < 0.025, summary
     # Memory stays bounded.
     assert f.rss_growth < 0.10, summary
     # The server's own counters add up and agree with what the clients saw.
