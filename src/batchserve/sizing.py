@@ -101,17 +101,8 @@ class FleetPlan:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
-        sc = self.scenario
         return {
-            "rate": sc.rate,
-            "p99_target_s": sc.p99_target_s,
-            "fixed_s": sc.cost.fixed_s,
-            "per_item_s": sc.cost.per_item_s,
-            "timeout_s": sc.timeout_s,
-            "queue_size": sc.queue_size,
-            "admission": sc.admission,
-            "max_loss": sc.max_loss,
-            "overhead_s": sc.overhead_s,
+            **self.scenario.to_dict(),
             "routing": self.routing,
             "max_replicas": self.max_replicas,
             "met": self.met,

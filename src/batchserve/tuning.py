@@ -114,6 +114,20 @@ class Scenario:
         if not 0.0 <= self.max_loss < 1.0:
             raise ConfigError(f"max_loss must be in [0, 1), got {self.max_loss!r}")
 
+    def to_dict(self) -> dict[str, Any]:
+        """The scenario as the JSON reports of ``tune`` and the fleet sizing print it."""
+        return {
+            "rate": self.rate,
+            "p99_target_s": self.p99_target_s,
+            "fixed_s": self.cost.fixed_s,
+            "per_item_s": self.cost.per_item_s,
+            "timeout_s": self.timeout_s,
+            "queue_size": self.queue_size,
+            "admission": self.admission,
+            "max_loss": self.max_loss,
+            "overhead_s": self.overhead_s,
+        }
+
     def serve_flags(self, setting: Setting) -> str:
         """``serve`` flags for the whole configuration the prediction assumed."""
         flags = f"{setting.flags()} --queue-size {self.queue_size}"
@@ -222,17 +236,8 @@ class TuneResult:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
-        sc = self.scenario
         return {
-            "rate": sc.rate,
-            "p99_target_s": sc.p99_target_s,
-            "fixed_s": sc.cost.fixed_s,
-            "per_item_s": sc.cost.per_item_s,
-            "timeout_s": sc.timeout_s,
-            "queue_size": sc.queue_size,
-            "admission": sc.admission,
-            "max_loss": sc.max_loss,
-            "overhead_s": sc.overhead_s,
+            **self.scenario.to_dict(),
             "met": self.met,
             "best": self.best.to_dict() if self.best else None,
             "candidates": [e.to_dict() for e in self.ranked],
