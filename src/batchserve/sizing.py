@@ -38,8 +38,8 @@ from batchserve.tuning import (
     Scenario,
     Setting,
     pool,
+    quick_tune,
     rate_bound,
-    tune,
 )
 
 __all__ = ["FleetPlan", "SizeCheck", "evaluate_fleet", "size_fleet"]
@@ -186,16 +186,8 @@ def size_fleet(
 
     def check(n: int) -> SizeCheck:
         share = replace(scenario, rate=scenario.rate / n)
-        found = tune(
-            share,
-            max_workers=max_workers,
-            max_batch_size=max_batch_size,
-            waits_s=waits_s,
-            screen_requests=400,
-            confirm_requests=1000,
-            confirm_seeds=1,
-            keep=3,
-            search_max_rate=False,
+        found = quick_tune(
+            share, max_workers=max_workers, max_batch_size=max_batch_size, waits_s=waits_s
         )
         ev = None
         if found.best is not None:

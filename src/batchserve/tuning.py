@@ -45,6 +45,7 @@ __all__ = [
     "evaluate",
     "max_rate",
     "pool",
+    "quick_tune",
     "rate_bound",
     "tune",
 ]
@@ -381,6 +382,26 @@ def rate_bound(scenario: Scenario, *, max_workers: int = 4) -> float:
     return math.inf if t <= 0 else max_workers * n / t
 
 
+def quick_tune(
+    scenario: Scenario, *, max_workers: int, max_batch_size: int, waits_s: Sequence[float]
+) -> TuneResult:
+    """:func:`tune` with the short runs that a search over many scenarios affords.
+
+    It answers whether a rate (or one replica's share of a fleet's rate) can be met at all.
+    """
+    return tune(
+        scenario,
+        max_workers=max_workers,
+        max_batch_size=max_batch_size,
+        waits_s=waits_s,
+        screen_requests=400,
+        confirm_requests=1000,
+        confirm_seeds=1,
+        keep=3,
+        search_max_rate=False,
+    )
+
+
 def tune(
     scenario: Scenario,
     *,
@@ -458,16 +479,8 @@ def max_rate(
     for _ in range(steps):
         mid = (lo + hi) / 2.0
         probe = replace(scenario, rate=mid)
-        result = tune(
-            probe,
-            max_workers=max_workers,
-            max_batch_size=max_batch_size,
-            waits_s=waits_s,
-            screen_requests=400,
-            confirm_requests=1000,
-            confirm_seeds=1,
-            keep=3,
-            search_max_rate=False,
+        result = quick_tune(
+            probe, max_workers=max_workers, max_batch_size=max_batch_size, waits_s=waits_s
         )
         if result.met:
             lo = mid

@@ -28,12 +28,13 @@ when :func:`deployment` is called, so the policy can be used and tested without 
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any
 
 from batchserve.errors import ConfigError
 from batchserve.server import App, ServerSettings
+from batchserve.server.asgi import Message, Receive, Scope, Send
 
 __all__ = [
     "QUEUE_DEPTH_METRIC",
@@ -43,10 +44,6 @@ __all__ = [
     "deployment",
 ]
 
-Message: TypeAlias = MutableMapping[str, Any]
-Scope: TypeAlias = MutableMapping[str, Any]
-Receive: TypeAlias = Callable[[], Awaitable[Message]]
-Send: TypeAlias = Callable[[Message], Awaitable[None]]
 
 #: The custom autoscaling metric each replica reports: items waiting in its batchers.
 QUEUE_DEPTH_METRIC = "batchserve_queue_depth"
