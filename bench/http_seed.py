@@ -4,7 +4,7 @@ The Go seed's experiment: a synthetic model of 8 ms per call + 0.25 ms per item,
 requests/s offered open loop, a 250 ms deadline, a queue of 64, batches of at most 32 closed
 after 2 ms. It runs twice per round, interleaved:
 
-* **in-process**: ``batchserve.demo.run_open_loop`` on a Batcher in this process (what
+* **in-process**: ``batchserve.loadgen.inprocess.run_open_loop`` on a Batcher in this process (what
   ``batchserve demo`` prints);
 * **HTTP**: a real ``batchserve serve`` in a subprocess with the same settings, driven by a
   minimal open-loop HTTP/1.1 sender in this process (``POST /v1/embeddings``, one text per
@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from batchserve.config import BatchConfig
-from batchserve.demo import arrival_times, run_open_loop
+from batchserve.loadgen.inprocess import run_open_loop
 from batchserve.models.synthetic import SyntheticModel
-from batchserve.report import LoadSummary, summarize
+from batchserve.workload.arrivals import arrival_times
+from batchserve.workload.summary import LoadSummary, summarize
 
 
 @dataclass

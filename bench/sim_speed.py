@@ -23,9 +23,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from batchserve.arrivals import arrival_times
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.sim import simulate
+from batchserve.workload.arrivals import arrival_times
 
 SEED_COST = CostEstimate(fixed_s=0.008, per_item_s=0.00025)
 

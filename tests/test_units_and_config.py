@@ -6,7 +6,7 @@ from batchserve.config import BatchConfig, CostEstimate
 from batchserve.errors import ConfigError
 from batchserve.models import SyntheticModel
 from batchserve.models.loader import load_model, parse_synthetic
-from batchserve.units import format_duration, parse_duration
+from batchserve.units import format_duration, parse_duration, parse_rates
 
 
 @pytest.mark.parametrize(
@@ -78,3 +78,12 @@ def test_load_model_specs() -> None:
         load_model("no_such_module:fn")
     with pytest.raises(ConfigError, match="model spec must be"):
         load_model("nonsense")
+
+
+def test_rates_are_a_number_a_list_or_an_inclusive_range() -> None:
+    assert parse_rates("600") == [600.0]
+    assert parse_rates("200, 400") == [200.0, 400.0]
+    assert parse_rates("200:1000:400") == [200.0, 600.0, 1000.0]
+    for bad in ("", "0", "-5", "abc", "inf", "1:2", "5:1:1", "1:5:0"):
+        with pytest.raises(ConfigError, match="--sweep must be a rate > 0"):
+            parse_rates(bad, name="--sweep")

@@ -1,7 +1,9 @@
-"""Durations with units, for the CLI and config files: ``2ms``, ``0.25s``, ``250us``, ``1m``.
+"""Durations with units and lists of rates, for the CLI and config files.
 
-The Python API takes float seconds; only the outer skins (CLI, config files, HTTP headers)
-parse units, through :func:`parse_duration`.
+Durations: ``2ms``, ``0.25s``, ``250us``, ``1m``. Rates (requests per second): ``600``,
+``200,400,600`` or a range ``START:STOP:STEP`` (STOP included). The Python API takes float
+seconds and floats per second; only the outer skins (CLI, config files, HTTP headers) parse
+text, through :func:`parse_duration` and :func:`parse_rates`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import re
 
 from batchserve.errors import ConfigError
 
-__all__ = ["format_duration", "parse_duration"]
+__all__ = ["format_duration", "parse_duration", "parse_rates"]
 
 _UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zµ]*)\s*$")
@@ -52,3 +54,26 @@ def format_duration(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1e3:g}ms"
     return f"{seconds:g}s"
+
+
+def parse_rates(text: str, *, name: str = "rates") -> list[float]:
+    """Parse ``600``, ``200,400,600`` or ``START:STOP:STEP`` (STOP included) into rates.
+
+    Raises:
+        ConfigError: an item is not a finite number > 0, a range is not increasing with a
+            step > 0, or nothing is listed; the message names ``name`` and the rule.
+    """
+    rule = f"{name} must be a rate > 0, a comma-separated list or START:STOP:STEP"
+    try:
+        if ":" in text:
+            start, stop, step = (float(x) for x in text.split(":"))
+            if not (step > 0 and stop >= start):
+                raise ConfigError(f"{rule} with STEP > 0 and STOP >= START, got {text!r}")
+            rates = [start + i * step for i in range(int((stop - start) / step + 1e-9) + 1)]
+        else:
+            rates = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"{rule}, got {text!r}") from None
+    if not rates or not all(0 < r < math.inf for r in rates):
+        raise ConfigError(f"{rule}, got {text!r}")
+    return rates

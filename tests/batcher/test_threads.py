@@ -26,51 +26,42 @@ class Poisoned:
         return [x.upper() for x in xs]
 
 
-def test_bisection_isolates_the_failing_input() -> None:
-    async def main() -> None:
-        model = Poisoned()
-        records: list[BatchRecord] = []
-        cfg = BatchConfig(max_batch_size=8, max_wait_s=0.05)
-        async with Batcher(model, cfg, on_batch=records.append) as b:
-            inputs = ["a", "b", "bad", "c", "d"]
-            results = await asyncio.gather(*(b.submit(x) for x in inputs), return_exceptions=True)
-        assert results[:2] == ["A", "B"]
-        assert results[3:] == ["C", "D"]
-        err = results[2]
-        assert isinstance(err, ModelError)
-        assert isinstance(err.__cause__, RuntimeError)
-        assert model.calls[0] == inputs
-        stats = b.statistics()
-        assert stats.counters.failed == 1
-        assert stats.counters.ok == 4
-        assert stats.bisect_calls == records[0].bisect_calls > 0
-        assert stats.bisect_calls <= 2 * len(inputs)
-
-    asyncio.run(main())
+async def test_bisection_isolates_the_failing_input() -> None:
+    model = Poisoned()
+    records: list[BatchRecord] = []
+    cfg = BatchConfig(max_batch_size=8, max_wait_s=0.05)
+    async with Batcher(model, cfg, on_batch=records.append) as b:
+        inputs = ["a", "b", "bad", "c", "d"]
+        results = await asyncio.gather(*(b.submit(x) for x in inputs), return_exceptions=True)
+    assert results[:2] == ["A", "B"]
+    assert results[3:] == ["C", "D"]
+    err = results[2]
+    assert isinstance(err, ModelError)
+    assert isinstance(err.__cause__, RuntimeError)
+    assert model.calls[0] == inputs
+    stats = b.statistics()
+    assert stats.counters.failed == 1
+    assert stats.counters.ok == 4
+    assert stats.bisect_calls == records[0].bisect_calls > 0
+    assert stats.bisect_calls <= 2 * len(inputs)
 
 
-def test_bisection_budget_bounds_extra_calls() -> None:
-    async def main() -> None:
-        model = Poisoned()
-        cfg = BatchConfig(max_batch_size=8, max_wait_s=0.05, max_bisect_calls=0)
-        async with Batcher(model, cfg) as b:
-            results = await asyncio.gather(
-                *(b.submit(x) for x in ["a", "bad", "c"]), return_exceptions=True
-            )
-        assert all(isinstance(r, ModelError) for r in results)
-        assert len(model.calls) == 1
-
-    asyncio.run(main())
+async def test_bisection_budget_bounds_extra_calls() -> None:
+    model = Poisoned()
+    cfg = BatchConfig(max_batch_size=8, max_wait_s=0.05, max_bisect_calls=0)
+    async with Batcher(model, cfg) as b:
+        results = await asyncio.gather(
+            *(b.submit(x) for x in ["a", "bad", "c"]), return_exceptions=True
+        )
+    assert all(isinstance(r, ModelError) for r in results)
+    assert len(model.calls) == 1
 
 
-def test_wrong_number_of_outputs_is_a_clear_error() -> None:
-    async def main() -> None:
-        async with Batcher(lambda xs: list(xs)[:-1], BatchConfig(max_wait_s=0.01)) as b:
-            results = await asyncio.gather(b.submit(1), b.submit(2), return_exceptions=True)
-        assert all(isinstance(r, OutputMismatch) for r in results)
-        assert "returned 1 outputs for 2 inputs" in str(results[0])
-
-    asyncio.run(main())
+async def test_wrong_number_of_outputs_is_a_clear_error() -> None:
+    async with Batcher(lambda xs: list(xs)[:-1], BatchConfig(max_wait_s=0.01)) as b:
+        results = await asyncio.gather(b.submit(1), b.submit(2), return_exceptions=True)
+    assert all(isinstance(r, OutputMismatch) for r in results)
+    assert "returned 1 outputs for 2 inputs" in str(results[0])
 
 
 def test_event_loop_keeps_forming_batches_during_a_pass() -> None:
@@ -117,18 +108,15 @@ def test_two_workers_run_passes_concurrently() -> None:
     assert asyncio.run(main()) == [0, 1, 2, 3]
 
 
-def test_statistics_is_a_frozen_snapshot() -> None:
-    async def main() -> None:
-        async with Batcher(lambda xs: xs) as b:
-            before = b.statistics()
-            await b.submit(1)
-            after = b.statistics()
-        assert before.counters.ok == 0
-        assert after.counters.ok == 1
-        with pytest.raises(AttributeError):
-            after.queue_depth = 3  # type: ignore[misc]
-
-    asyncio.run(main())
+async def test_statistics_is_a_frozen_snapshot() -> None:
+    async with Batcher(lambda xs: xs) as b:
+        before = b.statistics()
+        await b.submit(1)
+        after = b.statistics()
+    assert before.counters.ok == 0
+    assert after.counters.ok == 1
+    with pytest.raises(AttributeError):
+        after.queue_depth = 3  # type: ignore[misc]
 
 
 def test_a_failing_listener_does_not_stall_the_engine(caplog: pytest.LogCaptureFixture) -> None:

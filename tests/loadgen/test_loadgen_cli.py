@@ -10,7 +10,7 @@ from loadgen_server import Reply, TinyServer
 
 from batchserve.cli import build_parser, main
 from batchserve.cli.load import config_from_args
-from batchserve.report import DEMO_KEYS
+from batchserve.workload.summary import DEMO_KEYS
 
 
 def test_plot_without_sweep_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,7 @@ from batchserve.loadgen.config import LoadConfig
 from batchserve.loadgen.progress import ProgressDisplay
 from batchserve.loadgen.report import Merged, build_report, format_csv, merge
 from batchserve.loadgen.sender import Progress, ShareResult
-from batchserve.report import DEMO_KEYS
+from batchserve.workload.summary import DEMO_KEYS
 
 NAN = math.nan
 

@@ -1,9 +1,9 @@
 """The schedule is fixed in advance by the config and dealt exactly among processes."""
 
-from batchserve.arrivals import arrival_times
 from batchserve.loadgen.config import LoadConfig
 from batchserve.loadgen.runner import split
 from batchserve.loadgen.texts import generate_texts
+from batchserve.workload.arrivals import arrival_times
 
 
 def test_the_schedule_is_the_seeded_arrival_process_exactly() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import pathlib
 import re
 
@@ -16,65 +15,53 @@ from batchserve.server.statuses import STATUS_TABLE, ApiError, from_exception
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 
 
-def run(coro: object) -> None:
-    asyncio.run(coro)  # type: ignore[arg-type]
+async def test_metrics_report_requests_batches_queue_and_cost_per_model() -> None:
+    app = build_app({"m": embedding_model(Recorder())})
+    async with client_for(app) as c:
+        await c.post("/v1/embeddings", json={"input": ["a", "b"]})
+        await c.post("/v1/embeddings", json={"input": []})
+        r = await c.get("/metrics")
+    assert r.headers["content-type"].startswith("text/plain")
+    text = r.text
+    for needle in (
+        'batchserve_requests_total{model="m",outcome="ok",reason="ok"} 1.0',
+        'batchserve_requests_total{model="_unknown",outcome="invalid",reason="invalid"} 1.0',
+        'batchserve_request_duration_seconds_count{model="m",protocol="openai"} 1.0',
+        'batchserve_queue_wait_seconds_count{model="m"} 2.0',
+        'batchserve_batch_size_count{model="m"}',
+        'batchserve_forward_seconds_count{model="m"}',
+        'batchserve_items_total{model="m",outcome="ok"} 2.0',
+        'batchserve_queue_depth{model="m"} 0.0',
+        'batchserve_cost_fixed_seconds{model="m"}',
+        'batchserve_cost_per_item_seconds{model="m"}',
+        'batchserve_model_ready{model="m"} 1.0',
+    ):
+        assert needle in text, needle
+    # What monitoring tools use badly: empty label values and *_created series.
+    assert '=""' not in text
+    assert "_created" not in text
 
 
-def test_metrics_report_requests_batches_queue_and_cost_per_model() -> None:
-    async def main() -> None:
-        app = build_app({"m": embedding_model(Recorder())})
-        async with client_for(app) as c:
-            await c.post("/v1/embeddings", json={"input": ["a", "b"]})
-            await c.post("/v1/embeddings", json={"input": []})
-            r = await c.get("/metrics")
-        assert r.headers["content-type"].startswith("text/plain")
-        text = r.text
-        for needle in (
-            'batchserve_requests_total{model="m",outcome="ok",reason="ok"} 1.0',
-            'batchserve_requests_total{model="_unknown",outcome="invalid",reason="invalid"} 1.0',
-            'batchserve_request_duration_seconds_count{model="m",protocol="openai"} 1.0',
-            'batchserve_queue_wait_seconds_count{model="m"} 2.0',
-            'batchserve_batch_size_count{model="m"}',
-            'batchserve_forward_seconds_count{model="m"}',
-            'batchserve_items_total{model="m",outcome="ok"} 2.0',
-            'batchserve_queue_depth{model="m"} 0.0',
-            'batchserve_cost_fixed_seconds{model="m"}',
-            'batchserve_cost_per_item_seconds{model="m"}',
-            'batchserve_model_ready{model="m"} 1.0',
-        ):
-            assert needle in text, needle
-        # What monitoring tools use badly: empty label values and *_created series.
-        assert '=""' not in text
-        assert "_created" not in text
-
-    run(main())
-
-
-def test_openapi_lists_every_route_the_app_serves() -> None:
-    async def main() -> None:
-        app = build_app({"m": embedding_model(Recorder())})
-        async with client_for(app) as c:
-            spec = (await c.get("/openapi.json")).json()
-            docs = await c.get("/docs")
-        assert spec["openapi"].startswith("3.1")
-        static = set(app._static_routes())
-        dynamic = {"/v1/models/{name}", "/v2/models/{name}", "/v2/models/{name}/ready",
-                   "/v2/models/{name}/infer"}  # fmt: skip
-        assert set(spec["paths"]) == static | dynamic
-        for path, methods in app._static_routes().items():
-            assert set(spec["paths"][path]) == {m.lower() for m in methods}, path
-        post = spec["paths"]["/v1/embeddings"]["post"]
-        assert post["parameters"][0]["name"] == "X-Request-Timeout"
-        assert set(post["responses"]["200"]["headers"]) == {*TIMING_HEADERS, SERVER_TIMING}
-        assert {"400", "401", "404", "413", "422", "429", "500", "503", "504"} <= set(
-            post["responses"]
-        )
-        assert docs.status_code == 200
-        assert docs.headers["content-type"].startswith("text/html")
-        assert "X-Request-Timeout" in docs.text
-        assert "<script" not in docs.text
-
-    run(main())
+async def test_openapi_lists_every_route_the_app_serves() -> None:
+    app = build_app({"m": embedding_model(Recorder())})
+    async with client_for(app) as c:
+        spec = (await c.get("/openapi.json")).json()
+        docs = await c.get("/docs")
+    assert spec["openapi"].startswith("3.1")
+    static = set(app._static_routes())
+    dynamic = {"/v1/models/{name}", "/v2/models/{name}", "/v2/models/{name}/ready",
+               "/v2/models/{name}/infer"}  # fmt: skip
+    assert set(spec["paths"]) == static | dynamic
+    for path, methods in app._static_routes().items():
+        assert set(spec["paths"][path]) == {m.lower() for m in methods}, path
+    post = spec["paths"]["/v1/embeddings"]["post"]
+    assert post["parameters"][0]["name"] == "X-Request-Timeout"
+    assert set(post["responses"]["200"]["headers"]) == {*TIMING_HEADERS, SERVER_TIMING}
+    assert {"400", "401", "404", "413", "422", "429", "500", "503", "504"} <= set(post["responses"])
+    assert docs.status_code == 200
+    assert docs.headers["content-type"].startswith("text/html")
+    assert "X-Request-Timeout" in docs.text
+    assert "<script" not in docs.text
 
 
 def test_the_readme_status_table_is_the_servers() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -17,10 +16,6 @@ from batchserve.server.tensors import pack_bytes, unpack_bytes
 
 tritonhttp = pytest.importorskip("tritonclient.http")
 from tritonclient.http._utils import _get_inference_request  # noqa: E402
-
-
-def run(coro: object) -> None:
-    asyncio.run(coro)  # type: ignore[arg-type]
 
 
 def triton_body(
@@ -49,123 +44,101 @@ def triton_result(r: Any) -> Any:
     )
 
 
-def test_server_and_model_metadata_and_health() -> None:
-    async def main() -> None:
-        app = build_app({"rec": embedding_model(Recorder(), dim=4)})
-        async with client_for(app) as c:
-            meta = (await c.get("/v2")).json()
-            assert meta["name"] == "batchserve"
-            assert "binary_tensor_data" in meta["extensions"]
-            assert (await c.get("/v2/health/live")).status_code == 200
-            assert (await c.get("/v2/health/ready")).status_code == 200
-            m = (await c.get("/v2/models/rec")).json()
-            assert m["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
-            assert m["outputs"] == [{"name": "embedding", "datatype": "FP32", "shape": [-1, 4]}]
-            assert (await c.get("/v2/models/rec/ready")).status_code == 200
-            assert (await c.get("/v2/models/rec/versions/1/ready")).status_code == 200
-            missing = await c.get("/v2/models/nope")
-            assert missing.status_code == 404
-            assert "nope" in missing.json()["error"]
-
-    run(main())
+async def test_server_and_model_metadata_and_health() -> None:
+    app = build_app({"rec": embedding_model(Recorder(), dim=4)})
+    async with client_for(app) as c:
+        meta = (await c.get("/v2")).json()
+        assert meta["name"] == "batchserve"
+        assert "binary_tensor_data" in meta["extensions"]
+        assert (await c.get("/v2/health/live")).status_code == 200
+        assert (await c.get("/v2/health/ready")).status_code == 200
+        m = (await c.get("/v2/models/rec")).json()
+        assert m["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
+        assert m["outputs"] == [{"name": "embedding", "datatype": "FP32", "shape": [-1, 4]}]
+        assert (await c.get("/v2/models/rec/ready")).status_code == 200
+        assert (await c.get("/v2/models/rec/versions/1/ready")).status_code == 200
+        missing = await c.get("/v2/models/nope")
+        assert missing.status_code == 404
+        assert "nope" in missing.json()["error"]
 
 
 @pytest.mark.parametrize("binary", [True, False])
-def test_infer_texts_as_tritonclient_encodes_them(binary: bool) -> None:
-    async def main() -> None:
-        app = build_app({"rec": embedding_model(Recorder())})
-        texts = ["first text", "second", "ünïcode ✓"]
-        inp = tritonhttp.InferInput("text", [3], "BYTES")
-        inp.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=object), binary)
-        out = tritonhttp.InferRequestedOutput("embedding", binary_data=binary)
-        body, headers = triton_body([inp], [out])
-        async with client_for(app) as c:
-            r = await c.post("/v2/models/rec/infer", content=body, headers=headers)
+async def test_infer_texts_as_tritonclient_encodes_them(binary: bool) -> None:
+    app = build_app({"rec": embedding_model(Recorder())})
+    texts = ["first text", "second", "ünïcode ✓"]
+    inp = tritonhttp.InferInput("text", [3], "BYTES")
+    inp.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=object), binary)
+    out = tritonhttp.InferRequestedOutput("embedding", binary_data=binary)
+    body, headers = triton_body([inp], [out])
+    async with client_for(app) as c:
+        r = await c.post("/v2/models/rec/infer", content=body, headers=headers)
+    assert r.status_code == 200, r.text
+    assert ("inference-header-content-length" in r.headers) is binary
+    result = triton_result(r)
+    got = result.as_numpy("embedding")
+    assert got.dtype == np.float32
+    assert got.shape == (3, 4)
+    for row, t in zip(got, texts, strict=True):
+        assert row == pytest.approx(vector(t))
+    assert result.get_response()["id"] == "r1"
+    assert len(r.headers["x-batch-id"].split(",")) == 3
+
+
+async def test_no_outputs_listed_answers_binary_as_triton_asks() -> None:
+    app = build_app({"rec": embedding_model(Recorder())})
+    inp = tritonhttp.InferInput("text", [1, 1], "BYTES")
+    inp.set_data_from_numpy(np.array([[b"hi"]], dtype=object))
+    body, headers = triton_body([inp])
+    async with client_for(app) as c:
+        r = await c.post("/v2/models/rec/infer", content=body, headers=headers)
+    assert r.status_code == 200
+    assert "inference-header-content-length" in r.headers
+    assert triton_result(r).as_numpy("embedding")[0] == pytest.approx(vector("hi"))
+
+
+async def test_generic_model_takes_numeric_tensors_row_by_row() -> None:
+    app = build_app({"double": LoadedModel(spec="d", fn=double)})
+    x = np.arange(6, dtype=np.int64).reshape(3, 2)
+    inp = tritonhttp.InferInput("x", [3, 2], "INT64")
+    inp.set_data_from_numpy(x)
+    body, headers = triton_body([inp], [tritonhttp.InferRequestedOutput("output")])
+    async with client_for(app) as c:
+        r = await c.post("/v2/models/double/infer", content=body, headers=headers)
         assert r.status_code == 200, r.text
-        assert ("inference-header-content-length" in r.headers) is binary
-        result = triton_result(r)
-        got = result.as_numpy("embedding")
-        assert got.dtype == np.float32
-        assert got.shape == (3, 4)
-        for row, t in zip(got, texts, strict=True):
-            assert row == pytest.approx(vector(t))
-        assert result.get_response()["id"] == "r1"
-        assert len(r.headers["x-batch-id"].split(",")) == 3
-
-    run(main())
-
-
-def test_no_outputs_listed_answers_binary_as_triton_asks() -> None:
-    async def main() -> None:
-        app = build_app({"rec": embedding_model(Recorder())})
-        inp = tritonhttp.InferInput("text", [1, 1], "BYTES")
-        inp.set_data_from_numpy(np.array([[b"hi"]], dtype=object))
-        body, headers = triton_body([inp])
-        async with client_for(app) as c:
-            r = await c.post("/v2/models/rec/infer", content=body, headers=headers)
-        assert r.status_code == 200
-        assert "inference-header-content-length" in r.headers
-        assert triton_result(r).as_numpy("embedding")[0] == pytest.approx(vector("hi"))
-
-    run(main())
+        got = triton_result(r).as_numpy("output")
+        assert got.dtype == np.int64
+        assert (got == x * 2).all()
+        jr = await c.post(
+            "/v2/models/double/infer",
+            json={"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1.5, 2]}]},
+        )
+        assert jr.json()["outputs"] == [
+            {"name": "output", "datatype": "FP32", "shape": [2], "data": [3.0, 4.0]}
+        ]
 
 
-def test_generic_model_takes_numeric_tensors_row_by_row() -> None:
-    async def main() -> None:
-        app = build_app({"double": LoadedModel(spec="d", fn=double)})
-        x = np.arange(6, dtype=np.int64).reshape(3, 2)
-        inp = tritonhttp.InferInput("x", [3, 2], "INT64")
-        inp.set_data_from_numpy(x)
-        body, headers = triton_body([inp], [tritonhttp.InferRequestedOutput("output")])
-        async with client_for(app) as c:
-            r = await c.post("/v2/models/double/infer", content=body, headers=headers)
-            assert r.status_code == 200, r.text
-            got = triton_result(r).as_numpy("output")
-            assert got.dtype == np.int64
-            assert (got == x * 2).all()
-            jr = await c.post(
-                "/v2/models/double/infer",
-                json={
-                    "inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1.5, 2]}]
-                },
-            )
-            assert jr.json()["outputs"] == [
-                {"name": "output", "datatype": "FP32", "shape": [2], "data": [3.0, 4.0]}
-            ]
-
-    run(main())
+async def test_generic_model_takes_bytes_rows() -> None:
+    app = build_app({"upper": LoadedModel(spec="u", fn=upper)})
+    async with client_for(app) as c:
+        r = await c.post(
+            "/v2/models/upper/infer",
+            json={"inputs": [{"name": "s", "shape": [2], "datatype": "BYTES", "data": ["a", "b"]}]},
+        )
+    assert r.json()["outputs"][0]["data"] == ["A", "B"]
 
 
-def test_generic_model_takes_bytes_rows() -> None:
-    async def main() -> None:
-        app = build_app({"upper": LoadedModel(spec="u", fn=upper)})
-        async with client_for(app) as c:
-            r = await c.post(
-                "/v2/models/upper/infer",
-                json={
-                    "inputs": [{"name": "s", "shape": [2], "datatype": "BYTES", "data": ["a", "b"]}]
-                },
-            )
-        assert r.json()["outputs"][0]["data"] == ["A", "B"]
-
-    run(main())
-
-
-def test_parameters_timeout_is_microseconds() -> None:
-    async def main() -> None:
-        app = build_app({"rec": embedding_model(Recorder())})
-        body = {
-            "inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["x"]}],
-            "parameters": {"timeout": 0},
-        }
-        async with client_for(app) as c:
-            r = await c.post("/v2/models/rec/infer", json=body)
-            assert r.status_code == 422
-            assert "microseconds" in r.json()["error"]
-            body["parameters"] = {"timeout": 5_000_000}
-            assert (await c.post("/v2/models/rec/infer", json=body)).status_code == 200
-
-    run(main())
+async def test_parameters_timeout_is_microseconds() -> None:
+    app = build_app({"rec": embedding_model(Recorder())})
+    body = {
+        "inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["x"]}],
+        "parameters": {"timeout": 0},
+    }
+    async with client_for(app) as c:
+        r = await c.post("/v2/models/rec/infer", json=body)
+        assert r.status_code == 422
+        assert "microseconds" in r.json()["error"]
+        body["parameters"] = {"timeout": 5_000_000}
+        assert (await c.post("/v2/models/rec/infer", json=body)).status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -202,43 +175,37 @@ def test_parameters_timeout_is_microseconds() -> None:
         ),
     ],
 )
-def test_bad_infer_requests(request_body: dict[str, Any], reason: str, words: str) -> None:
-    async def main() -> None:
-        rec = Recorder()
-        async with client_for(build_app({"rec": embedding_model(rec)})) as c:
-            r = await c.post("/v2/models/rec/infer", json=request_body)
-        assert r.status_code == 422, r.text
-        assert r.headers["x-reason"] == reason
-        assert words in r.json()["error"]
-        assert rec.seen == []
-
-    run(main())
+async def test_bad_infer_requests(request_body: dict[str, Any], reason: str, words: str) -> None:
+    rec = Recorder()
+    async with client_for(build_app({"rec": embedding_model(rec)})) as c:
+        r = await c.post("/v2/models/rec/infer", json=request_body)
+    assert r.status_code == 422, r.text
+    assert r.headers["x-reason"] == reason
+    assert words in r.json()["error"]
+    assert rec.seen == []
 
 
-def test_malformed_binary_bodies_are_400() -> None:
-    async def main() -> None:
-        async with client_for(build_app({"rec": embedding_model(Recorder())})) as c:
-            head = json.dumps(
-                {
-                    "inputs": [
-                        {
-                            "name": "t",
-                            "shape": [1],
-                            "datatype": "BYTES",
-                            "parameters": {"binary_data_size": 9},
-                        }
-                    ]
-                }
-            ).encode()
-            for extra, headers in [
-                (b"\x05\x00\x00\x00ab", {"Inference-Header-Content-Length": str(len(head))}),
-                (b"", {"Inference-Header-Content-Length": "99999"}),
-            ]:
-                r = await c.post("/v2/models/rec/infer", content=head + extra, headers=headers)
-                assert r.status_code == 400, r.text
-                assert r.headers["x-reason"] == "malformed"
-
-    run(main())
+async def test_malformed_binary_bodies_are_400() -> None:
+    async with client_for(build_app({"rec": embedding_model(Recorder())})) as c:
+        head = json.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": "t",
+                        "shape": [1],
+                        "datatype": "BYTES",
+                        "parameters": {"binary_data_size": 9},
+                    }
+                ]
+            }
+        ).encode()
+        for extra, headers in [
+            (b"\x05\x00\x00\x00ab", {"Inference-Header-Content-Length": str(len(head))}),
+            (b"", {"Inference-Header-Content-Length": "99999"}),
+        ]:
+            r = await c.post("/v2/models/rec/infer", content=head + extra, headers=headers)
+            assert r.status_code == 400, r.text
+            assert r.headers["x-reason"] == "malformed"
 
 
 def test_bytes_codec_round_trips_and_rejects_garbage() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 
@@ -16,103 +15,79 @@ from batchserve.models.loader import LoadedModel
 from batchserve.server import RequestLimits
 
 
-def run(coro: object) -> None:
-    asyncio.run(coro)  # type: ignore[arg-type]
-
-
-def test_one_text_and_a_list_answer_in_order_with_usage() -> None:
-    async def main() -> None:
-        app = build_app({"rec": embedding_model(Recorder())})
-        async with client_for(app) as c:
-            r = await c.post("/v1/embeddings", json={"input": "hello there", "model": "rec"})
-            assert r.status_code == 200
-            body = r.json()
-            assert body["object"] == "list"
-            assert body["model"] == "rec"
-            assert body["data"][0]["index"] == 0
-            assert body["data"][0]["embedding"] == pytest.approx(vector("hello there"))
-            # No count_tokens: words are counted.
-            assert body["usage"] == {"prompt_tokens": 2, "total_tokens": 2}
-            texts = ["a", "bb bb", "ccc"]
-            r = await c.post("/v1/embeddings", json={"input": texts})
-            assert [d["index"] for d in r.json()["data"]] == [0, 1, 2]
-            for d, t in zip(r.json()["data"], texts, strict=True):
-                assert d["embedding"] == pytest.approx(vector(t))
-            assert r.json()["usage"]["prompt_tokens"] == 4
-
-    run(main())
-
-
-def test_base64_is_little_endian_float32_of_the_same_vector() -> None:
-    async def main() -> None:
-        app = build_app({"rec": embedding_model(Recorder())})
-        async with client_for(app) as c:
-            r = await c.post(
-                "/v1/embeddings", json={"input": ["x", "y"], "encoding_format": "base64"}
-            )
-            assert r.status_code == 200
-            for d, t in zip(r.json()["data"], ["x", "y"], strict=True):
-                got = np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4")
-                assert got == pytest.approx(np.asarray(vector(t), dtype=np.float32))
-
-    run(main())
-
-
-def test_token_usage_comes_from_the_model_when_it_counts() -> None:
-    async def main() -> None:
-        model = embedding_model(Recorder(), count_tokens=lambda ts: [10 * len(t) for t in ts])
-        async with client_for(build_app({"rec": model})) as c:
-            r = await c.post("/v1/embeddings", json={"input": ["ab", "c"]})
-            assert r.json()["usage"] == {"prompt_tokens": 30, "total_tokens": 30}
-
-    run(main())
-
-
-def test_timing_headers_have_one_value_per_input() -> None:
-    async def main() -> None:
-        app = build_app({"rec": embedding_model(Recorder())})
-        async with client_for(app) as c:
-            r = await c.post("/v1/embeddings", json={"input": ["a", "b", "c"]})
-            for h in ("x-queue-wait-s", "x-batch-size", "x-batch-id", "x-forward-s"):
-                values = r.headers[h].split(",")
-                assert len(values) == 3, h
-                assert all(float(v) >= 0 for v in values)
-
-    run(main())
-
-
-def test_a_request_split_across_batches_is_answered_in_order() -> None:
-    async def main() -> None:
-        rec = Recorder()
-        app = build_app({"rec": embedding_model(rec)}, batch={"rec": BatchConfig(max_batch_size=2)})
-        texts = [f"text number {i}" for i in range(5)]
-        async with client_for(app) as c:
-            r = await c.post("/v1/embeddings", json={"input": texts})
+async def test_one_text_and_a_list_answer_in_order_with_usage() -> None:
+    app = build_app({"rec": embedding_model(Recorder())})
+    async with client_for(app) as c:
+        r = await c.post("/v1/embeddings", json={"input": "hello there", "model": "rec"})
         assert r.status_code == 200
+        body = r.json()
+        assert body["object"] == "list"
+        assert body["model"] == "rec"
+        assert body["data"][0]["index"] == 0
+        assert body["data"][0]["embedding"] == pytest.approx(vector("hello there"))
+        # No count_tokens: words are counted.
+        assert body["usage"] == {"prompt_tokens": 2, "total_tokens": 2}
+        texts = ["a", "bb bb", "ccc"]
+        r = await c.post("/v1/embeddings", json={"input": texts})
+        assert [d["index"] for d in r.json()["data"]] == [0, 1, 2]
         for d, t in zip(r.json()["data"], texts, strict=True):
             assert d["embedding"] == pytest.approx(vector(t))
-        batch_ids = r.headers["x-batch-id"].split(",")
-        assert len(set(batch_ids)) == 3  # 2 + 2 + 1
-        assert [int(s) for s in r.headers["x-batch-size"].split(",")] == [2, 2, 2, 2, 1]
-        assert max(len(b) for b in rec.batches) == 2
-
-    run(main())
+        assert r.json()["usage"]["prompt_tokens"] == 4
 
 
-def test_dimensions_is_accepted_only_when_it_is_the_models_own() -> None:
-    async def main() -> None:
-        app = build_app({"rec": embedding_model(Recorder(), dim=4)})
-        async with client_for(app) as c:
-            ok = await c.post("/v1/embeddings", json={"input": "a", "dimensions": 4})
-            assert ok.status_code == 200
-            r = await c.post("/v1/embeddings", json={"input": "a", "dimensions": 2})
-            assert r.status_code == 422
-            err = r.json()["error"]
-            assert err["param"] == "dimensions"
-            assert "4-dimensional" in err["message"]
-            assert r.headers["x-reason"] == "invalid"
+async def test_base64_is_little_endian_float32_of_the_same_vector() -> None:
+    app = build_app({"rec": embedding_model(Recorder())})
+    async with client_for(app) as c:
+        r = await c.post("/v1/embeddings", json={"input": ["x", "y"], "encoding_format": "base64"})
+        assert r.status_code == 200
+        for d, t in zip(r.json()["data"], ["x", "y"], strict=True):
+            got = np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4")
+            assert got == pytest.approx(np.asarray(vector(t), dtype=np.float32))
 
-    run(main())
+
+async def test_token_usage_comes_from_the_model_when_it_counts() -> None:
+    model = embedding_model(Recorder(), count_tokens=lambda ts: [10 * len(t) for t in ts])
+    async with client_for(build_app({"rec": model})) as c:
+        r = await c.post("/v1/embeddings", json={"input": ["ab", "c"]})
+        assert r.json()["usage"] == {"prompt_tokens": 30, "total_tokens": 30}
+
+
+async def test_timing_headers_have_one_value_per_input() -> None:
+    app = build_app({"rec": embedding_model(Recorder())})
+    async with client_for(app) as c:
+        r = await c.post("/v1/embeddings", json={"input": ["a", "b", "c"]})
+        for h in ("x-queue-wait-s", "x-batch-size", "x-batch-id", "x-forward-s"):
+            values = r.headers[h].split(",")
+            assert len(values) == 3, h
+            assert all(float(v) >= 0 for v in values)
+
+
+async def test_a_request_split_across_batches_is_answered_in_order() -> None:
+    rec = Recorder()
+    app = build_app({"rec": embedding_model(rec)}, batch={"rec": BatchConfig(max_batch_size=2)})
+    texts = [f"text number {i}" for i in range(5)]
+    async with client_for(app) as c:
+        r = await c.post("/v1/embeddings", json={"input": texts})
+    assert r.status_code == 200
+    for d, t in zip(r.json()["data"], texts, strict=True):
+        assert d["embedding"] == pytest.approx(vector(t))
+    batch_ids = r.headers["x-batch-id"].split(",")
+    assert len(set(batch_ids)) == 3  # 2 + 2 + 1
+    assert [int(s) for s in r.headers["x-batch-size"].split(",")] == [2, 2, 2, 2, 1]
+    assert max(len(b) for b in rec.batches) == 2
+
+
+async def test_dimensions_is_accepted_only_when_it_is_the_models_own() -> None:
+    app = build_app({"rec": embedding_model(Recorder(), dim=4)})
+    async with client_for(app) as c:
+        ok = await c.post("/v1/embeddings", json={"input": "a", "dimensions": 4})
+        assert ok.status_code == 200
+        r = await c.post("/v1/embeddings", json={"input": "a", "dimensions": 2})
+        assert r.status_code == 422
+        err = r.json()["error"]
+        assert err["param"] == "dimensions"
+        assert "4-dimensional" in err["message"]
+        assert r.headers["x-reason"] == "invalid"
 
 
 @pytest.mark.parametrize(
@@ -134,76 +109,59 @@ def test_dimensions_is_accepted_only_when_it_is_the_models_own() -> None:
         (b'{"input": "a", "model": "nope"}', 404, "not_found", "model", "served: rec"),
     ],
 )
-def test_bad_requests_name_the_field_and_the_rule(
+async def test_bad_requests_name_the_field_and_the_rule(
     body: bytes, status: int, reason: str, param: str, words: str
 ) -> None:
-    async def main() -> None:
-        rec = Recorder()
-        limits = RequestLimits(max_inputs=3, max_input_chars=10)
-        app = build_app({"rec": embedding_model(rec)}, limits=limits)
-        async with client_for(app) as c:
-            r = await c.post(
-                "/v1/embeddings", content=body, headers={"content-type": "application/json"}
-            )
-        assert r.status_code == status, r.text
-        assert r.headers["x-reason"] == reason
-        err = r.json()["error"]
-        assert set(err) == {"message", "type", "param", "code"}
-        assert err["code"] == reason
-        assert err["param"] == param
-        assert words in err["message"]
-        assert rec.seen == []
-
-    run(main())
-
-
-def test_body_over_the_limit_is_413_before_reading_it() -> None:
-    async def main() -> None:
-        app = build_app(
-            {"rec": embedding_model(Recorder())}, limits=RequestLimits(max_body_bytes=100)
+    rec = Recorder()
+    limits = RequestLimits(max_inputs=3, max_input_chars=10)
+    app = build_app({"rec": embedding_model(rec)}, limits=limits)
+    async with client_for(app) as c:
+        r = await c.post(
+            "/v1/embeddings", content=body, headers={"content-type": "application/json"}
         )
-        async with client_for(app) as c:
-            r = await c.post("/v1/embeddings", json={"input": "x" * 200})
-        assert r.status_code == 413
-        assert r.headers["x-reason"] == "too_large"
-        assert "at most 100 bytes" in r.json()["error"]["message"]
-
-    run(main())
-
-
-def test_a_generic_model_is_refused_on_the_embeddings_endpoint() -> None:
-    async def main() -> None:
-        generic = LoadedModel(spec="g", fn=lambda xs: list(xs))
-        async with client_for(build_app({"g": generic})) as c:
-            r = await c.post("/v1/embeddings", json={"input": "a"})
-        assert r.status_code == 422
-        assert "/v2/models/g/infer" in r.json()["error"]["message"]
-
-    run(main())
+    assert r.status_code == status, r.text
+    assert r.headers["x-reason"] == reason
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["code"] == reason
+    assert err["param"] == param
+    assert words in err["message"]
+    assert rec.seen == []
 
 
-def test_models_list_and_one_model() -> None:
-    async def main() -> None:
-        app = build_app({"a": embedding_model(Recorder()), "b": embedding_model(Recorder())})
-        async with client_for(app) as c:
-            r = await c.get("/v1/models")
-            assert [m["id"] for m in r.json()["data"]] == ["a", "b"]
-            assert (await c.get("/v1/models/b")).json()["id"] == "b"
-            missing = await c.get("/v1/models/zzz")
-            assert missing.status_code == 404
-            assert missing.headers["x-reason"] == "not_found"
-
-    run(main())
+async def test_body_over_the_limit_is_413_before_reading_it() -> None:
+    app = build_app({"rec": embedding_model(Recorder())}, limits=RequestLimits(max_body_bytes=100))
+    async with client_for(app) as c:
+        r = await c.post("/v1/embeddings", json={"input": "x" * 200})
+    assert r.status_code == 413
+    assert r.headers["x-reason"] == "too_large"
+    assert "at most 100 bytes" in r.json()["error"]["message"]
 
 
-def test_unknown_route_and_wrong_method() -> None:
-    async def main() -> None:
-        async with client_for(build_app({"rec": embedding_model(Recorder())})) as c:
-            r = await c.get("/v1/embeddings")
-            assert r.status_code == 405
-            assert r.headers["x-reason"] == "method_not_allowed"
-            r = await c.get("/nowhere")
-            assert r.status_code == 404
-            assert json.loads(r.content)["error"]["code"] == "not_found"
+async def test_a_generic_model_is_refused_on_the_embeddings_endpoint() -> None:
+    generic = LoadedModel(spec="g", fn=lambda xs: list(xs))
+    async with client_for(build_app({"g": generic})) as c:
+        r = await c.post("/v1/embeddings", json={"input": "a"})
+    assert r.status_code == 422
+    assert "/v2/models/g/infer" in r.json()["error"]["message"]
 
-    run(main())
+
+async def test_models_list_and_one_model() -> None:
+    app = build_app({"a": embedding_model(Recorder()), "b": embedding_model(Recorder())})
+    async with client_for(app) as c:
+        r = await c.get("/v1/models")
+        assert [m["id"] for m in r.json()["data"]] == ["a", "b"]
+        assert (await c.get("/v1/models/b")).json()["id"] == "b"
+        missing = await c.get("/v1/models/zzz")
+        assert missing.status_code == 404
+        assert missing.headers["x-reason"] == "not_found"
+
+
+async def test_unknown_route_and_wrong_method() -> None:
+    async with client_for(build_app({"rec": embedding_model(Recorder())})) as c:
+        r = await c.get("/v1/embeddings")
+        assert r.status_code == 405
+        assert r.headers["x-reason"] == "method_not_allowed"
+        r = await c.get("/nowhere")
+        assert r.status_code == 404
+        assert json.loads(r.content)["error"]["code"] == "not_found"

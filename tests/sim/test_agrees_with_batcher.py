@@ -8,12 +8,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from batchserve.arrivals import arrival_times
 from batchserve.batcher import Batcher, Ticket
 from batchserve.clock import ManualClock
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.errors import DeadlineExceeded, Rejected
 from batchserve.sim import simulate
+from batchserve.workload.arrivals import arrival_times
 
 COST = CostEstimate(fixed_s=0.008, per_item_s=0.00025)
 Outcome = tuple[str, float]

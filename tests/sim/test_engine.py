@@ -5,9 +5,9 @@ Costs and times are multiples of 1/8 so every sum is exact in binary floating po
 
 import pytest
 
-from batchserve.arrivals import arrival_times
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.sim import TraceEvent, simulate
+from batchserve.workload.arrivals import arrival_times
 
 # A pass costs 0.5 s + 0.25 s per item.
 COST = CostEstimate(fixed_s=0.5, per_item_s=0.25)

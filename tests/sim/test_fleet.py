@@ -2,10 +2,10 @@
 
 import pytest
 
-from batchserve.arrivals import arrival_times
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.errors import ConfigError
 from batchserve.sim import ROUTINGS, simulate, simulate_fleet
+from batchserve.workload.arrivals import arrival_times
 
 SEED_COST = CostEstimate(fixed_s=0.008, per_item_s=0.00025)
 CONFIG = BatchConfig(max_batch_size=32, max_wait_s=0.002, queue_size=64)

@@ -5,15 +5,23 @@ from __future__ import annotations
 import argparse
 
 from batchserve.errors import ConfigError
-from batchserve.units import parse_duration
+from batchserve.units import parse_duration, parse_rates
 
-__all__ = ["duration", "positive_int"]
+__all__ = ["duration", "positive_int", "rates"]
 
 
 def duration(text: str) -> float:
     """Argparse type: a duration with a unit (``2ms``, ``0.25s``) as float seconds."""
     try:
         return parse_duration(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def rates(text: str) -> list[float]:
+    """Argparse type: ``600``, ``200,400,600`` or ``START:STOP:STEP`` as rates per second."""
+    try:
+        return parse_rates(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

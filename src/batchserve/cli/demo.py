@@ -9,17 +9,17 @@ from dataclasses import replace
 from typing import Any
 
 from batchserve.cli._common import duration, positive_int
-from batchserve.demo import (
+from batchserve.loadgen.inprocess import run_seed_demo
+from batchserve.sim.seed import predict_seed_demo
+from batchserve.workload.seed import (
     SEED_DURATION_S,
     SEED_FIXED_S,
     SEED_PER_ITEM_S,
     SEED_QUEUE,
     SEED_RATE,
     SEED_TIMEOUT_S,
-    predict_seed_demo,
-    run_seed_demo,
 )
-from batchserve.report import LoadSummary
+from batchserve.workload.summary import LoadSummary
 
 __all__ = ["add_parser"]
 

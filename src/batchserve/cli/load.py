@@ -17,7 +17,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from batchserve.arrivals import ARRIVAL_MODES
 from batchserve.cli._common import duration, positive_int
 from batchserve.errors import ConfigError
 from batchserve.loadgen import (
@@ -29,13 +28,14 @@ from batchserve.loadgen import (
     ProgressDisplay,
     format_csv,
     generate_texts,
-    parse_rates,
     plot_sweep,
     read_texts,
     run_load,
     run_sweep,
 )
 from batchserve.loadgen.config import APIS
+from batchserve.units import parse_rates
+from batchserve.workload.arrivals import ARRIVAL_MODES
 
 __all__ = ["add_parser", "config_from_args"]
 
@@ -238,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the load (or the sweep) and print the report."""
     if args.rate <= 0:
         raise ConfigError(f"--rate must be > 0, got {args.rate}")
-    rates = parse_rates(args.sweep) if args.sweep else [args.rate]
+    rates = parse_rates(args.sweep, name="--sweep") if args.sweep else [args.rate]
     if args.plot and not args.sweep:
         raise ConfigError("--plot needs --sweep RATES (a plot of one run says nothing)")
     texts = config_from_args(args).texts

@@ -19,7 +19,7 @@ from typing import Any
 from batchserve.cli._common import positive_int
 from batchserve.errors import ConfigError
 from batchserve.models.loader import load_model, with_runtime
-from batchserve.profiling import (
+from batchserve.models.profiling import (
     Profile,
     default_sizes,
     profile_model,

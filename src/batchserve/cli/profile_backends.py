@@ -20,12 +20,12 @@ from typing import Any
 
 from batchserve.errors import ConfigError
 from batchserve.models.loader import load_model, with_runtime
+from batchserve.models.profiling import Profile, profile_model, save_profile
 from batchserve.models.quality import MIN_MEAN_COSINE, MIN_RANKING_AGREEMENT, Quality, compare
 from batchserve.models.quality_set import QualitySet
 from batchserve.models.quality_set import load as load_quality_set
 from batchserve.models.quality_set import read as read_quality_set
 from batchserve.models.runtime import BACKENDS
-from batchserve.profiling import Profile, profile_model, save_profile
 from batchserve.units import format_duration
 
 __all__ = ["BackendResult", "format_backends", "parse_backends", "run_backends"]

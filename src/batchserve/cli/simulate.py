@@ -16,18 +16,9 @@ import argparse
 import json
 from typing import Any
 
-from batchserve.arrivals import ARRIVAL_MODES, arrival_times
 from batchserve.cli._common import duration, positive_int
 from batchserve.config import BatchConfig, CostEstimate
-from batchserve.demo import (
-    SEED_DURATION_S,
-    SEED_FIXED_S,
-    SEED_PER_ITEM_S,
-    SEED_QUEUE,
-    SEED_RATE,
-    SEED_TIMEOUT_S,
-)
-from batchserve.profiling import load_profile
+from batchserve.models.profiling import load_profile
 from batchserve.sim import (
     ROUTINGS,
     FleetResult,
@@ -37,6 +28,15 @@ from batchserve.sim import (
     simulate_fleet,
 )
 from batchserve.units import format_duration
+from batchserve.workload.arrivals import ARRIVAL_MODES, arrival_times
+from batchserve.workload.seed import (
+    SEED_DURATION_S,
+    SEED_FIXED_S,
+    SEED_PER_ITEM_S,
+    SEED_QUEUE,
+    SEED_RATE,
+    SEED_TIMEOUT_S,
+)
 
 __all__ = [
     "add_batch_args",

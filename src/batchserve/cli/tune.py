@@ -1,11 +1,11 @@
 """``batchserve tune``: the batching settings that serve the most within a p99 target.
 
-Searches max batch size, max wait and workers on the simulator (:mod:`batchserve.tuning`)
+Searches max batch size, max wait and workers on the simulator (:mod:`batchserve.sim.tuning`)
 for an offered rate, or each rate of a range, and prints the best setting as ``serve``
 flags with the predicted table of the best few. When no setting meets the target it says
 so, and which rate could be met. With ``--max-replicas N`` it sizes a fleet instead: the
 fewest replicas (up to N) behind a ``--routing`` balancer, and their setting, that serve the
-rate within the target (:mod:`batchserve.sizing`). Exits 1 when the target is not met (at
+rate within the target (:mod:`batchserve.sim.sizing`). Exits 1 when the target is not met (at
 any rate given).
 """
 
@@ -15,7 +15,7 @@ import argparse
 import json
 from typing import Any
 
-from batchserve.cli._common import duration, positive_int
+from batchserve.cli._common import duration, positive_int, rates
 from batchserve.cli.simulate import (
     add_cost_args,
     cost_from_args,
@@ -23,35 +23,13 @@ from batchserve.cli.simulate import (
     on_off,
     optional_duration,
 )
-from batchserve.demo import SEED_QUEUE, SEED_TIMEOUT_S
 from batchserve.sim import ROUTINGS
-from batchserve.sizing import FleetPlan, size_fleet
-from batchserve.tuning import Evaluation, Scenario, TuneResult, tune
+from batchserve.sim.sizing import FleetPlan, size_fleet
+from batchserve.sim.tuning import Evaluation, Scenario, TuneResult, tune
 from batchserve.units import format_duration
+from batchserve.workload.seed import SEED_QUEUE, SEED_TIMEOUT_S
 
-__all__ = ["add_parser", "parse_rates"]
-
-
-def parse_rates(text: str) -> list[float]:
-    """Argparse type: ``600``, ``200,400,600`` or ``START:STOP:STEP`` (STOP included)."""
-    try:
-        if ":" in text:
-            start, stop, step = (float(x) for x in text.split(":"))
-            if step <= 0 or stop < start:
-                raise argparse.ArgumentTypeError(
-                    f"a range must be START:STOP:STEP with STEP > 0 and STOP >= START, got {text!r}"
-                )
-            count = int((stop - start) / step + 1e-9) + 1
-            rates = [start + i * step for i in range(count)]
-        else:
-            rates = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"must be a rate, a comma-separated list or START:STOP:STEP, got {text!r}"
-        ) from None
-    if not rates or min(rates) <= 0:
-        raise argparse.ArgumentTypeError(f"rates must be > 0, got {text!r}")
-    return rates
+__all__ = ["add_parser"]
 
 
 def _share(text: str) -> float:
@@ -78,7 +56,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--rate",
-        type=parse_rates,
+        type=rates,
         required=True,
         help="requests per second: 600, 200,400,600 or 200:1000:200",
     )

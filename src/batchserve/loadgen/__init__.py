@@ -29,7 +29,7 @@ from batchserve.loadgen.progress import ProgressDisplay
 from batchserve.loadgen.report import LoadReport, Records, format_csv
 from batchserve.loadgen.runner import LoadRun, run_load
 from batchserve.loadgen.sender import Progress
-from batchserve.loadgen.sweep import parse_rates, plot_sweep, run_sweep
+from batchserve.loadgen.sweep import plot_sweep, run_sweep
 from batchserve.loadgen.texts import generate_texts, read_texts
 
 __all__ = [
@@ -42,7 +42,6 @@ __all__ = [
     "Records",
     "format_csv",
     "generate_texts",
-    "parse_rates",
     "plot_sweep",
     "read_texts",
     "run_load",

@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from batchserve.arrivals import ARRIVAL_MODES, arrival_times
 from batchserve.config import check_non_negative, check_positive
 from batchserve.errors import ConfigError
+from batchserve.workload.arrivals import ARRIVAL_MODES, arrival_times
 
 __all__ = ["APIS", "DEFAULT_MODEL", "LoadConfig", "Target"]
 

@@ -2,9 +2,10 @@
 
 :func:`merge` puts every process's :class:`~batchserve.loadgen.sender.ShareResult` back in
 schedule order (:class:`Records`) and :func:`build_report` computes the
-:class:`~batchserve.report.LoadSummary` that ``demo`` and ``simulate`` print (same keys, same
-percentile rule), plus what only an HTTP run knows: the rate actually achieved, rejections by
-status, client-side timeouts, the generator's lag behind its schedule and its CPU use.
+:class:`~batchserve.workload.summary.LoadSummary` that ``demo`` and ``simulate`` print (same
+keys, same percentile rule), plus what only an HTTP run knows: the rate actually achieved,
+rejections by status, client-side timeouts, the generator's lag behind its schedule and its
+CPU use.
 
 Counting rules: ``rejected`` is 429 and 503, by ``X-Reason``; ``timed_out`` is 504 plus
 requests the client gave up on; ``errors`` is everything else, by status (or ``connect``,
@@ -26,7 +27,7 @@ from typing import Any, TextIO
 from batchserve.loadgen.config import LoadConfig
 from batchserve.loadgen.protocol import CLIENT_TIMEOUT, Outcome, classify
 from batchserve.loadgen.sender import ShareResult
-from batchserve.report import LoadSummary, percentile, summarize
+from batchserve.workload.summary import LoadSummary, percentile, summarize
 
 __all__ = [
     "LAG_WARN_MAX_MS",

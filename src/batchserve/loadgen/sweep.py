@@ -14,33 +14,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from batchserve.errors import ConfigError
 from batchserve.loadgen.config import LoadConfig
 from batchserve.loadgen.report import LoadReport
 from batchserve.loadgen.runner import LoadRun, run_load
 from batchserve.loadgen.sender import Progress
 
-__all__ = ["parse_rates", "plot_sweep", "run_sweep"]
-
-
-def parse_rates(text: str) -> list[float]:
-    """``"100,200,400"`` as ``[100.0, 200.0, 400.0]``.
-
-    Raises:
-        ConfigError: an item is not a number > 0, or the list is empty.
-    """
-    rates: list[float] = []
-    for item in text.split(","):
-        try:
-            rate = float(item)
-        except ValueError:
-            raise ConfigError(f"sweep rates must be numbers > 0, got {item.strip()!r}") from None
-        if not rate > 0 or rate == float("inf"):
-            raise ConfigError(f"sweep rates must be numbers > 0, got {item.strip()!r}")
-        rates.append(rate)
-    if not rates:
-        raise ConfigError(f"sweep must list at least one rate, got {text!r}")
-    return rates
+__all__ = ["plot_sweep", "run_sweep"]
 
 
 def run_sweep(

@@ -33,7 +33,6 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
-from batchserve.metrics import CONTENT_TYPE, Metrics
 from batchserve.models.loader import LoadedModel, load_model
 from batchserve.server import kserve, openai
 from batchserve.server.asgi import (
@@ -54,6 +53,7 @@ from batchserve.server.asgi import (
 )
 from batchserve.server.deadlines import wire_deadline
 from batchserve.server.exchange import ARRIVAL, Endpoint, Exchange, Reply, passed
+from batchserve.server.metrics import CONTENT_TYPE, Metrics
 from batchserve.server.openapi import docs_html, openapi_spec
 from batchserve.server.registry import Registry, ServedModel
 from batchserve.server.settings import ServerSettings

@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 from batchserve.config import BatchConfig, CostEstimate, check_non_negative, check_positive
 from batchserve.errors import Rejected
 from batchserve.policy import REJECT_REASONS, Batch, Policy, PolicyStats
-from batchserve.report import LoadSummary, summarize
+from batchserve.workload.summary import LoadSummary, summarize
 
 __all__ = ["SimResult", "TraceEvent", "simulate"]
 
@@ -122,7 +122,7 @@ def simulate(
             ``initial_cost`` is what the server's cost model starts from).
         cost: the true cost of a forward pass, ``fixed_s + n * per_item_s`` seconds.
         arrivals: send times in seconds, sorted, >= 0 (see
-            :func:`batchserve.arrivals.arrival_times`).
+            :func:`batchserve.workload.arrivals.arrival_times`).
         timeout_s: each request's deadline, from its arrival; None for no deadline.
         duration_s: the schedule's length, for the offered rate and as the least time
             ``ok_per_s`` is counted over (as the demo does); None: the last arrival's time.

@@ -44,8 +44,8 @@ from typing import Any
 from batchserve.config import BatchConfig, CostEstimate, check_non_negative, check_positive
 from batchserve.errors import ConfigError, Rejected
 from batchserve.policy import REJECT_REASONS, Batch, Policy
-from batchserve.report import LoadSummary, summarize
 from batchserve.sim.engine import _check_sorted
+from batchserve.workload.summary import LoadSummary, summarize
 
 __all__ = ["ROUTINGS", "FleetResult", "ReplicaFigures", "simulate_fleet"]
 

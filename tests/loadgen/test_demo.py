@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from batchserve.demo import arrival_times
+from batchserve.workload.arrivals import arrival_times
 
 KEYS = [
     "name",

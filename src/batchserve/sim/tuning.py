@@ -29,11 +29,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from batchserve.arrivals import arrival_times
 from batchserve.config import BatchConfig, CostEstimate, check_non_negative, check_positive
 from batchserve.errors import ConfigError
-from batchserve.report import LoadSummary
 from batchserve.sim.engine import simulate
+from batchserve.workload.arrivals import arrival_times
+from batchserve.workload.summary import LoadSummary
 
 __all__ = [
     "DEFAULT_WAITS_S",

@@ -10,8 +10,7 @@ import pytest
 
 from batchserve.cli import main
 from batchserve.errors import ConfigError
-from batchserve.models.synthetic import SyntheticModel
-from batchserve.profiling import (
+from batchserve.models.profiling import (
     default_sizes,
     fit_line,
     load_profile,
@@ -20,6 +19,7 @@ from batchserve.profiling import (
     read_profile,
     save_profile,
 )
+from batchserve.models.synthetic import SyntheticModel
 
 
 class FakeModel:

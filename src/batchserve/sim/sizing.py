@@ -5,9 +5,9 @@ Theory of operation
 The question is "how many replicas, and with which batching settings, serve this rate
 within this p99?". :func:`size_fleet` answers it on the simulator, in seconds:
 
-1. **a floor**: one replica serves at most :func:`~batchserve.tuning.rate_bound` requests
+1. **a floor**: one replica serves at most :func:`~batchserve.sim.tuning.rate_bound` requests
    per second within the target, so at least ``ceil(rate / bound)`` replicas are needed;
-2. **a candidate count** ``n`` is checked in two steps: :func:`~batchserve.tuning.tune`
+2. **a candidate count** ``n`` is checked in two steps: :func:`~batchserve.sim.tuning.tune`
    finds the best setting for one replica at its share of the rate (``rate / n``, a light
    search); then the whole fleet (``n`` replicas of that setting behind the router, on
    :func:`~batchserve.sim.simulate_fleet`) runs at the full rate on several schedules
@@ -29,10 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from batchserve.arrivals import arrival_times
 from batchserve.errors import ConfigError
 from batchserve.sim.fleet import ROUTINGS, simulate_fleet
-from batchserve.tuning import (
+from batchserve.sim.tuning import (
     DEFAULT_WAITS_S,
     Evaluation,
     Scenario,
@@ -41,6 +40,7 @@ from batchserve.tuning import (
     quick_tune,
     rate_bound,
 )
+from batchserve.workload.arrivals import arrival_times
 
 __all__ = ["FleetPlan", "SizeCheck", "evaluate_fleet", "size_fleet"]
 
@@ -123,7 +123,7 @@ def evaluate_fleet(
     """Simulate ``replicas`` replicas of ``setting`` on each schedule and pool the figures.
 
     The figures are the fleet's as its clients see them, pooled as
-    :func:`~batchserve.tuning.evaluate` pools one replica's.
+    :func:`~batchserve.sim.tuning.evaluate` pools one replica's.
     """
     config = scenario.config(setting)
     summaries = [

@@ -10,8 +10,8 @@ import pytest
 from batchserve.cli import main
 from batchserve.cli.profile_backends import BackendResult, format_backends, parse_backends
 from batchserve.errors import ConfigError
+from batchserve.models.profiling import Profile
 from batchserve.models.quality import Quality
-from batchserve.profiling import Profile
 
 
 def test_parse_backends() -> None:

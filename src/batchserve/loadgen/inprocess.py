@@ -1,11 +1,10 @@
-"""The Go seed's experiment, in-process: open-loop load on a Batcher in front of a model.
+"""Open-loop load in-process: a schedule of requests on a Batcher, no HTTP in between.
 
 :func:`run_open_loop` sends requests on a schedule fixed in advance (constant spacing, or
 Poisson with a seed), never paced by answers (a thread keeps the pace, to within about 0.1
 ms), and measures each request's latency from its scheduled send time, so a stalled batcher
-cannot hide its queue. :func:`seed_scenarios` lists the seed's four configurations plus what
-this engine adds. :func:`predict_seed_demo` gives the simulator's prediction of each row, for
-the table to show beside the measurement.
+cannot hide its queue. :func:`run_seed_demo` runs the Go seed's table
+(:mod:`batchserve.workload.seed`) this way, as ``batchserve demo`` does.
 """
 
 from __future__ import annotations
@@ -13,60 +12,27 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from batchserve.arrivals import arrival_times
 from batchserve.batcher import Batcher, Ticket
 from batchserve.clock import MonotonicClock
-from batchserve.config import BatchConfig, CostEstimate
+from batchserve.config import BatchConfig
 from batchserve.errors import DeadlineExceeded, ModelError, Rejected
 from batchserve.models.base import BatchFn
 from batchserve.models.synthetic import SyntheticModel
-from batchserve.report import LoadSummary, summarize
-from batchserve.sim import simulate
+from batchserve.workload.arrivals import arrival_times
+from batchserve.workload.seed import (
+    SEED_DURATION_S,
+    SEED_FIXED_S,
+    SEED_PER_ITEM_S,
+    SEED_QUEUE,
+    SEED_RATE,
+    SEED_TIMEOUT_S,
+    SeedRow,
+    seed_scenarios,
+)
+from batchserve.workload.summary import LoadSummary, summarize
 
-__all__ = [
-    "Scenario",
-    "arrival_times",
-    "predict_seed_demo",
-    "run_open_loop",
-    "run_seed_demo",
-    "seed_scenarios",
-]
-
-#: The seed's model: 8 ms per call + 0.25 ms per item.
-SEED_FIXED_S = 0.008
-SEED_PER_ITEM_S = 0.00025
-SEED_RATE = 600.0
-SEED_DURATION_S = 1.5
-SEED_TIMEOUT_S = 0.25
-SEED_QUEUE = 64
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Scenario:
-    """One row of the demo: a name and the batcher's settings."""
-
-    name: str
-    config: BatchConfig
-
-
-def seed_scenarios(*, queue_size: int = SEED_QUEUE) -> list[Scenario]:
-    """The seed's four configurations (with this engine's defaults), then the extras."""
-
-    def cfg(b: int, wait_s: float, admission: bool = True) -> BatchConfig:
-        return BatchConfig(
-            max_batch_size=b, max_wait_s=wait_s, queue_size=queue_size, admission=admission
-        )
-
-    return [
-        Scenario(name="no batching (batch=1)", config=cfg(1, 0.0)),
-        Scenario(name="batch<=8,  wait 2 ms", config=cfg(8, 0.002)),
-        Scenario(name="batch<=32, wait 2 ms", config=cfg(32, 0.002)),
-        Scenario(name="batch<=32, wait 20 ms", config=cfg(32, 0.020)),
-        Scenario(name="batch=1, admission off", config=cfg(1, 0.0, admission=False)),
-        Scenario(name="batch<=32, 2 ms, adm. off", config=cfg(32, 0.002, admission=False)),
-    ]
+__all__ = ["run_open_loop", "run_seed_demo"]
 
 
 async def run_open_loop(
@@ -199,7 +165,7 @@ async def run_seed_demo(
     queue_size: int = SEED_QUEUE,
     fixed_s: float = SEED_FIXED_S,
     per_item_s: float = SEED_PER_ITEM_S,
-    scenarios: list[Scenario] | None = None,
+    scenarios: list[SeedRow] | None = None,
 ) -> list[LoadSummary]:
     """Run every scenario of the seed's experiment in turn; one summary per row."""
     schedule = arrival_times(rate=rate, duration_s=duration_s)
@@ -216,33 +182,3 @@ async def run_seed_demo(
             )
         )
     return rows
-
-
-def predict_seed_demo(
-    *,
-    rate: float = SEED_RATE,
-    duration_s: float = SEED_DURATION_S,
-    timeout_s: float = SEED_TIMEOUT_S,
-    queue_size: int = SEED_QUEUE,
-    fixed_s: float = SEED_FIXED_S,
-    per_item_s: float = SEED_PER_ITEM_S,
-    scenarios: list[Scenario] | None = None,
-) -> list[LoadSummary]:
-    """The simulator's prediction for each row of :func:`run_seed_demo`.
-
-    The same settings, schedule, deadlines and model cost, on virtual time: the server as
-    it would run with no overhead of its own. Instant and deterministic.
-    """
-    schedule = arrival_times(rate=rate, duration_s=duration_s)
-    cost = CostEstimate(fixed_s=fixed_s, per_item_s=per_item_s)
-    return [
-        simulate(
-            config=sc.config,
-            cost=cost,
-            arrivals=schedule,
-            timeout_s=timeout_s,
-            duration_s=duration_s,
-            name=sc.name,
-        ).summary
-        for sc in (scenarios if scenarios is not None else seed_scenarios(queue_size=queue_size))
-    ]

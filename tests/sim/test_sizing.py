@@ -7,8 +7,8 @@ import pytest
 from batchserve.cli import main
 from batchserve.config import CostEstimate
 from batchserve.errors import ConfigError
-from batchserve.sizing import size_fleet
-from batchserve.tuning import Scenario, rate_bound
+from batchserve.sim.sizing import size_fleet
+from batchserve.sim.tuning import Scenario, rate_bound
 
 SEED_COST = CostEstimate(fixed_s=0.008, per_item_s=0.00025)
 

@@ -5,13 +5,11 @@ import json
 
 import pytest
 
-from batchserve.arrivals import arrival_times
 from batchserve.cli import main
-from batchserve.cli.tune import parse_rates
 from batchserve.config import CostEstimate
-from batchserve.demo import run_open_loop
+from batchserve.loadgen.inprocess import run_open_loop
 from batchserve.models.synthetic import SyntheticModel
-from batchserve.tuning import (
+from batchserve.sim.tuning import (
     Evaluation,
     Scenario,
     Setting,
@@ -21,6 +19,7 @@ from batchserve.tuning import (
     rate_bound,
     tune,
 )
+from batchserve.workload.arrivals import arrival_times
 
 SEED = CostEstimate(fixed_s=0.008, per_item_s=0.00025)
 
@@ -124,12 +123,6 @@ def test_a_target_below_one_pass_is_refused_without_searching() -> None:
     result = tune(Scenario(rate=600, p99_target_s=0.005, cost=SEED))
     assert (result.met, result.best, result.searched, result.max_rate) == (False, None, 0, 0.0)
     assert max_rate(Scenario(rate=600, p99_target_s=0.005, cost=SEED)) == 0.0
-
-
-def test_parse_rates() -> None:
-    assert parse_rates("600") == [600.0]
-    assert parse_rates("200,400") == [200.0, 400.0]
-    assert parse_rates("200:1000:400") == [200.0, 600.0, 1000.0]
 
 
 def test_cli_tune_json_and_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
