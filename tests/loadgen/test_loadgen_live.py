@@ -153,8 +153,8 @@ def test_a_connection_cap_makes_requests_wait_and_is_reported() -> None:
         )
     r = run.report
     assert r.summary.ok == 50
-    assert r.peak_connections == 2
-    assert r.cap_waits > 0
+    assert r.connections.peak_open == 2
+    assert r.connections.cap_waits > 0
     assert any("max_connections (2) was reached" in w for w in r.warnings)
     assert r.summary.p99_ms > 100  # the queue of waiting requests grew
     assert srv.connections == 2
@@ -185,7 +185,7 @@ def test_a_kept_alive_connection_closed_under_a_request_gets_it_retried_once() -
         )
     r = run.report
     assert r.summary.ok == 30
-    assert r.retries == len(dropped) > 0
+    assert r.connections.retries == len(dropped) > 0
     assert len(srv.seen) == 30 + len(dropped)
 
 

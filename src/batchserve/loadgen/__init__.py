@@ -12,7 +12,9 @@ fell behind its own schedule and how much CPU it used. Modules, outermost first:
 * :mod:`~batchserve.loadgen.client` and :mod:`~batchserve.loadgen.timer`: the connection
   pool and the precise wake-ups it needs;
 * :mod:`~batchserve.loadgen.protocol`, :mod:`~batchserve.loadgen.texts`,
-  :mod:`~batchserve.loadgen.config`: what goes on the wire.
+  :mod:`~batchserve.loadgen.config`: what goes on the wire;
+* :mod:`~batchserve.loadgen.inprocess`: the same open-loop idea on a Batcher in this
+  process, with no HTTP in between (``batchserve demo``).
 
 Example::
 

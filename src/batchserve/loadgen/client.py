@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import cast
 
@@ -149,16 +149,28 @@ class PoolStatistics:
         retries: requests resent after a kept-alive connection died under them.
     """
 
-    opened: int
-    failed: int
-    open: int
-    peak_open: int
-    waits: int
-    cap_waits: int
-    dial_waits: int
-    slow_dials: int
-    max_dial_s: float
-    retries: int
+    opened: int = 0
+    failed: int = 0
+    open: int = 0
+    peak_open: int = 0
+    waits: int = 0
+    cap_waits: int = 0
+    dial_waits: int = 0
+    slow_dials: int = 0
+    max_dial_s: float = 0.0
+    retries: int = 0
+
+    @classmethod
+    def pooled(cls, parts: Iterable[PoolStatistics]) -> PoolStatistics:
+        """Several processes' pools as one: counts summed (peaks too), the longest dial."""
+        parts = list(parts)
+        return cls(
+            **{f: sum(getattr(p, f) for p in parts) for f in _SUMMED},
+            max_dial_s=max((p.max_dial_s for p in parts), default=0.0),
+        )
+
+
+_SUMMED = tuple(f for f in PoolStatistics.__dataclass_fields__ if f != "max_dial_s")
 
 
 class Pool:

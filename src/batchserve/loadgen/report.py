@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
+from batchserve.loadgen.client import PoolStatistics
 from batchserve.loadgen.config import LoadConfig
 from batchserve.loadgen.protocol import CLIENT_TIMEOUT, Outcome, classify
 from batchserve.loadgen.sender import ShareResult
@@ -90,15 +91,7 @@ class Merged:
     end_at: float
     cpu_s: float
     processes: int
-    connections_opened: int
-    connect_failures: int
-    peak_connections: int
-    connection_waits: int
-    cap_waits: int
-    dial_waits: int
-    slow_dials: int
-    max_dial_s: float
-    retries: int
+    pool: PoolStatistics
 
 
 def merge(results: Sequence[ShareResult], *, extra_cpu_s: float = 0.0) -> Merged:
@@ -140,15 +133,7 @@ def merge(results: Sequence[ShareResult], *, extra_cpu_s: float = 0.0) -> Merged
         end_at=max((r.end_at for r in results), default=0.0),
         cpu_s=sum(r.cpu_s for r in results) + extra_cpu_s,
         processes=len(results),
-        connections_opened=sum(r.connections_opened for r in results),
-        connect_failures=sum(r.connect_failures for r in results),
-        peak_connections=sum(r.peak_connections for r in results),
-        connection_waits=sum(r.connection_waits for r in results),
-        cap_waits=sum(r.cap_waits for r in results),
-        dial_waits=sum(r.dial_waits for r in results),
-        slow_dials=sum(r.slow_dials for r in results),
-        max_dial_s=max((r.max_dial_s for r in results), default=0.0),
-        retries=sum(r.retries for r in results),
+        pool=PoolStatistics.pooled(r.pool for r in results),
     )
 
 
@@ -170,14 +155,9 @@ class LoadReport:
         rejected_by_status: 429/503 answers by status.
         errors_by_kind: errors by status, or by what failed when no response came.
         items, batches: inputs answered and distinct batch ids (``avg_batch`` = ratio).
-        connections_opened, connect_failures: connection attempts; peak_connections: the
-            most open at once (summed over processes' peaks).
-        connection_waits: requests that found no idle connection (they waited for a new
-            one or a freed one; the wait is in their lag); cap_waits: of those, while
-            ``max_connections`` were open; dial_waits: while ``max_dials`` connection
-            attempts were in progress.
-        slow_dials: connection attempts over 100 ms; max_dial_ms: the longest.
-        retries: requests resent after a kept-alive connection closed under them.
+        connections: the connection pools' counters, summed over processes (peaks too;
+            see :class:`~batchserve.loadgen.client.PoolStatistics`). A request that found
+            no idle connection waited for a new or a freed one, and the wait is in its lag.
         processes: sender processes; cpu_s: the generator's CPU time during the run;
         cpu_core_percent: that per second of run, in % of one core; cpu_machine_percent:
             the same in % of all cores.
@@ -204,15 +184,7 @@ class LoadReport:
     errors_by_kind: dict[str, int] = field(default_factory=dict)
     items: int
     batches: int
-    connections_opened: int
-    connect_failures: int
-    peak_connections: int
-    connection_waits: int
-    cap_waits: int
-    dial_waits: int
-    slow_dials: int
-    max_dial_ms: float
-    retries: int
+    connections: PoolStatistics
     processes: int
     cpu_s: float
     cpu_core_percent: float
@@ -262,7 +234,7 @@ class LoadReport:
             f"  max {self.dispatch_lag_max_ms:.3f} ms); CPU {self.cpu_core_percent:.0f}% of one"
             f" core ({self.cpu_machine_percent:.0f}% of {os.cpu_count() or 1}) in"
             f" {self.processes} process{'es' if self.processes > 1 else ''};"
-            f" {self.connections_opened} connections opened, peak {self.peak_connections}",
+            f" {self.connections.opened} connections opened, peak {self.connections.peak_open}",
         ]
         lines.extend(f"  WARNING: {w}" for w in self.warnings)
         return "\n".join(lines)
@@ -343,15 +315,7 @@ def build_report(config: LoadConfig, merged: Merged) -> LoadReport:
         errors_by_kind=errors_by_kind,
         items=merged.items,
         batches=merged.batches,
-        connections_opened=merged.connections_opened,
-        connect_failures=merged.connect_failures,
-        peak_connections=merged.peak_connections,
-        connection_waits=merged.connection_waits,
-        cap_waits=merged.cap_waits,
-        dial_waits=merged.dial_waits,
-        slow_dials=merged.slow_dials,
-        max_dial_ms=_r(merged.max_dial_s * 1e3),
-        retries=merged.retries,
+        connections=merged.pool,
         processes=merged.processes,
         cpu_s=_r(merged.cpu_s),
         cpu_core_percent=_r(core_pct),
@@ -386,28 +350,28 @@ def _warnings(
     if _over(*lag) or unsent:
         late = sum(1 for v in lags_ms if v > LAG_WARN_P99_MS)
         slow = (
-            f"; {merged.slow_dials} connection attempts took over 100 ms (longest "
-            f"{merged.max_dial_s * 1e3:.0f} ms: a full listen backlog on the server makes the "
+            f"; {merged.pool.slow_dials} connection attempts took over 100 ms (longest "
+            f"{merged.pool.max_dial_s * 1e3:.0f} ms: a full listen backlog on the server makes the "
             f"kernel resend the SYN after 1 s)"
-            if merged.slow_dials
+            if merged.pool.slow_dials
             else ""
         )
         out.append(
             f"requests were written late: lag p99 {lag[0]:.2f} ms, max {lag[1]:.2f} ms, "
             f"{late} of {n} more than {LAG_WARN_P99_MS:g} ms late, {unsent} never written; "
-            f"{merged.connection_waits} found no idle connection and waited for one "
-            f"({merged.dial_waits} behind {config.max_dials} connection attempts in "
+            f"{merged.pool.waits} found no idle connection and waited for one "
+            f"({merged.pool.dial_waits} behind {config.max_dials} connection attempts in "
             f"progress){slow}. The waits are in the latencies, but the server saw fewer "
             f"requests at once than scheduled"
         )
-    if merged.cap_waits:
+    if merged.pool.cap_waits:
         out.append(
-            f"max_connections ({config.max_connections}) was reached: {merged.cap_waits} "
+            f"max_connections ({config.max_connections}) was reached: {merged.pool.cap_waits} "
             f"requests waited for a connection to free up (closed-loop pacing); raise "
             f"--max-connections"
         )
-    if merged.connect_failures:
-        out.append(f"{merged.connect_failures} connection attempts failed")
+    if merged.pool.failed:
+        out.append(f"{merged.pool.failed} connection attempts failed")
     return out
 
 

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from batchserve.loadgen.client import Pool
+from batchserve.loadgen.client import Pool, PoolStatistics
 from batchserve.loadgen.config import LoadConfig
 from batchserve.loadgen.protocol import (
     CLIENT_TIMEOUT,
@@ -138,9 +138,7 @@ class ShareResult:
         start_at: the start instant (``time.monotonic()``).
         end_at: when the last request ended.
         cpu_s: CPU seconds this sender used from the start instant to the end.
-        connections_opened, connect_failures, peak_connections, connection_waits, cap_waits,
-            dial_waits, slow_dials, max_dial_s, retries: the pool's counters (see
-            :class:`~batchserve.loadgen.client.PoolStatistics`).
+        pool: the connection pool's counters.
     """
 
     indices: list[int]
@@ -156,15 +154,7 @@ class ShareResult:
     start_at: float = 0.0
     end_at: float = 0.0
     cpu_s: float = 0.0
-    connections_opened: int = 0
-    connect_failures: int = 0
-    peak_connections: int = 0
-    connection_waits: int = 0
-    cap_waits: int = 0
-    dial_waits: int = 0
-    slow_dials: int = 0
-    max_dial_s: float = 0.0
-    retries: int = 0
+    pool: PoolStatistics = field(default_factory=PoolStatistics)
 
 
 class Sender:
@@ -304,7 +294,6 @@ class Sender:
         cpu_s = cpu_seconds(thread_only=self._thread_only_cpu) - cpu0
         if on_progress is not None:
             on_progress(self.progress())
-        stats = pool.statistics()
         return ShareResult(
             indices=list(self._share.indices),
             offsets=list(self._share.offsets),
@@ -319,15 +308,7 @@ class Sender:
             start_at=start_at,
             end_at=end_at,
             cpu_s=cpu_s,
-            connections_opened=stats.opened,
-            connect_failures=stats.failed,
-            peak_connections=stats.peak_open,
-            connection_waits=stats.waits,
-            cap_waits=stats.cap_waits,
-            dial_waits=stats.dial_waits,
-            slow_dials=stats.slow_dials,
-            max_dial_s=stats.max_dial_s,
-            retries=stats.retries,
+            pool=pool.statistics(),
         )
 
     def progress(self) -> Progress:

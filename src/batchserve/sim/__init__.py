@@ -4,6 +4,11 @@
 arrival schedule, with a cost model for each forward pass; :func:`simulate_backlog` is the
 deterministic seed's experiment (a backlog served unbatched, then batched);
 :func:`simulate_fleet` runs N replicas of the policy behind a router.
+
+Clients of the simulator live beside it: :mod:`~batchserve.sim.tuning` (the batching
+settings with the most goodput within a p99 target), :mod:`~batchserve.sim.sizing` (the
+fewest replicas that meet one) and :mod:`~batchserve.sim.seed` (the seed's table, predicted).
+They are imported from their modules, not from here, as they import this package.
 """
 
 from batchserve.sim.backlog import REQUIRED_GAIN, BacklogResult, BacklogRun, simulate_backlog
