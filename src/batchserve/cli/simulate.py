@@ -97,6 +97,21 @@ def on_off(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"must be on or off, got {text!r}")
 
 
+def add_queue_args(g: Any) -> None:
+    """The deadline and the queue's flags, the same in ``simulate`` and ``tune``."""
+    g.add_argument(
+        "--timeout", type=optional_duration, default=SEED_TIMEOUT_S, help="deadline (250ms)"
+    )
+    g.add_argument("--queue-size", type=positive_int, default=SEED_QUEUE, help="(64)")
+    g.add_argument(
+        "--admission",
+        type=on_off,
+        default=True,
+        metavar="on|off",
+        help="refuse at once what the cost model predicts will miss its deadline (on)",
+    )
+
+
 def add_batch_args(p: argparse.ArgumentParser) -> None:
     """The open-loop scenario and server flags of ``simulate``."""
     g = p.add_argument_group("load (open loop)")
@@ -106,18 +121,8 @@ def add_batch_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--arrivals", choices=ARRIVAL_MODES, default="constant", help="arrival process")
     g.add_argument("--seed", type=int, default=0, help="random seed for poisson arrivals")
-    g.add_argument(
-        "--timeout", type=optional_duration, default=SEED_TIMEOUT_S, help="deadline (250ms)"
-    )
     s = p.add_argument_group("server settings, as `serve` takes them")
-    s.add_argument("--queue-size", type=positive_int, default=SEED_QUEUE, help="(64)")
-    s.add_argument(
-        "--admission",
-        type=on_off,
-        default=True,
-        metavar="on|off",
-        help="refuse at once what the cost model predicts will miss its deadline (on)",
-    )
+    add_queue_args(s)
     s.add_argument("--max-batch-size", type=positive_int, default=32, help="(32)")
     s.add_argument("--max-wait", type=duration, default=0.002, help="(2ms)")
     s.add_argument("--workers", type=positive_int, default=1, help="(1)")

@@ -18,16 +18,14 @@ from typing import Any
 from batchserve.cli._common import duration, positive_int, rates
 from batchserve.cli.simulate import (
     add_cost_args,
+    add_queue_args,
     cost_from_args,
     initial_cost_from_args,
-    on_off,
-    optional_duration,
 )
 from batchserve.sim import ROUTINGS
 from batchserve.sim.sizing import FleetPlan, size_fleet
 from batchserve.sim.tuning import Evaluation, Scenario, TuneResult, tune
 from batchserve.units import format_duration
-from batchserve.workload.seed import SEED_QUEUE, SEED_TIMEOUT_S
 
 __all__ = ["add_parser"]
 
@@ -61,17 +59,7 @@ def add_parser(sub: Any) -> None:
         help="requests per second: 600, 200,400,600 or 200:1000:200",
     )
     p.add_argument("--p99", type=duration, required=True, help="p99 latency target, e.g. 50ms")
-    p.add_argument(
-        "--timeout", type=optional_duration, default=SEED_TIMEOUT_S, help="deadline (250ms)"
-    )
-    p.add_argument("--queue-size", type=positive_int, default=SEED_QUEUE, help="(64)")
-    p.add_argument(
-        "--admission",
-        type=on_off,
-        default=True,
-        metavar="on|off",
-        help="the server refuses at once what it predicts will miss its deadline (on)",
-    )
+    add_queue_args(p)
     p.add_argument("--max-workers", type=positive_int, default=4, help="search 1..N (4)")
     p.add_argument(
         "--max-batch-limit", type=positive_int, default=256, help="largest batch searched (256)"
