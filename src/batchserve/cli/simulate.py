@@ -37,6 +37,7 @@ from batchserve.workload.seed import (
     SEED_RATE,
     SEED_TIMEOUT_S,
 )
+from batchserve.workload.summary import batch_label
 
 __all__ = [
     "add_batch_args",
@@ -46,7 +47,6 @@ __all__ = [
     "initial_cost_from_args",
     "on_off",
     "optional_duration",
-    "row_name",
 ]
 
 
@@ -164,12 +164,6 @@ def initial_cost_from_args(args: argparse.Namespace, cost: CostEstimate) -> Cost
     return CostEstimate(fixed_s=0.0, per_item_s=0.0)
 
 
-def row_name(max_batch_size: int, max_wait_s: float, workers: int = 1) -> str:
-    """A row label in the demo's style: ``batch<=32, wait 2ms``."""
-    name = f"batch<={max_batch_size}, wait {format_duration(max_wait_s)}"
-    return name if workers == 1 else f"{name}, {workers} workers"
-
-
 def add_parser(sub: Any) -> None:
     """Register the ``simulate`` subcommand."""
     p: argparse.ArgumentParser = sub.add_parser(
@@ -230,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         duration_s=duration_s,
         overhead_s=args.overhead,
-        name=args.name or row_name(args.max_batch_size, args.max_wait, args.workers),
+        name=args.name or batch_label(args.max_batch_size, args.max_wait, args.workers),
     )
     scenario = _scenario(args, cost)
     if args.json:
@@ -262,7 +256,7 @@ def _scenario(args: argparse.Namespace, cost: CostEstimate) -> dict[str, Any]:
 def _run_fleet(
     args: argparse.Namespace, config: BatchConfig, cost: CostEstimate, schedule: list[float]
 ) -> int:
-    name = args.name or row_name(args.max_batch_size, args.max_wait, args.workers)
+    name = args.name or batch_label(args.max_batch_size, args.max_wait, args.workers)
     result = simulate_fleet(
         replicas=args.replicas,
         routing=args.routing,

@@ -33,7 +33,7 @@ from batchserve.config import BatchConfig, CostEstimate, check_non_negative, che
 from batchserve.errors import ConfigError
 from batchserve.sim.engine import simulate
 from batchserve.workload.arrivals import arrival_times
-from batchserve.workload.summary import LoadSummary
+from batchserve.workload.summary import LoadSummary, batch_label
 
 __all__ = [
     "DEFAULT_WAITS_S",
@@ -77,9 +77,8 @@ class Setting:
         return f"--max-batch-size {self.max_batch_size} --max-wait {wait} --workers {self.workers}"
 
     def label(self) -> str:
-        """A short label: ``batch<=8, wait 2ms, 1 worker``."""
-        w = "worker" if self.workers == 1 else "workers"
-        return f"batch<={self.max_batch_size}, wait {self.max_wait_s * 1e3:g}ms, {self.workers} {w}"
+        """A short label: ``batch<=8, wait 2ms`` (``, 2 workers`` when more than one)."""
+        return batch_label(self.max_batch_size, self.max_wait_s, self.workers)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,7 +12,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["DEMO_KEYS", "LoadSummary", "percentile", "summarize"]
+from batchserve.units import format_duration
+
+__all__ = ["DEMO_KEYS", "LoadSummary", "batch_label", "percentile", "summarize"]
 
 #: The keys ``batchserve demo --json`` and ``batchserve load --json`` print first, in order.
 DEMO_KEYS = (
@@ -27,6 +29,12 @@ DEMO_KEYS = (
     "rejected",
     "timed_out",
 )
+
+
+def batch_label(max_batch_size: int, max_wait_s: float, workers: int = 1) -> str:
+    """A row's label from its batching settings: ``batch<=32, wait 2ms[, 2 workers]``."""
+    name = f"batch<={max_batch_size}, wait {format_duration(max_wait_s)}"
+    return name if workers == 1 else f"{name}, {workers} workers"
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
