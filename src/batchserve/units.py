@@ -13,10 +13,20 @@ import re
 
 from batchserve.errors import ConfigError
 
-__all__ = ["format_duration", "parse_duration", "parse_rates"]
+__all__ = ["POSITIVE_DURATION_PATTERN", "format_duration", "parse_duration", "parse_rates"]
 
 _UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zµ]*)\s*$")
+
+#: The grammar of a duration > 0 as a JSON Schema pattern, for documents that state it (the
+#: OpenAPI description of the deadline header): a number with a non-zero digit, then one of
+#: the units above or none. :func:`parse_duration` also reads exponents and spaces.
+POSITIVE_DURATION_PATTERN = (
+    r"^([0-9]*[1-9][0-9]*(\.[0-9]+)?|[0-9]*\.[0-9]*[1-9][0-9]*)"
+    + "("
+    + "|".join(sorted(_UNITS, key=len, reverse=True))
+    + ")?$"
+)
 
 
 def parse_duration(text: str, *, name: str = "duration", default_unit: str | None = None) -> float:

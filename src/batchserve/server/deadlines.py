@@ -30,12 +30,16 @@ from batchserve.errors import ConfigError
 from batchserve.server.statuses import ApiError
 from batchserve.units import parse_duration
 
-__all__ = ["DEADLINE_HEADERS", "wire_deadline"]
+__all__ = ["DEADLINE_HEADERS", "TIMEOUT_HEADER", "WHEN_HEADER", "wire_deadline"]
+
+#: The request header of a deadline relative to arrival, and of an absolute one.
+TIMEOUT_HEADER = "X-Request-Timeout"
+WHEN_HEADER = "X-Request-Deadline"
 
 #: The request headers that bound a request's deadline (lower case), and their rule.
 DEADLINE_HEADERS: dict[bytes, str] = {
-    b"x-request-timeout": "seconds > 0, or a duration with a unit (250ms)",
-    b"x-request-deadline": "Unix epoch seconds (a finite number)",
+    TIMEOUT_HEADER.lower().encode(): "seconds > 0, or a duration with a unit (250ms)",
+    WHEN_HEADER.lower().encode(): "Unix epoch seconds (a finite number)",
     b"grpc-timeout": "1 to 8 digits and a unit H, M, S, m, u or n (250m)",
     b"x-envoy-expected-rq-timeout-ms": "whole milliseconds >= 0",
 }

@@ -14,20 +14,19 @@ import json
 from typing import Any
 
 from batchserve import __version__
+from batchserve.server.deadlines import TIMEOUT_HEADER, WHEN_HEADER
 from batchserve.server.exchange import SERVER_TIMING, TIMING_HEADERS
 from batchserve.server.kserve import MAX_TENSORS
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import RETRY_REASONS, STATUS_TABLE
 from batchserve.server.tensors import DTYPES, MAX_DIMS
+from batchserve.units import POSITIVE_DURATION_PATTERN
 
-__all__ = ["DEADLINE_HEADER", "docs_html", "openapi_spec"]
-
-#: The request header that carries a request's own deadline.
-DEADLINE_HEADER = "X-Request-Timeout"
+__all__ = ["docs_html", "openapi_spec"]
 
 _DEADLINE_PARAMS = [
     {
-        "name": DEADLINE_HEADER,
+        "name": TIMEOUT_HEADER,
         "in": "header",
         "required": False,
         "description": "This request's deadline, counted from its arrival (its first byte): "
@@ -38,15 +37,12 @@ _DEADLINE_PARAMS = [
         "running, is answered 504.",
         "schema": {
             "type": "string",
-            # A positive number of seconds, or of a unit (the server also reads exponents).
-            "pattern": (
-                r"^([0-9]*[1-9][0-9]*(\.[0-9]+)?|[0-9]*\.[0-9]*[1-9][0-9]*)(us|ms|s|m|min|h)?$"
-            ),
+            "pattern": POSITIVE_DURATION_PATTERN,
             "examples": ["0.25", "250ms"],
         },
     },
     {
-        "name": "X-Request-Deadline",
+        "name": WHEN_HEADER,
         "in": "header",
         "required": False,
         "description": "This request's deadline as an absolute time, Unix epoch seconds, for "
@@ -453,7 +449,7 @@ def openapi_spec(
             "description": "A model server built around dynamic batching. Every inference "
             "answer carries the headers " + ", ".join(TIMING_HEADERS) + "; every error "
             "carries X-Reason, and refusals (429, 503) carry Retry-After and Retry-After-Ms. "
-            f"A request's deadline: the header {DEADLINE_HEADER} (or X-Request-Deadline, "
+            f"A request's deadline: the header {TIMEOUT_HEADER} (or {WHEN_HEADER}, "
             "grpc-timeout, x-envoy-expected-rq-timeout-ms), counted from its first byte. Every "
             "inference answer, refusals included, carries Server-Timing: the server's own "
             "time for the request, arrival to answer.",
