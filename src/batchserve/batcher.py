@@ -33,11 +33,11 @@ All methods must be called from the event loop thread that runs the batcher.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
+import queue
+import threading
 from collections.abc import Callable, Generator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, Protocol, cast
@@ -201,7 +201,7 @@ class Batcher(Generic[Out]):
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._policy: Policy[_Item] = Policy(self.config)
         self._on_batch = on_batch
-        self._executor: ThreadPoolExecutor | None = None
+        self._threads: _Threads | None = None
         self._timer: TimerHandle | None = None
         self._timer_at = math.inf
         self._tasks: set[asyncio.Task[None]] = set()
@@ -259,8 +259,8 @@ class Batcher(Generic[Out]):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
+        if self._threads is not None:
+            self._threads.shutdown()
 
     async def wait_idle(self) -> None:
         """Block until nothing is queued or running."""
@@ -395,26 +395,17 @@ class Batcher(Generic[Out]):
         # One runner, two variants: a sync model's pass runs in a worker thread and comes
         # back with one loop callback; an async model's pass is a task on the loop. Both
         # take the live entries the same way and end in ``_complete`` (or ``_fail``).
-        loop = asyncio.get_running_loop()
         if self._async:
-            task = loop.create_task(self._run_on_loop(batch))
+            task = asyncio.get_running_loop().create_task(self._run_on_loop(batch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(
-                self.config.workers, thread_name_prefix="batchserve-model"
+        if self._threads is None:
+            loop = asyncio.get_running_loop()
+            self._threads = _Threads(
+                self.config.workers, loop, self._run_in_thread, self._thread_done
             )
-        # A plain callback back onto the loop, not a task awaiting the executor: one loop
-        # iteration between the end of the pass and the callers' answers, instead of three.
-        cf = self._executor.submit(self._run_in_thread, batch)
-
-        def on_done(f: Future[_Pass]) -> None:
-            # RuntimeError: the loop is closed, nobody is left to answer.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._thread_done, batch, f)
-
-        cf.add_done_callback(on_done)
+        self._threads.submit(batch)
 
     def _run_in_thread(self, batch: Batch[_Item]) -> _Pass:
         # Runs in a worker thread: the last check for callers who left, then the pass.
@@ -423,13 +414,11 @@ class Batcher(Generic[Out]):
         result = run_sync(cast(SyncBatchFn, self._model), inputs, self.config.max_bisect_calls)
         return live, result, self._clock.now() - t0
 
-    def _thread_done(self, batch: Batch[_Item], f: Future[_Pass]) -> None:
-        try:
-            live, result, forward_s = f.result()
-        except BaseException as exc:
-            self._fail(batch, exc)
-            return
-        self._complete(batch, live, result, forward_s)
+    def _thread_done(self, batch: Batch[_Item], outcome: _Pass | BaseException) -> None:
+        if isinstance(outcome, BaseException):
+            self._fail(batch, outcome)
+        else:
+            self._complete(batch, *outcome)
 
     async def _run_on_loop(self, batch: Batch[_Item]) -> None:
         try:
@@ -522,6 +511,54 @@ class Batcher(Generic[Out]):
 
 #: What a pass hands back: the entries it ran, their results, its forward time.
 _Pass = tuple[list[Entry[_Item]], BisectResult, float]
+
+
+class _Threads:
+    """The model's worker threads, fed by one queue.
+
+    A pass goes to a thread with one put on a C-level queue and comes back with one loop
+    callback (``done(batch, pass or exception)``): no concurrent future, executor lock or
+    thread-count check per pass, as ``ThreadPoolExecutor.submit`` has. The threads are
+    daemons: a model stuck in a pass cannot hold the process open after shutdown, which asks
+    each thread to stop once its pass is over.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        loop: asyncio.AbstractEventLoop,
+        run: Callable[[Batch[_Item]], _Pass],
+        done: Callable[[Batch[_Item], _Pass | BaseException], None],
+    ) -> None:
+        self._jobs: queue.SimpleQueue[Batch[_Item] | None] = queue.SimpleQueue()
+        self._loop = loop
+        self._run = run
+        self._done = done
+        self._n = n
+        for i in range(n):
+            name = f"batchserve-model_{i}"
+            threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def submit(self, batch: Batch[_Item]) -> None:
+        """Run ``batch`` on the next free thread."""
+        self._jobs.put(batch)
+
+    def shutdown(self) -> None:
+        """Ask every thread to stop after its current pass (does not wait)."""
+        for _ in range(self._n):
+            self._jobs.put(None)
+
+    def _serve(self) -> None:
+        while (batch := self._jobs.get()) is not None:
+            outcome: _Pass | BaseException
+            try:
+                outcome = self._run(batch)
+            except BaseException as exc:
+                outcome = exc
+            try:
+                self._loop.call_soon_threadsafe(self._done, batch, outcome)
+            except RuntimeError:
+                return  # the loop is closed: nobody is left to answer
 
 
 def _live(batch: Batch[_Item]) -> tuple[list[Entry[_Item]], list[Any]]:
