@@ -13,7 +13,9 @@ interleaved; the table gives each one's median requests/s and its ratio to the y
 * ``batchserve-asgi``: the same application under plain uvicorn, every request through ASGI
   (what the connection protocol saves);
 * ``batchserve-granian``: the same application under Granian's ASGI server (a Rust HTTP
-  layer), when ``granian`` is installed.
+  layer), when ``granian`` is installed;
+* ``batchserve-rsgi``: the same application under Granian's lighter RSGI interface
+  (``bench/rsgi_app.py``: an exchange per inference request, as the connection protocol).
 
 ``--profile`` also records a py-spy flame graph of ``batchserve`` during one extra run into
 ``bench/out/request_path-<time>.svg`` (``pip install py-spy``). The CPU a contender uses is
@@ -79,6 +81,8 @@ def command(name: str, port: int) -> list[str]:
             *("--port", str(port), "--loop", "uvloop", "--no-ws", "--working-dir", str(HERE)),
             *("--log-level", "warning", "null_app:app"),
         ]
+    if name == "batchserve-rsgi":
+        return [py, str(HERE / "rsgi_app.py"), "--port", str(port)]
     raise ValueError(name)
 
 
@@ -172,16 +176,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=int, default=4)
     parser.add_argument(
-        "--servers", default="yardstick,batchserve,batchserve-asgi,batchserve-granian"
+        "--servers",
+        default="yardstick,batchserve,batchserve-asgi,batchserve-granian,batchserve-rsgi",
     )
     parser.add_argument("--profile", action="store_true", help="py-spy flame graph of batchserve")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is needed: apt-get install wrk")
     names = [n for n in args.servers.split(",") if n]
-    if "batchserve-granian" in names and not (BIN / "granian").exists():
-        print("granian is not installed (pip install granian): skipping batchserve-granian")
-        names.remove("batchserve-granian")
+    for granian in ("batchserve-granian", "batchserve-rsgi"):
+        if granian in names and not (BIN / "granian").exists():
+            print(f"granian is not installed (pip install granian): skipping {granian}")
+            names.remove(granian)
     rates: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
     bad: dict[str, int] = dict.fromkeys(names, 0)
