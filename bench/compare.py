@@ -284,7 +284,7 @@ class Bench:
             "steps": [],
             "loadavg_1m": next(iter(_loadavg()), None),
         }
-        why = available(server)
+        why = available(server, model)
         if why:
             rec["error"] = why
             self.cells.append(rec)

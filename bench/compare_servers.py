@@ -36,12 +36,13 @@ PEERS_DIR = BENCH / "peers"
 VENVS = BENCH / ".venvs"
 MAIN_PYTHON = ROOT / ".venv" / "bin" / "python"
 
-SERVERS = ("batchserve", "litserve", "mosec", "rayserve", "fastapi")
+SERVERS = ("batchserve", "litserve", "mosec", "rayserve", "infinity", "fastapi")
 PEERS = SERVERS[1:]
 PEER_SCRIPT = {
     "litserve": "litserve_server.py",
     "mosec": "mosec_server.py",
     "rayserve": "rayserve_server.py",
+    "infinity": "infinity_server.py",
     "fastapi": "fastapi_server.py",
 }
 MODEL_NAME = "bench"
@@ -144,8 +145,14 @@ def command(server: str, model: ModelSpec, knobs: Knobs, port: int, stats: Path)
     ]
 
 
-def available(server: str) -> str | None:
-    """None if ``server`` can be started here, else why not."""
+#: Peers that serve only real models (the MiniLM scenario).
+REAL_MODELS_ONLY = frozenset({"infinity"})
+
+
+def available(server: str, model: ModelSpec | None = None) -> str | None:
+    """None if ``server`` can be started here (for ``model``), else why not."""
+    if model is not None and model.kind != "minilm" and server in REAL_MODELS_ONLY:
+        return f"{server} serves real models only"
     if server == "batchserve":
         return None if MAIN_PYTHON.exists() else f"{MAIN_PYTHON} is missing"
     python = VENVS / server / "bin" / "python"

