@@ -174,3 +174,19 @@ def test_progress_is_one_rewritten_line_on_a_terminal_and_plain_lines_otherwise(
         display(Progress(elapsed_s=t, sent=int(t * 4)))
     lines = out.getvalue().splitlines()
     assert [line.split()[1] for line in lines] == ["1.0/3", "2.5/3"]
+
+
+def test_the_processes_pools_add_up_and_keep_the_longest_dial() -> None:
+    a = PoolStatistics(opened=3, failed=1, peak_open=2, waits=4, slow_dials=1, max_dial_s=0.2)
+    b = PoolStatistics(opened=5, peak_open=5, cap_waits=2, retries=1, max_dial_s=1.1)
+    merged = merge(
+        [
+            _share([0], [(0.0001, 0.01, 200, "")], pool=a),
+            _share([1], [(0.0001, 0.01, 200, "")], pool=b),
+        ]
+    )
+    assert merged.pool == PoolStatistics(
+        opened=8, failed=1, peak_open=7, waits=4, cap_waits=2, slow_dials=1, retries=1,
+        max_dial_s=1.1,
+    )  # fmt: skip
+    assert build_report(CFG, merged).to_dict()["connections"]["opened"] == 8
