@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 from batchserve.config import check_positive
 from batchserve.errors import ConfigError
+from batchserve.units import parse_duration
 
-__all__ = ["ClassConfig", "Tenant", "WorkClass"]
+__all__ = ["ClassConfig", "Tenant", "WorkClass", "parse_class", "parse_tenant"]
 
 
 def _check_name(field: str, name: object) -> str:
@@ -186,3 +187,58 @@ class ClassConfig:
     def tenant_cap(self, class_cap: int) -> int:
         """Items one tenant may hold queued in a class of ``class_cap`` items, at least 1."""
         return max(1, math.floor(self.tenant_share * class_cap))
+
+
+def _fields(text: str, what: str, allowed: tuple[str, ...]) -> tuple[str, dict[str, str]]:
+    name, _, rest = text.strip().partition(":")
+    fields: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = part.partition("=")
+        key = key.strip().replace("-", "_")
+        if not eq or key not in allowed:
+            raise ConfigError(
+                f"{what} {name.strip()!r}: each setting must be one of "
+                f"{', '.join(k + '=...' for k in allowed)}, got {part!r}"
+            )
+        fields[key] = value.strip()
+    return name.strip(), fields
+
+
+def _number(what: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ConfigError(f"{what} must be a number, got {value!r}") from None
+
+
+def parse_class(text: str) -> WorkClass:
+    """A class from its command-line form ``NAME[:weight=W,share=S,timeout=T,max_wait=T]``.
+
+    ``share`` is the queue share; durations take a unit (``100ms``, ``30s``).
+
+    Raises:
+        ConfigError: a setting that is unknown or breaks its rule (named in the message).
+    """
+    name, f = _fields(text, "class", ("weight", "share", "timeout", "max_wait"))
+    kw: dict[str, float] = {}
+    if "weight" in f:
+        kw["weight"] = _number(f"class {name} weight", f["weight"])
+    if "share" in f:
+        kw["queue_share"] = _number(f"class {name} share", f["share"])
+    if "timeout" in f:
+        kw["timeout_s"] = parse_duration(f["timeout"], name=f"class {name} timeout")
+    if "max_wait" in f:
+        kw["max_wait_s"] = parse_duration(f["max_wait"], name=f"class {name} max_wait")
+    return WorkClass(name=name, **kw)
+
+
+def parse_tenant(text: str) -> Tenant:
+    """A tenant from its command-line form ``NAME[:weight=W]``.
+
+    Raises:
+        ConfigError: a setting that is unknown or breaks its rule.
+    """
+    name, f = _fields(text, "tenant", ("weight",))
+    if "weight" in f:
+        return Tenant(name=name, weight=_number(f"tenant {name} weight", f["weight"]))
+    return Tenant(name=name)

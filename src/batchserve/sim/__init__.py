@@ -3,12 +3,14 @@
 :func:`simulate` drives the same :class:`~batchserve.policy.Policy` the server runs, on an
 arrival schedule, with a cost model for each forward pass; :func:`simulate_backlog` is the
 deterministic seed's experiment (a backlog served unbatched, then batched);
-:func:`simulate_fleet` runs N replicas of the policy behind a router.
+:func:`simulate_fleet` runs N replicas of the policy behind a router; :func:`simulate_mix`
+runs mixed traffic (streams of several classes of work and tenants).
 """
 
 from batchserve.sim.backlog import REQUIRED_GAIN, BacklogResult, BacklogRun, simulate_backlog
 from batchserve.sim.engine import SimResult, TraceEvent, simulate
 from batchserve.sim.fleet import ROUTINGS, FleetResult, ReplicaFigures, simulate_fleet
+from batchserve.sim.mix import MixResult, Stream, StreamFigures, simulate_mix
 
 __all__ = [
     "REQUIRED_GAIN",
@@ -16,10 +18,14 @@ __all__ = [
     "BacklogResult",
     "BacklogRun",
     "FleetResult",
+    "MixResult",
     "ReplicaFigures",
     "SimResult",
+    "Stream",
+    "StreamFigures",
     "TraceEvent",
     "simulate",
     "simulate_backlog",
     "simulate_fleet",
+    "simulate_mix",
 ]
