@@ -52,6 +52,8 @@ class ServedModel:
     ) -> None:
         self.settings = settings
         self.name = settings.name
+        #: Its classes of work (None: one FIFO queue).
+        self.classes = settings.classes
         self.state = "loading"
         self.loaded: LoadedModel | None = None
         self.batcher: Batcher[Any] | None = None
@@ -87,6 +89,7 @@ class ServedModel:
             config,
             timeout_s=self.settings.timeout_s,
             on_batch=(lambda rec: on_batch(name, rec)) if on_batch is not None else None,
+            classes=self.classes,
         )
         self.load_seconds = time.monotonic() - self._started
         self.state = "ready"
