@@ -1,5 +1,7 @@
 """Classes of work and tenants in the pure policy, driven with plain numbers."""
 
+import math
+
 import pytest
 
 from batchserve.config import BatchConfig, CostEstimate
@@ -250,3 +252,25 @@ def test_one_class_with_no_tenants_forms_the_batches_of_the_plain_policy() -> No
             if running and i % 3 == 0:
                 p.finish(now, running.pop(0))
     assert got["mixed"] == got["plain"]
+
+
+def test_a_pass_is_cut_short_for_the_tightest_deadline_it_holds() -> None:
+    cost = CostEstimate(fixed_s=0.010, per_item_s=0.001)
+    p = make(max_batch_size=64, max_wait_s=0.001, queue_size=1000, initial_cost=cost)
+    for i in range(200):
+        p.offer_to(0.0, f"b{i}", 30.0, "bulk")
+    running = p.poll(0.0).dispatch[0]
+    assert len(running) == 64
+    # A full pass of 64 would end 74 ms after the running one (at 0.148): too late for a
+    # query due at 0.120; it is admitted, for a pass cut to what fits by then.
+    p.offer_to(0.050, "q", 0.120, "interactive")
+    p.finish(0.074, running)
+    cut = p.poll(0.074).dispatch[0]
+    assert names(cut)[0] == "q"
+    est, spread = p.cost_model.estimate, p.cost_model.spread_s
+    fits = math.floor((0.120 - 0.074 - est.fixed_s - 2 * spread) / est.per_item_s)
+    assert 1 < len(cut) == fits < 64
+    assert 0.074 + est.cost(len(cut)) <= 0.120
+    # Without a tight deadline the next pass is full again.
+    p.finish(0.115, cut)
+    assert len(p.poll(0.115).dispatch[0]) == 64

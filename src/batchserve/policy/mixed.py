@@ -258,7 +258,15 @@ class MixedPolicy(Policy[P]):
         finish = now
         if cfg.admission:
             passes_ahead = math.floor(len(lane.items) / self._lane_rate(cq, lane))
-            finish = self._predict(now, passes_ahead, depth, cq)
+            size = depth
+            if passes_ahead == 0:
+                # Its pass is cut short for its deadline if need be (see ``_fill``): it is
+                # sure to hold the items of its own and more urgent classes, the rest may go.
+                urgent = sum(len(c.items) for c in self._order if c.rank <= cq.rank)
+                full = self._predict(now, 0, depth, cq)
+                if full > deadline:
+                    size = urgent
+            finish = self._predict(now, passes_ahead, size, cq)
             margin = _DRIFT_MARGIN * (finish - now)
             spread = self.cost_model.spread_s
             if spread:
@@ -290,9 +298,11 @@ class MixedPolicy(Policy[P]):
         per_item_s = cost.per_item_s
         free = [now] * cfg.workers
         for i, batch in enumerate(self._running.values()):
-            start = batch.start
-            expected = start + fixed_s + len(batch.entries) * per_item_s
-            free[i] = expected if expected >= now else now + (now - start)
+            expected = batch.start + fixed_s + len(batch.entries) * per_item_s
+            # A pass over its prediction is assumed to overrun as much again: a stuck model
+            # still makes admission stricter as it goes on, but a pass a few milliseconds
+            # late (a busy machine) does not refuse the queries behind it outright.
+            free[i] = expected if expected >= now else now + (now - expected)
         position = passes_ahead * b if passes_ahead else min(depth, b - 1)
         # The pass it rides is dispatched when its oldest item of any class is due.
         due = now + (0.0 if self._draining else cq.max_wait_s)
@@ -350,7 +360,7 @@ class MixedPolicy(Policy[P]):
             if len(queue) < cfg.max_batch_size and now < due and not self._draining:
                 wake_at = due
                 break
-            entries = self._fill(min(cfg.max_batch_size, len(queue)))
+            entries = self._fill(now, min(cfg.max_batch_size, len(queue)))
             for e in entries:
                 del queue[e.id]
                 e.state = RUNNING
@@ -373,26 +383,48 @@ class MixedPolicy(Policy[P]):
             wake_at = first if wake_at is None or first < wake_at else wake_at
         return Step(expired, dispatch, wake_at, late)
 
-    def _fill(self, n: int) -> list[Entry[P]]:
+    def _fill(self, now: float, n: int) -> list[Entry[P]]:
         # First round: each queued class its weighted share (and what it was owed), at least
-        # one item; second round: what is left, to the classes in order of urgency.
+        # one item; second round: what is left, to the classes in order of urgency. The pass
+        # is cut short when a full one would finish after the tightest deadline it holds.
         active = [cq for cq in self._order if cq.items]
         total = sum(cq.weight for cq in active)
         out: list[Entry[P]] = []
+        cap = n
         for cq in active:
             owed = n * cq.weight / total + cq.carry
-            k = min(max(1, int(owed)), len(cq.items), n - len(out))
-            cq.take(k, out)
+            k = min(max(1, int(owed)), len(cq.items), cap - len(out))
+            if k > 0:
+                start = len(out)
+                cq.take(k, out)
+                cap = self._cap(now, out, start, cap)
             # Credit below one item carries to the next pass; a class that emptied, or took
-            # more than it was owed (its one-item floor), banks nothing and owes at most one.
-            cq.carry = max(-1.0, owed - k) if cq.items else 0.0
+            # more than it was owed (its one-item floor), banks nothing and owes at most one;
+            # one cut short by a deadline is owed its share, up to one pass.
+            cq.carry = min(float(n), max(-1.0, owed - k)) if cq.items else 0.0
         for cq in active:
-            left = n - len(out)
-            if not left:
+            left = cap - len(out)
+            if left <= 0:
                 break
             if cq.items:
+                start = len(out)
                 cq.take(min(left, len(cq.items)), out)
+                cap = self._cap(now, out, start, cap)
         return out
+
+    def _cap(self, now: float, out: list[Entry[P]], start: int, cap: int) -> int:
+        # The most items a pass may hold for the deadlines of ``out[start:]`` (with what it
+        # holds already), by the cost model less two standard errors; never fewer than it
+        # holds: an item in it may miss its deadline, the others are not made to wait.
+        deadlines = [e.deadline for e in out[start:] if e.deadline is not None]
+        if not deadlines:
+            return cap
+        cost = self.cost_model.estimate
+        if cost.per_item_s <= 0:
+            return cap
+        room = min(deadlines) - now - cost.fixed_s - 2.0 * self.cost_model.spread_s
+        fits = math.floor(room / cost.per_item_s) if room > 0 else 0
+        return min(cap, max(len(out), fits))
 
     def finish(
         self,
