@@ -9,6 +9,7 @@ from batchserve.config import BatchConfig, CostEstimate
 from batchserve.errors import ConfigError
 from batchserve.policy import ClassConfig, WorkClass
 from batchserve.sim.mix import Stream, parse_stream, simulate_mix
+from batchserve.sim.mixtune import tune_mix
 
 COST = CostEstimate(fixed_s=0.022, per_item_s=0.00016)  # ~1,985 items/s at batch 64
 CAPACITY = 64 / COST.cost(64)
@@ -101,3 +102,44 @@ def test_simulate_mix_cli_prints_one_row_per_stream(capsys: pytest.CaptureFixtur
         assert key in rows[0]
     assert main(["simulate", "--tenant", "a"]) == 1
     assert "need --class" in capsys.readouterr().err
+
+
+def test_tune_mix_finds_the_setting_within_each_class_target_or_says_none_does() -> None:
+    def tune(targets: dict[str, float]):  # type: ignore[no-untyped-def]
+        return tune_mix(
+            config=CONFIG,
+            cost=COST,
+            streams=[QUERIES, BULK],
+            classes=CLASSES,
+            targets_s=targets,
+            duration_s=1.0,
+            waits_s=(0.002,),
+        )
+
+    got = tune({"interactive": 0.08})
+    assert got.best is not None
+    # Passes of 64 serve the most; smaller ones cannot keep up with the bulk job.
+    assert got.best.max_batch_size == 64
+    assert got.best.p99_ms["interactive"] <= 80.0
+    assert got.ranked[0] is got.best
+    tight = tune({"interactive": 0.005})
+    assert tight.best is None
+    assert tight.ranked[0].worst > 1.0
+    with pytest.raises(ConfigError, match="target class must be one of interactive, bulk"):
+        tune({"gold": 0.1})
+
+
+def test_tune_cli_takes_per_class_targets(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "tune", "--fixed", "22ms", "--per-item", "0.16ms", "--queue-size", "1024",
+        "--warm-start", "--duration", "1s", "--max-batch-limit", "64", "--json",
+        "--class", "interactive:share=0.25,timeout=100ms",
+        "--class", "bulk:share=0.75,timeout=30s,max_wait=20ms",
+        "--mix", "interactive:rate=200", "--mix", "bulk:rate=62.5,inputs=64",
+    ]  # fmt: skip
+    assert main([*argv, "--target", "interactive=80ms"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["met"] is True
+    assert out["best"]["max_batch_size"] == 64
+    assert main([*argv, "--target", "interactive=1ms"]) == 1
+    assert json.loads(capsys.readouterr().out)["best"] is None
