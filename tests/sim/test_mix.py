@@ -132,14 +132,14 @@ def test_tune_mix_finds_the_setting_within_each_class_target_or_says_none_does()
 def test_tune_cli_takes_per_class_targets(capsys: pytest.CaptureFixture[str]) -> None:
     argv = [
         "tune", "--fixed", "22ms", "--per-item", "0.16ms", "--queue-size", "1024",
-        "--warm-start", "--duration", "1s", "--max-batch-limit", "64", "--json",
+        "--warm-start", "--duration", "0.4s", "--json",
         "--class", "interactive:share=0.25,timeout=100ms",
         "--class", "bulk:share=0.75,timeout=30s,max_wait=20ms",
         "--mix", "interactive:rate=200", "--mix", "bulk:rate=62.5,inputs=64",
     ]  # fmt: skip
-    assert main([*argv, "--target", "interactive=80ms"]) == 0
+    assert main([*argv, "--target", "interactive=80ms", "--max-batch-limit", "64"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["met"] is True
     assert out["best"]["max_batch_size"] == 64
-    assert main([*argv, "--target", "interactive=1ms"]) == 1
+    assert main([*argv, "--target", "interactive=1ms", "--max-batch-limit", "2"]) == 1
     assert json.loads(capsys.readouterr().out)["best"] is None
