@@ -55,3 +55,15 @@ def test_core_imports_nothing_from_the_outer_layers() -> None:
             parts = name.split(".")
             if parts[0] == "batchserve" and len(parts) > 1:
                 assert parts[1] not in OUTER, f"{f.relative_to(SRC)} imports {name}"
+
+
+def test_the_policy_reads_no_clock_and_does_no_io() -> None:
+    # Both drivers (the batcher, the simulator) hand the policy its time: no module of it,
+    # the classes-of-work ones included, may read a clock or touch I/O itself.
+    files = sorted((SRC / "policy").glob("*.py"))
+    assert {f.name for f in files} >= {"core.py", "mixed.py", "lanes.py", "classes.py"}
+    for f in files:
+        banned = {n.split(".")[0] for n in _imports(f)} & {
+            "time", "asyncio", "socket", "threading", "random", "os",
+        }  # fmt: skip
+        assert not banned, f"policy/{f.name} imports {sorted(banned)}"

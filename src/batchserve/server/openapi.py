@@ -38,7 +38,9 @@ _CLASS_PARAMS = [
         "`Retry-After`. An unknown name or a level out of range is answered 422 `invalid`. "
         "A model without classes ignores it. KServe's `parameters.priority` in the body "
         "takes precedence.",
-        "schema": {"type": "string", "maxLength": 64, "examples": ["interactive", "1"]},
+        # No length or pattern here: a model without classes ignores the header, whatever
+        # it holds; one with classes answers 422 for a value it does not know.
+        "schema": {"type": "string", "examples": ["interactive", "1"]},
     },
     {
         "name": "X-Tenant",
@@ -48,7 +50,7 @@ _CLASS_PARAMS = [
         "tenant keys, the bearer key names the tenant and this header is ignored). Tenants "
         "share a class's passes by weight and each may hold at most `--tenant-share` of its "
         "queue. 1 to 64 printable characters without commas, else 422 `invalid`.",
-        "schema": {"type": "string", "minLength": 1, "maxLength": 64},
+        "schema": {"type": "string", "examples": ["search"]},
     },
 ]
 
@@ -281,10 +283,7 @@ def _schemas(models: list[str], limits: RequestLimits, dimensions: list[int]) ->
                             "description": "Class of work, as Triton's priority: a level "
                             "(1 = the first class, 0 = the default) or a class name. Read "
                             "only by models with classes; takes precedence over `X-Priority`.",
-                            "oneOf": [
-                                {"type": "integer", "minimum": 0},
-                                {"type": "string", "maxLength": 64},
-                            ],
+                            "oneOf": [{"type": "integer"}, {"type": "string"}],
                         },
                         "binary_data_output": {"type": "boolean"},
                     },
