@@ -29,7 +29,15 @@ queue and its tenant's lane there (:class:`MixedEntry` knows its lane).
   to the classes in order. Within a class, tenants are served by deficit round robin. So an
   urgent item waits for at most the pass running now, whatever the bulk queue holds, and a
   request of many inputs is spread over several passes, beside the other classes' items,
-  instead of filling one.
+  instead of filling one. A pass is cut short when, by the cost model (less two standard
+  errors), a full one would end after the tightest deadline among the items already in it
+  (earliest deadline first within the shares): the urgent item is not made late by the
+  bulk items that would have filled the pass. Admission counts on this cut for an item
+  whose own pass is the next one.
+* Admission's view of the running passes differs from the plain policy's in one point: a
+  pass over its prediction is assumed to overrun as much again (not to last as long again
+  as it has run), so a pass a few milliseconds late on a busy machine does not refuse the
+  queries behind it, while a stuck model still makes admission stricter as it goes on.
 * ``cancel``, expiry and ``finish`` also update the class's queue and the tallies, so the
   outcome identity (received = outcomes + pending) holds for every class and tenant label.
 
