@@ -259,8 +259,17 @@ def verdicts(rows: list[dict[str, Any]], measured: bool) -> list[str]:
                 f"tenants {shares} -> {'meets' if ok else 'misses'} the targets"
             )
     if measured:
-        worst = max(abs(r["ok_vs_predicted"] - 1) for r in rows if "ok_vs_predicted" in r)
-        lines.append(f"measured ok/s vs simulated: worst gap {worst:.1%} (target 5%)")
+        for policy in POLICIES:
+            gaps = [
+                (abs(r["ok_vs_predicted"] - 1), f"{r['scenario']} {r['class']}/{r['tenant']}")
+                for r in rows
+                if r["policy"] == policy and "ok_vs_predicted" in r
+            ]
+            worst, where = max(gaps)
+            where = where.rstrip("/")
+            lines.append(
+                f"measured ok/s vs simulated, {policy}: worst gap {worst:.1%} ({where}; target 5%)"
+            )
     return lines
 
 
