@@ -80,3 +80,15 @@ def test_the_public_api_is_the_core() -> None:
     for name in _imports(SRC / "__init__.py"):
         parts = name.split(".")
         assert LAYER_OF[parts[1]] <= LAYER_OF["batcher"], name
+
+
+def test_the_policy_reads_no_clock_and_does_no_io() -> None:
+    # Both drivers (the batcher, the simulator) hand the policy its time: no module of it,
+    # the classes-of-work ones included, may read a clock or touch I/O itself.
+    files = sorted((SRC / "policy").glob("*.py"))
+    assert {f.name for f in files} >= {"core.py", "mixed.py", "lanes.py", "classes.py"}
+    for f in files:
+        banned = {n.split(".")[0] for n in _imports(f)} & {
+            "time", "asyncio", "socket", "threading", "random", "os",
+        }  # fmt: skip
+        assert not banned, f"policy/{f.name} imports {sorted(banned)}"

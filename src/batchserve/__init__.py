@@ -23,7 +23,15 @@ from batchserve.errors import (
     ShuttingDown,
 )
 from batchserve.models.synthetic import SyntheticModel
-from batchserve.policy import Counters, Policy, PolicyStats
+from batchserve.policy import (
+    ClassConfig,
+    Counters,
+    MixedPolicy,
+    Policy,
+    PolicyStats,
+    Tenant,
+    WorkClass,
+)
 
 __version__ = "0.1.0"
 
@@ -33,6 +41,7 @@ __all__ = [
     "BatchServeError",
     "BatchedFunction",
     "Batcher",
+    "ClassConfig",
     "Clock",
     "ConfigError",
     "CostEstimate",
@@ -41,6 +50,7 @@ __all__ = [
     "DeadlineExceeded",
     "DeadlineInfeasible",
     "ManualClock",
+    "MixedPolicy",
     "ModelError",
     "MonotonicClock",
     "NotReady",
@@ -52,7 +62,9 @@ __all__ = [
     "Served",
     "ShuttingDown",
     "SyntheticModel",
+    "Tenant",
     "Ticket",
+    "WorkClass",
     "__version__",
     "batched",
 ]

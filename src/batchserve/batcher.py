@@ -27,6 +27,12 @@ the deadline, not when the pass ends (the item is then counted ``late``). A call
 leaves (:meth:`Batcher.withdraw`, or a cancelled ticket) removes its item from the queue if
 it is still there, or has it skipped before its pass.
 
+With ``classes`` (:class:`~batchserve.policy.ClassConfig`) the batcher drives a
+:class:`~batchserve.policy.MixedPolicy`: each item names its class of work and tenant
+(``priority=`` and ``tenant=`` of :meth:`Batcher.submit_nowait`, ``work`` and ``tenant`` of
+:meth:`Batcher.offer`). Without, it drives the plain policy and an item's path is what it
+always was: one attribute test decides which.
+
 All methods must be called from the event loop thread that runs the batcher.
 """
 
@@ -47,9 +53,18 @@ from typing_extensions import TypeVar
 from batchserve.bisection import BisectResult, run_async, run_sync
 from batchserve.clock import Clock, MonotonicClock, TimerHandle
 from batchserve.config import BatchConfig, check_positive
-from batchserve.errors import DeadlineExceeded, Rejected, ShuttingDown
+from batchserve.errors import ConfigError, DeadlineExceeded, Rejected, ShuttingDown
 from batchserve.models.base import AsyncBatchFn, BatchFn, SyncBatchFn, is_async_model
-from batchserve.policy import Batch, Entry, Policy, PolicyStats
+from batchserve.policy import (
+    Batch,
+    ClassConfig,
+    Counters,
+    Entry,
+    MixedPolicy,
+    Policy,
+    PolicyStats,
+    WorkClass,
+)
 
 __all__ = ["BatchRecord", "Batcher", "Served", "Ticket", "Waiter"]
 
@@ -178,6 +193,8 @@ class Batcher(Generic[Out]):
         clock: the time source; real monotonic time by default.
         timeout_s: the deadline applied to submissions that give none (None: no deadline).
         on_batch: called on the loop with a :class:`BatchRecord` after each forward pass.
+        classes: classes of work and tenants (None: one FIFO queue); a class's own
+            ``timeout_s`` replaces ``timeout_s`` for its submissions.
 
     Use it as ``async with Batcher(model) as b: out = await b.submit(x)``; leaving the block
     drains (finishes every accepted item).
@@ -191,6 +208,7 @@ class Batcher(Generic[Out]):
         clock: Clock | None = None,
         timeout_s: float | None = None,
         on_batch: Callable[[BatchRecord], None] | None = None,
+        classes: ClassConfig | None = None,
     ) -> None:
         self.config = config if config is not None else BatchConfig()
         if timeout_s is not None:
@@ -199,7 +217,14 @@ class Batcher(Generic[Out]):
         self._model = model
         self._async = is_async_model(model)
         self._clock: Clock = clock if clock is not None else MonotonicClock()
-        self._policy: Policy[_Item] = Policy(self.config)
+        self.classes = classes
+        # None for a single-class batcher: its items take the plain policy's path.
+        self._mixed: MixedPolicy[_Item] | None = (
+            None if classes is None else MixedPolicy(self.config, classes)
+        )
+        self._policy: Policy[_Item] = (
+            self._mixed if self._mixed is not None else Policy(self.config)
+        )
         self._on_batch = on_batch
         self._threads: _Threads | None = None
         self._timer: TimerHandle | None = None
@@ -233,6 +258,25 @@ class Batcher(Generic[Out]):
     def statistics(self) -> PolicyStats:
         """A frozen snapshot: queue depth, outcome counters, batch sizes, fitted cost model."""
         return self._policy.statistics()
+
+    def class_statistics(self) -> dict[str, dict[str, Counters]]:
+        """Outcome counters by class, then tenant label (empty without classes)."""
+        return {} if self._mixed is None else self._mixed.class_statistics()
+
+    def class_depths(self) -> dict[str, int]:
+        """Items of each class waiting now (empty without classes)."""
+        mixed = self._mixed
+        return {} if mixed is None else {n: mixed.class_depth(n) for n in mixed.classes.names}
+
+    def work_class(self, priority: str | int | None) -> WorkClass:
+        """The class a submission's ``priority`` names (a name, a level, or None: default).
+
+        Raises:
+            ConfigError: the batcher has no classes, or ``priority`` names none of them.
+        """
+        if self.classes is None:
+            raise ConfigError(f"priority {priority!r} given, but the batcher has no classes")
+        return self.classes.resolve(priority)
 
     async def shutdown(self, *, drain: bool = True, timeout_s: float | None = None) -> None:
         """Refuse new work, then finish (``drain=True``) or drop what is queued.
@@ -279,7 +323,13 @@ class Batcher(Generic[Out]):
     # -- submission ------------------------------------------------------------------------
 
     def submit_nowait(
-        self, item: Any, *, timeout_s: float | None = None, deadline: float | None = None
+        self,
+        item: Any,
+        *,
+        timeout_s: float | None = None,
+        deadline: float | None = None,
+        priority: str | int | None = None,
+        tenant: str | None = None,
     ) -> Ticket[Out]:
         """Admit ``item`` at once or refuse it; never waits.
 
@@ -287,6 +337,9 @@ class Batcher(Generic[Out]):
             item: one input for the model.
             timeout_s: seconds from now by which it must finish (default: the batcher's).
             deadline: an absolute time on the batcher's clock instead of ``timeout_s``.
+            priority: its class of work, by name or level (1 = first class; None or 0: the
+                default class). Needs ``classes``.
+            tenant: who it is for (fair shares and queue bounds among tenants).
 
         Returns:
             A :class:`Ticket`; await it for the :class:`Served` answer. Awaiting raises
@@ -296,20 +349,36 @@ class Batcher(Generic[Out]):
         Raises:
             QueueFull, DeadlineInfeasible, ShuttingDown: refused at once; each carries
                 ``retry_after_s``.
-            ConfigError: ``timeout_s`` is not a positive number.
+            ConfigError: ``timeout_s`` is not a positive number, or ``priority`` names no
+                class.
         """
+        work: str | None = None
+        default_s = self.timeout_s
+        if self._mixed is not None:
+            wc = self.work_class(priority)
+            work = wc.name
+            if wc.timeout_s is not None:
+                default_s = wc.timeout_s
+        elif priority is not None:
+            self.work_class(priority)
         if deadline is None:
-            t = timeout_s if timeout_s is not None else self.timeout_s
+            t = timeout_s if timeout_s is not None else default_s
             if t is not None:
                 deadline = self._clock.now() + check_positive("timeout_s", t)
         future: asyncio.Future[Served[Out]] = asyncio.get_running_loop().create_future()
         ticket = Ticket(self, future)
-        ticket._entry = self.offer(item, deadline, ticket)
+        ticket._entry = self.offer(item, deadline, ticket, 0, work, tenant)
         future.add_done_callback(ticket._on_done)
         return ticket
 
     async def submit(
-        self, item: Any, *, timeout_s: float | None = None, deadline: float | None = None
+        self,
+        item: Any,
+        *,
+        timeout_s: float | None = None,
+        deadline: float | None = None,
+        priority: str | int | None = None,
+        tenant: str | None = None,
     ) -> Out:
         """Submit ``item`` and wait for its output.
 
@@ -320,35 +389,58 @@ class Batcher(Generic[Out]):
 
         On cancellation the item leaves the queue (or is skipped before its pass).
         """
-        served = await self.submit_nowait(item, timeout_s=timeout_s, deadline=deadline)
+        served = await self.submit_nowait(
+            item, timeout_s=timeout_s, deadline=deadline, priority=priority, tenant=tenant
+        )
         return served.output
 
     def offer(
-        self, item: Any, deadline: float | None, waiter: Waiter, index: int = 0
+        self,
+        item: Any,
+        deadline: float | None,
+        waiter: Waiter,
+        index: int = 0,
+        work: str | None = None,
+        tenant: str | None = None,
     ) -> Entry[_Item]:
         """Admit ``item`` at once or refuse it; its answer goes to ``waiter.settle(index, ...)``.
 
         The callback form of :meth:`submit_nowait`, with no future, task or timer per item:
         for drivers that answer on a connection directly. ``deadline`` is absolute on the
         batcher's clock (None: no deadline; the batcher's ``timeout_s`` is not applied).
+        ``work`` names its class (None: the default) and ``tenant`` its tenant; both are
+        ignored without ``classes``.
 
         Returns:
             The policy's entry: hand it to :meth:`withdraw` if the caller leaves.
 
         Raises:
             QueueFull, DeadlineInfeasible, ShuttingDown: refused at once.
+            ConfigError: ``work`` names no class.
         """
-        entry = self._policy.offer(self._clock.now(), _Item(item, waiter, index), deadline)
+        mixed = self._mixed
+        if mixed is None:
+            entry = self._policy.offer(self._clock.now(), _Item(item, waiter, index), deadline)
+        else:
+            entry = mixed.offer_to(
+                self._clock.now(), _Item(item, waiter, index), deadline, work, tenant
+            )
         self._pump()
         return entry
 
-    def screen(self, deadline: float | None) -> Rejected | None:
+    def screen(
+        self, deadline: float | None, work: str | None = None, tenant: str | None = None
+    ) -> Rejected | None:
         """Whether one more item with ``deadline`` would be refused now, before it is read.
 
         Lets a server refuse a request from its head alone (its inputs are not parsed yet).
         A refusal is counted as one refused item; None admits nothing and counts nothing.
+        ``work`` and ``tenant`` are as for :meth:`offer`.
         """
-        return self._policy.screen(self._clock.now(), deadline)
+        mixed = self._mixed
+        if mixed is None:
+            return self._policy.screen(self._clock.now(), deadline)
+        return mixed.screen_for(self._clock.now(), deadline, work, tenant)
 
     def withdraw(self, entry: Entry[_Item]) -> None:
         """The caller of ``entry`` left: it leaves the queue, or is skipped before its pass."""

@@ -10,6 +10,7 @@ turn and ``--plot FILE`` draws the sweep. Progress goes to stderr (``--quiet`` h
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -34,6 +35,8 @@ from batchserve.loadgen import (
     run_sweep,
 )
 from batchserve.loadgen.config import APIS
+from batchserve.loadgen.runner import run_mix
+from batchserve.sim.mix import parse_stream
 from batchserve.units import parse_rates
 from batchserve.workload.arrivals import ARRIVAL_MODES
 
@@ -111,6 +114,21 @@ def add_parser(sub: Any) -> None:
         metavar="KEY",
         default=os.environ.get(API_KEY_ENV) or None,
         help=f"sent as 'Authorization: Bearer KEY' (default ${API_KEY_ENV})",
+    )
+    w.add_argument(
+        "--priority",
+        metavar="CLASS",
+        help="the class of work of every request: X-Priority (and KServe's "
+        "parameters.priority); the report's rows carry it (none)",
+    )
+    w.add_argument("--tenant", metavar="NAME", help="sent as X-Tenant (none)")
+    w.add_argument(
+        "--mix",
+        action="append",
+        metavar="CLASS:rate=R[,inputs=N,timeout=T,tenant=NAME,arrivals=A,seed=S]",
+        help="mixed traffic: one stream of requests naming CLASS (X-Priority) per --mix, "
+        "all started together, each in its own sender process and reported on its own row "
+        "(as `simulate --mix` predicts them); replaces --rate, --inputs, --priority",
     )
     s = p.add_argument_group("schedule")
     s.add_argument(
@@ -218,6 +236,8 @@ def config_from_args(
         warm_connections=args.warm_connections,
         kserve_input=args.kserve_input,
         api_key=args.api_key,
+        priority=args.priority,
+        tenant=args.tenant,
         name=name,
     )
 
@@ -234,8 +254,47 @@ def _header(cfg: LoadConfig, rates: list[float]) -> str:
     )
 
 
+def _run_mix(args: argparse.Namespace) -> int:
+    if args.sweep:
+        raise ConfigError("--mix and --sweep do not go together")
+    base = config_from_args(args)
+    configs = []
+    for text in args.mix:
+        s = parse_stream(text)
+        configs.append(
+            dataclasses.replace(
+                base,
+                rate=s.rate,
+                inputs_per_request=s.inputs,
+                timeout_s=s.timeout_s if s.timeout_s is not None else base.timeout_s,
+                arrivals=s.arrivals,
+                seed=s.seed,
+                priority=s.work,
+                tenant=s.tenant if s.tenant is not None else base.tenant,
+                processes=1,
+                name=args.name or s.label,
+            )
+        )
+    if not (args.json or args.csv):
+        print(f"target: {base.url} ({base.api}, model {base.model}), {len(configs)} streams\n")
+    runs = run_mix(configs)
+    reports = [r.report for r in runs]
+    if args.json:
+        for report in reports:
+            print(json.dumps(report.to_dict()), flush=True)
+    elif args.csv:
+        print(format_csv(reports, header=True), end="", flush=True)
+    else:
+        for report in reports:
+            print(f"{report.summary.name}: {report.inputs_per_request} inputs/request")
+            print(report.format_text() + "\n", flush=True)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the load (or the sweep) and print the report."""
+    if args.mix:
+        return _run_mix(args)
     if args.rate <= 0:
         raise ConfigError(f"--rate must be > 0, got {args.rate}")
     rates = parse_rates(args.sweep, name="--sweep") if args.sweep else [args.rate]

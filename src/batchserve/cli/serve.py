@@ -34,6 +34,25 @@ Precedence, lowest first: built-in defaults, the file's ``[defaults]``, the file
 file's models are replaced by the flags' (their ``[models.NAME]`` settings still apply).
 With no model anywhere, the built-in all-MiniLM-L6-v2 is served.
 
+Classes of work (see the README's "Mixed traffic" section): ``--class [NAME=]CLASS:weight=W,
+share=S,timeout=T,max_wait=T`` (repeated, most urgent first; NAME= for one model),
+``--default-class [NAME=]CLASS``, ``--tenant TENANT:weight=W`` and ``--tenant-share F``; in the
+file::
+
+    tenant_share = 0.5        # one tenant may hold at most half of a class's queue
+
+    [[tenants]]               # tenants with a weight, and a bearer key naming them
+    name = "search"
+    weight = 2
+    key = "..."
+
+    [models.all-MiniLM-L6-v2]
+    default_class = "bulk"
+    classes = [
+        {name = "interactive", weight = 1, share = 0.25, timeout = "100ms"},
+        "bulk:share=0.75,timeout=30s,max_wait=20ms",
+    ]
+
 The runtime keys (``--backend``, ``--device``, ``--dtype``, ``--threads``, ``--cache-dir``)
 apply to ``minilm`` and model folders; they become options of the SPEC
 (``minilm:backend=onnx-int8,threads=1``, see :mod:`batchserve.models.loader`). Given for
@@ -53,6 +72,8 @@ from batchserve.config import BatchConfig
 from batchserve.errors import ConfigError
 from batchserve.models.loader import default_model_name, split_runtime, with_runtime
 from batchserve.models.runtime import Runtime
+from batchserve.policy import ClassConfig, Tenant, WorkClass
+from batchserve.policy.classes import parse_class, parse_tenant
 from batchserve.server.settings import (
     DEFAULT_MODEL_NAME,
     ModelSettings,
@@ -151,6 +172,40 @@ def add_parser(sub: Any) -> None:
         "--api-key",
         help=f"require 'Authorization: Bearer KEY' on inference endpoints (or ${API_KEY_ENV})",
     )
+    g = p.add_argument_group(
+        "classes of work and tenants (none: one FIFO queue per model)",
+        "A request names its class with X-Priority (a name, or a level: 1 = the first class) "
+        "or KServe's parameters.priority; its tenant is the name of its tenant key, or its "
+        "X-Tenant header when no tenant keys are configured (keys: in the config file).",
+    )
+    g.add_argument(
+        "--class",
+        dest="classes",
+        action="append",
+        default=[],
+        metavar="[NAME=]CLASS[:weight=W,share=S,timeout=T,max_wait=T]",
+        help="a class of work, most urgent first (repeat): its weight in every pass, its "
+        "share of the queue, its default deadline and its max wait",
+    )
+    g.add_argument(
+        "--default-class",
+        action="append",
+        default=[],
+        metavar="[NAME=]CLASS",
+        help="the class of requests that name none (default: the last)",
+    )
+    g.add_argument(
+        "--tenant",
+        dest="tenants",
+        action="append",
+        default=[],
+        metavar="TENANT[:weight=W]",
+        help="a tenant with a weight of its own (repeat); the only tenants metrics name",
+    )
+    g.add_argument(
+        "--tenant-share",
+        help="the fraction of a class's queue one tenant may hold, in (0, 1] (default 1)",
+    )
     p.add_argument("--log-level", default="warning", help="uvicorn's log level")
     p.set_defaults(run=run)
 
@@ -216,7 +271,11 @@ def build_settings(
                 file = tomllib.load(f)
             except tomllib.TOMLDecodeError as exc:
                 raise ConfigError(f"config file {args.config}: {exc}") from None
-        _check_keys(file, set(_SERVER_KEYS) | {"defaults", "models"}, f"config file {args.config}")
+        _check_keys(
+            file,
+            set(_SERVER_KEYS) | {"defaults", "models", "tenants", "tenant_share"},
+            f"config file {args.config}",
+        )
     server: dict[str, Any] = {}
     for key, kind in _SERVER_KEYS.items():
         if key in file:
@@ -228,10 +287,10 @@ def build_settings(
         server["api_key"] = environ[API_KEY_ENV]
 
     defaults = file.get("defaults", {})
-    _check_keys(defaults, set(_MODEL_KEYS), "[defaults]")
+    _check_keys(defaults, set(_MODEL_KEYS) | set(_CLASS_KEYS), "[defaults]")
     file_models: dict[str, dict[str, Any]] = file.get("models", {})
     for name, table in file_models.items():
-        _check_keys(table, set(_MODEL_KEYS) | {"spec"}, f"[models.{name}]")
+        _check_keys(table, set(_MODEL_KEYS) | set(_CLASS_KEYS) | {"spec"}, f"[models.{name}]")
     if args.model:
         order = [_split_model_flag(m) for m in args.model]
     elif file_models:
@@ -262,6 +321,8 @@ def build_settings(
                     f"served: {', '.join(sorted(names))}"
                 )
 
+    classes_of = _classes(args, file, defaults, file_models, names)
+    server["tenant_keys"] = _tenant_keys(file)
     models = []
     for name, spec in order:
         merged: dict[str, Any] = {}
@@ -270,7 +331,7 @@ def build_settings(
             (file_models.get(name, {}), f"[models.{name}]"),
         ):
             for key, value in source.items():
-                if key != "spec":
+                if key != "spec" and key not in _CLASS_KEYS:
                     merged[key] = _convert(_MODEL_KEYS[key][0], f"{label} {key}", value)
         named = {k for k in (*file_models.get(name, {}), *flags_one.get(name, {})) if k in _RUNTIME}
         merged.update(flags_all)
@@ -282,7 +343,9 @@ def build_settings(
         extra = {"timeout_s": merged.pop("timeout")} if "timeout" in merged else {}
         fields: dict[str, Any] = {str(_MODEL_KEYS[k][1]): v for k, v in merged.items()}
         batch = dataclasses.replace(BatchConfig(), **fields)
-        models.append(ModelSettings(name=name, spec=spec, batch=batch, **extra))
+        models.append(
+            ModelSettings(name=name, spec=spec, batch=batch, classes=classes_of.get(name), **extra)
+        )
 
     limits = RequestLimits(
         **{
@@ -295,6 +358,123 @@ def build_settings(
     if "drain_timeout" in server:
         server["drain_timeout_s"] = server.pop("drain_timeout")
     return ServerSettings(models=tuple(models), limits=limits, **server)
+
+
+_CLASS_KEYS = ("classes", "default_class")
+_CLASS_TABLE_KEYS = {"name", "weight", "share", "timeout", "max_wait"}
+
+
+def _class_list(value: Any, where: str) -> tuple[WorkClass, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{where} classes must be a non-empty list, got {value!r}")
+    out = []
+    for i, item in enumerate(value):
+        if isinstance(item, str):
+            out.append(parse_class(item))
+        elif isinstance(item, dict):
+            _check_keys(item, _CLASS_TABLE_KEYS, f"{where} classes[{i}]")
+            if "name" not in item:
+                raise ConfigError(f"{where} classes[{i}] needs name = '...'")
+            settings = []
+            for key, v in item.items():
+                if key != "name":
+                    is_num = isinstance(v, int | float) and not isinstance(v, bool)
+                    text = f"{v}s" if key in ("timeout", "max_wait") and is_num else str(v)
+                    settings.append(f"{key}={text}")
+            out.append(parse_class(f"{item['name']}:{','.join(settings)}"))
+        else:
+            raise ConfigError(f"{where} classes[{i}] must be a string or a table, got {item!r}")
+    return tuple(out)
+
+
+def _classes(
+    args: argparse.Namespace,
+    file: dict[str, Any],
+    defaults: dict[str, Any],
+    file_models: dict[str, dict[str, Any]],
+    names: set[str],
+) -> dict[str, ClassConfig]:
+    # Each model's classes: [defaults], then [models.NAME], then flags for every model,
+    # then flags for one model; tenants and their share are the server's, for every model.
+    lists: dict[str, tuple[WorkClass, ...]] = {}
+    chosen: dict[str, str] = {}
+    for name in names:
+        for table, label in (
+            (defaults, "[defaults]"),
+            (file_models.get(name, {}), f"[models.{name}]"),
+        ):
+            if "classes" in table:
+                lists[name] = _class_list(table["classes"], label)
+            if "default_class" in table:
+                chosen[name] = _convert("str", f"{label} default_class", table["default_class"])
+    for flag, raws in (("--class", args.classes), ("--default-class", args.default_class)):
+        every: list[str] = []
+        one: dict[str, list[str]] = {}
+        for raw in raws:
+            match = _NAMED.match(raw)
+            if match is None:
+                every.append(raw)
+            elif match.group(1) in names:
+                one.setdefault(match.group(1), []).append(match.group(2))
+            else:
+                raise ConfigError(
+                    f"{flag} {raw!r}: no model named {match.group(1)!r}; "
+                    f"served: {', '.join(sorted(names))}"
+                )
+        for name in names:
+            given = one.get(name) or every
+            if not given:
+                continue
+            if flag == "--class":
+                lists[name] = tuple(parse_class(t) for t in given)
+            else:
+                chosen[name] = given[-1]
+    tenants = _tenants(args, file)
+    share: Any = file.get("tenant_share", 1.0)
+    if args.tenant_share is not None:
+        try:
+            share = float(args.tenant_share)
+        except ValueError:
+            raise ConfigError(
+                f"--tenant-share must be a number, got {args.tenant_share!r}"
+            ) from None
+    if not lists:
+        if chosen or tenants or share != 1.0:
+            raise ConfigError("default classes, tenants and tenant_share need classes (--class)")
+        return {}
+    for name in chosen:
+        if name not in lists:
+            raise ConfigError(f"model {name}: a default class needs classes (--class)")
+    return {
+        name: ClassConfig(
+            classes=classes, default=chosen.get(name), tenants=tenants, tenant_share=share
+        )
+        for name, classes in lists.items()
+    }
+
+
+def _tenants(args: argparse.Namespace, file: dict[str, Any]) -> tuple[Tenant, ...]:
+    tenants: dict[str, Tenant] = {}
+    for i, table in enumerate(file.get("tenants", [])):
+        if not isinstance(table, dict):
+            raise ConfigError(f"tenants[{i}] must be a table, got {table!r}")
+        _check_keys(table, {"name", "weight", "key"}, f"tenants[{i}]")
+        if "name" not in table:
+            raise ConfigError(f"tenants[{i}] needs name = '...'")
+        weight = table.get("weight", 1.0)
+        tenants[table["name"]] = Tenant(name=table["name"], weight=weight)
+    for raw in args.tenants:
+        t = parse_tenant(raw)
+        tenants[t.name] = t
+    return tuple(tenants.values())
+
+
+def _tenant_keys(file: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    keys = []
+    for i, table in enumerate(file.get("tenants", [])):
+        if isinstance(table, dict) and "key" in table:
+            keys.append((str(table["name"]), _convert("str", f"tenants[{i}] key", table["key"])))
+    return tuple(keys)
 
 
 def _apply_runtime(name: str, spec: str, options: dict[str, Any], named: set[str]) -> str:

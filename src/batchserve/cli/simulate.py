@@ -8,6 +8,9 @@ with the server's settings, reporting what the load generator reports; ``--repli
 runs it on N replicas behind a load balancer (``--routing``), as
 :func:`~batchserve.sim.simulate_fleet` does. The defaults are the
 Go seed's scenario, so ``batchserve simulate`` predicts a row of ``batchserve demo``.
+``--mix CLASS:rate=R,...`` (repeated) runs mixed traffic instead, one stream per class and
+tenant, on the classes ``--class`` describes (none: today's single FIFO queue), and reports
+each stream, as :func:`~batchserve.sim.mix.simulate_mix` does.
 """
 
 from __future__ import annotations
@@ -17,8 +20,11 @@ import json
 from typing import Any
 
 from batchserve.cli._common import duration, positive_int
+from batchserve.cli.classes import add_class_args, classes_from_args
 from batchserve.config import BatchConfig, CostEstimate
+from batchserve.errors import ConfigError
 from batchserve.models.profiling import load_profile
+from batchserve.policy import ClassConfig
 from batchserve.sim import (
     ROUTINGS,
     FleetResult,
@@ -27,6 +33,7 @@ from batchserve.sim import (
     simulate_backlog,
     simulate_fleet,
 )
+from batchserve.sim.mix import MixResult, parse_stream, simulate_mix
 from batchserve.units import format_duration
 from batchserve.workload.arrivals import ARRIVAL_MODES, arrival_times
 from batchserve.workload.seed import (
@@ -182,6 +189,15 @@ def add_parser(sub: Any) -> None:
         "--max-batch-size; exit 1 unless batching raises throughput more than 2x",
     )
     add_batch_args(p)
+    p.add_argument(
+        "--mix",
+        action="append",
+        metavar="CLASS:rate=R[,inputs=N,timeout=T,tenant=NAME,arrivals=A,seed=S]",
+        help="mixed traffic: one stream of requests of a class (and tenant) per --mix, "
+        "each of N inputs (repeat); with --class the classes policy runs, without it one "
+        "FIFO queue (a stream's deadline: its timeout=, its class's, else --timeout)",
+    )
+    add_class_args(p)
     add_fleet_args(p)
     add_cost_args(p)
     p.add_argument("--name", help="the row's label")
@@ -214,7 +230,16 @@ def run(args: argparse.Namespace) -> int:
         admission=args.admission,
         initial_cost=initial_cost_from_args(args, cost),
     )
-    schedule = arrival_times(rate=args.rate, duration_s=duration_s, arrivals=mode, seed=args.seed)
+    schedule = (
+        []
+        if args.mix
+        else arrival_times(rate=args.rate, duration_s=duration_s, arrivals=mode, seed=args.seed)
+    )
+    classes = classes_from_args(args)
+    if args.mix:
+        return _run_mix(args, config, cost, classes)
+    if classes is not None:
+        raise ConfigError("--class needs --mix (the traffic of each class)")
     if args.replicas is not None:
         return _run_fleet(args, config, cost, schedule)
     result = simulate(
@@ -281,6 +306,46 @@ def _run_fleet(
     print(result.summary.format_row())
     print(_fleet_details(result))
     return 0
+
+
+def _run_mix(
+    args: argparse.Namespace,
+    config: BatchConfig,
+    cost: CostEstimate,
+    classes: ClassConfig | None,
+) -> int:
+    result = simulate_mix(
+        config=config,
+        cost=cost,
+        streams=[parse_stream(text) for text in args.mix],
+        duration_s=args.duration,
+        classes=classes,
+        timeout_s=args.timeout,
+        overhead_s=args.overhead,
+    )
+    if args.json:
+        print(json.dumps(result.to_dicts()))
+        return 0
+    print(_mix_table(result, cost, args.duration))
+    return 0
+
+
+def _mix_table(result: MixResult, cost: CostEstimate, duration_s: float) -> str:
+    lines = [
+        f"simulated: {format_duration(cost.fixed_s)} per call + "
+        f"{format_duration(cost.per_item_s)} per item, policy {result.policy}, "
+        f"{format_duration(duration_s)}; rates in items per second",
+        "",
+        f"{'stream':<24}{'offered/s':>10}{'ok/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'rejected':>10}{'timed out':>10}",
+    ]
+    for f in result.streams:
+        lines.append(
+            f"{f.stream.label:<24}{f.offered_per_s:>10.1f}{f.ok_per_s:>10.1f}{f.p50_ms:>9.1f}"
+            f"{f.p99_ms:>9.1f}{f.rejected_total:>10}{f.timed_out:>10}"
+        )
+    lines.append(f"  {result.batches} passes, {result.items} items")
+    return "\n".join(lines)
 
 
 def _fleet_details(result: FleetResult) -> str:

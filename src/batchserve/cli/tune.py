@@ -7,6 +7,11 @@ so, and which rate could be met. With ``--max-replicas N`` it sizes a fleet inst
 fewest replicas (up to N) behind a ``--routing`` balancer, and their setting, that serve the
 rate within the target (:mod:`batchserve.sim.sizing`). Exits 1 when the target is not met (at
 any rate given).
+
+With ``--mix`` (streams of several classes, as ``simulate --mix``), ``--class`` and one
+``--target CLASS=P99`` per class that has a latency target, it searches max batch size and
+max wait for the most items served with every target class within its p99
+(:func:`~batchserve.sim.mixtune.tune_mix`).
 """
 
 from __future__ import annotations
@@ -16,13 +21,18 @@ import json
 from typing import Any
 
 from batchserve.cli._common import duration, positive_int, rates
+from batchserve.cli.classes import add_class_args, classes_from_args
 from batchserve.cli.simulate import (
     add_cost_args,
     add_queue_args,
     cost_from_args,
     initial_cost_from_args,
 )
+from batchserve.config import BatchConfig
+from batchserve.errors import ConfigError
 from batchserve.sim import ROUTINGS
+from batchserve.sim.mix import parse_stream
+from batchserve.sim.mixtune import MixTuneResult, tune_mix
 from batchserve.sim.sizing import FleetPlan, size_fleet
 from batchserve.sim.tuning import Evaluation, Scenario, TuneResult, tune
 from batchserve.units import format_duration
@@ -55,10 +65,29 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--rate",
         type=rates,
-        required=True,
-        help="requests per second: 600, 200,400,600 or 200:1000:200",
+        help="requests per second: 600, 200,400,600 or 200:1000:200 (required without --mix)",
     )
-    p.add_argument("--p99", type=duration, required=True, help="p99 latency target, e.g. 50ms")
+    p.add_argument(
+        "--p99", type=duration, help="p99 latency target, e.g. 50ms (required without --mix)"
+    )
+    m = p.add_argument_group("mixed traffic: per-class targets")
+    m.add_argument(
+        "--mix",
+        action="append",
+        metavar="CLASS:rate=R[,inputs=N,timeout=T,tenant=NAME,arrivals=A,seed=S]",
+        help="a stream of the mix (repeat), as `simulate --mix`; needs --class and --target",
+    )
+    m.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="CLASS=P99",
+        help="a class's p99 target (repeat), e.g. interactive=80ms",
+    )
+    m.add_argument(
+        "--duration", type=duration, default=3.0, help="simulated schedule per setting (3s)"
+    )
+    add_class_args(p)
     add_queue_args(p)
     p.add_argument("--max-workers", type=positive_int, default=4, help="search 1..N (4)")
     p.add_argument(
@@ -88,8 +117,89 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+def _targets(texts: list[str]) -> dict[str, float]:
+    out = {}
+    for text in texts:
+        name, eq, value = text.partition("=")
+        if not eq or not name.strip():
+            raise ConfigError(f"--target must be CLASS=P99 such as interactive=80ms, got {text!r}")
+        out[name.strip()] = duration(value.strip())
+    return out
+
+
+def _run_mix(args: argparse.Namespace) -> int:
+    classes = classes_from_args(args)
+    if classes is None:
+        raise ConfigError("--mix needs --class (the classes the server is given)")
+    cost = cost_from_args(args)
+    result = tune_mix(
+        config=BatchConfig(
+            queue_size=args.queue_size,
+            admission=args.admission,
+            initial_cost=initial_cost_from_args(args, cost),
+        ),
+        cost=cost,
+        streams=[parse_stream(t) for t in args.mix],
+        classes=classes,
+        targets_s=_targets(args.target),
+        duration_s=args.duration,
+        max_loss=args.max_loss,
+        max_batch_size=args.max_batch_limit,
+        overhead_s=args.overhead,
+    )
+    if args.json:
+        best = result.best
+        print(
+            json.dumps(
+                {
+                    "met": result.met,
+                    "targets_s": result.targets_s,
+                    "best": None if best is None else best.to_dict(),
+                    "ranked": [e.to_dict() for e in result.ranked[: args.top]],
+                }
+            )
+        )
+    else:
+        print(_format_mix(result, args.top))
+    return 0 if result.met else 1
+
+
+def _format_mix(result: MixTuneResult, top: int) -> str:
+    targets = ", ".join(f"{k} p99 <= {format_duration(v)}" for k, v in result.targets_s.items())
+    lines = [f"targets: {targets}", ""]
+    best = result.best
+    if best is None:
+        closest = result.ranked[0]
+        lines.append(
+            f"no setting meets the targets; the closest (batch <= {closest.max_batch_size}, "
+            f"wait {format_duration(closest.max_wait_s)}) has a p99 {closest.worst:.2f}x its "
+            "target"
+        )
+    else:
+        lines.append(
+            f"best: --max-batch-size {best.max_batch_size} --max-wait "
+            f"{format_duration(best.max_wait_s)} ({best.ok_per_s:.0f} items/s served)"
+        )
+    lines.append("")
+    lines.append(f"{'batch':>6}{'wait':>8}{'ok items/s':>12}  p99 ms by class (loss)")
+    for e in result.ranked[:top]:
+        figures = ", ".join(
+            f"{k} {e.p99_ms.get(k, 0.0):.1f} ({e.loss[k]:.1%})" for k in result.targets_s
+        )
+        mark = "" if e.met else "  misses"
+        lines.append(
+            f"{e.max_batch_size:>6}{format_duration(e.max_wait_s):>8}{e.ok_per_s:>12.0f}  "
+            f"{figures}{mark}"
+        )
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     """Tune for each rate and print the findings."""
+    if args.mix:
+        return _run_mix(args)
+    if args.rate is None or args.p99 is None:
+        raise ConfigError("tune needs --rate and --p99 (or --mix with --target)")
     cost = cost_from_args(args)
     status = 0
     for i, rate in enumerate(args.rate):

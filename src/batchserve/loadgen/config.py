@@ -110,6 +110,9 @@ class LoadConfig:
         warm_connections: connections each process opens before the start.
         kserve_input: the KServe input tensor's name.
         api_key: sent as ``Authorization: Bearer KEY`` when set (never printed).
+        priority: the class of work each request names (``X-Priority``, and KServe's
+            ``parameters.priority`` as Triton reads it when it is a level); None: none.
+        tenant: sent as ``X-Tenant`` when set.
         name: the report row's label ("" for one made from the api and rate).
     """
 
@@ -131,6 +134,8 @@ class LoadConfig:
     warm_connections: int = 32
     kserve_input: str = "text"
     api_key: str | None = field(default=None, repr=False)
+    priority: str | None = None
+    tenant: str | None = None
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -157,6 +162,9 @@ class LoadConfig:
         _check_int("max_connections", self.max_connections, self.processes)
         _check_int("max_dials", self.max_dials, 1)
         _check_int("warm_connections", self.warm_connections, 0)
+        for what, value in (("priority", self.priority), ("tenant", self.tenant)):
+            if value is not None and (not value or not value.isprintable() or "," in value):
+                raise ConfigError(f"{what} must be a printable name without commas, got {value!r}")
         if not self.kserve_input:
             raise ConfigError("kserve_input must be a non-empty name, got ''")
         if math.isinf(self.rate * self.duration_s) or self.rate * self.duration_s > 1e8:

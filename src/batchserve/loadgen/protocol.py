@@ -11,7 +11,9 @@ outcomes:
   ``client_timeout``);
 * ``error``: everything else, including a failed connection (status 0).
 
-The server's contract: the deadline travels in ``X-Request-Timeout`` (decimal seconds) and,
+A request's class of work travels in ``X-Priority`` (and, for KServe, in
+``parameters.priority``), its tenant in ``X-Tenant``. The server's contract: the deadline
+travels in ``X-Request-Timeout`` (decimal seconds) and,
 for KServe, also in ``parameters.timeout`` (integer microseconds); with
 ``absolute_deadline``, also in ``X-Request-Deadline`` (Unix epoch seconds), whose value is a
 fixed-width placeholder in the encoded bytes, filled in when the request is written
@@ -92,8 +94,13 @@ def request_body(config: LoadConfig, texts: Sequence[str]) -> dict[str, object]:
             }
         ]
     }
+    params: dict[str, object] = {}
     if config.timeout_s is not None:
-        body["parameters"] = {"timeout": round(config.timeout_s * 1e6)}
+        params["timeout"] = round(config.timeout_s * 1e6)
+    if config.priority is not None:
+        params["priority"] = int(config.priority) if config.priority.isdigit() else config.priority
+    if params:
+        body["parameters"] = params
     return body
 
 
@@ -109,6 +116,10 @@ def encode_request(config: LoadConfig, texts: Sequence[str]) -> bytes:
     ]
     if config.api_key:
         lines.append(f"Authorization: Bearer {config.api_key}")
+    if config.priority is not None:
+        lines.append(f"X-Priority: {config.priority}")
+    if config.tenant is not None:
+        lines.append(f"X-Tenant: {config.tenant}")
     if config.timeout_s is not None:
         lines.append(f"X-Request-Timeout: {config.timeout_s:.6f}".rstrip("0").rstrip("."))
         if config.absolute_deadline:

@@ -162,6 +162,7 @@ class LoadReport:
         cpu_core_percent: that per second of run, in % of one core; cpu_machine_percent:
             the same in % of all cores.
         warnings: sentences about anything that makes the figures doubtful.
+        priority, tenant: the class of work and tenant the requests named (None: none).
     """
 
     summary: LoadSummary
@@ -190,6 +191,8 @@ class LoadReport:
     cpu_core_percent: float
     cpu_machine_percent: float
     warnings: tuple[str, ...] = ()
+    priority: str | None = None
+    tenant: str | None = None
 
     @property
     def fell_behind(self) -> bool:
@@ -295,6 +298,8 @@ def build_report(config: LoadConfig, merged: Merged) -> LoadReport:
         config, merged, n, lags_ms, unsent, lag=(lag_p99, lag_max), own=(own_p99, own_max)
     )
     return LoadReport(
+        priority=config.priority,
+        tenant=config.tenant,
         summary=summary,
         api=config.api,
         url=config.url,

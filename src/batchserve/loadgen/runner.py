@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import multiprocessing
 import resource
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -27,7 +27,7 @@ from batchserve.loadgen.config import LoadConfig
 from batchserve.loadgen.report import LoadReport, Records, build_report, merge
 from batchserve.loadgen.sender import Progress, Sender, Share, ShareResult, cpu_seconds, now
 
-__all__ = ["LoadRun", "loop_factory", "run_load", "split"]
+__all__ = ["LoadRun", "loop_factory", "run_load", "run_mix", "split"]
 
 #: Seconds between the last "ready" and the common start instant.
 START_MARGIN_S = 0.05
@@ -103,6 +103,37 @@ def run_load(
     return LoadRun(
         report=build_report(config, merged), records=merged.records, start_at=merged.start_at
     )
+
+
+def run_mix(configs: Sequence[LoadConfig], *, progress_every_s: float = 0.25) -> list[LoadRun]:
+    """Run several streams at once, one sender process each, from one start; report each.
+
+    Each config is one stream of mixed traffic (its own rate, inputs, deadline, class and
+    tenant); all start at the same instant. Blocks the calling thread.
+
+    Raises:
+        OSError: the server cannot be reached before the start.
+        RuntimeError: a sender process failed.
+    """
+    shares = [
+        Share(
+            config=c,
+            offsets=(schedule := c.schedule()),
+            indices=list(range(len(schedule))),
+            max_connections=c.max_connections,
+        )
+        for c in configs
+    ]
+    results, _ = _run_children(shares, None, progress_every_s)
+    runs = []
+    for c, r in zip(configs, results, strict=True):
+        merged = merge([r])
+        runs.append(
+            LoadRun(
+                report=build_report(c, merged), records=merged.records, start_at=merged.start_at
+            )
+        )
+    return runs
 
 
 def _raise_fd_limit() -> None:

@@ -1,6 +1,21 @@
 """The pure batching policy: admission, queue order, batch formation, expiry, outcomes."""
 
+from batchserve.policy.classes import ClassConfig, Tenant, WorkClass
 from batchserve.policy.core import Batch, Entry, Policy, Step
+from batchserve.policy.mixed import MixedEntry, MixedPolicy
 from batchserve.policy.outcomes import REJECT_REASONS, Counters, PolicyStats
 
-__all__ = ["REJECT_REASONS", "Batch", "Counters", "Entry", "Policy", "PolicyStats", "Step"]
+__all__ = [
+    "REJECT_REASONS",
+    "Batch",
+    "ClassConfig",
+    "Counters",
+    "Entry",
+    "MixedEntry",
+    "MixedPolicy",
+    "Policy",
+    "PolicyStats",
+    "Step",
+    "Tenant",
+    "WorkClass",
+]

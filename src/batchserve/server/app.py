@@ -34,6 +34,7 @@ from types import TracebackType
 from typing import Any
 
 from batchserve.models.loader import LoadedModel, load_model
+from batchserve.policy import ClassConfig, WorkClass
 from batchserve.server import kserve, openai
 from batchserve.server.asgi import (
     ClientGone,
@@ -51,6 +52,7 @@ from batchserve.server.asgi import (
     send,
     watch_disconnect,
 )
+from batchserve.server.classes import TenantKeys, header_class, wire_tenant
 from batchserve.server.deadlines import wire_deadline
 from batchserve.server.exchange import ARRIVAL, Endpoint, Exchange, Reply, passed
 from batchserve.server.metrics import CONTENT_TYPE, Metrics
@@ -99,8 +101,14 @@ class App:
         )
         for m in self.registry.models.values():
             self.metrics.add_model(m.name, _stats_of(m), _ready_of(m))
+            if m.classes is not None:
+                self.metrics.add_classes(m.name, _class_stats_of(m))
         self.draining = False
         self._key = settings.api_key.encode() if settings.api_key else None
+        # None unless tenant keys are configured: then a request's key names its tenant.
+        self._tenant_keys = (
+            TenantKeys(settings.tenant_keys, settings.api_key) if settings.tenant_keys else None
+        )
         self._load_task: asyncio.Task[None] | None = None
         self._drain_task: asyncio.Future[None] | None = None
         self._inflight = 0
@@ -222,7 +230,11 @@ class App:
         self._inflight += 1
         exchange = Exchange(self, endpoint, head, arrival, respond)
         try:
-            authorize(head, self._key)
+            tenant_keys = self._tenant_keys
+            if tenant_keys is None:
+                authorize(head, self._key)
+            else:
+                exchange.tenant = tenant_keys.tenant(head)
             model = self._only
             if model_name is not None:
                 model = exchange.model = self.registry.require(model_name, param="name")
@@ -239,9 +251,19 @@ class App:
             if deadline is not None and deadline <= now:
                 raise passed(now - arrival)
             batcher = model.require_batcher()
-            refusal = batcher.screen(
-                deadline if deadline is not None else arrival + model.settings.timeout_s
-            )
+            classes = model.classes
+            if classes is None:
+                refusal = batcher.screen(
+                    deadline if deadline is not None else arrival + model.settings.timeout_s
+                )
+            else:
+                work = self.classify(exchange, classes)
+                if deadline is None:
+                    timeout_s = work.timeout_s
+                    deadline = arrival + (
+                        timeout_s if timeout_s is not None else model.settings.timeout_s
+                    )
+                refusal = batcher.screen(deadline, work.name, exchange.tenant)
             if refusal is not None:
                 raise refusal
             if model_name is None:
@@ -249,6 +271,22 @@ class App:
         except Exception as exc:
             exchange.fail(exc)
         return exchange
+
+    def classify(self, exchange: Exchange, classes: ClassConfig) -> WorkClass:
+        """The class and tenant of ``exchange`` for a model with ``classes`` (set on it).
+
+        The class the body named stands; else the ``X-Priority`` header's. The tenant is
+        the one its key named, else (no tenant keys) the ``X-Tenant`` header's.
+
+        Raises:
+            ApiError: 422 for an unknown class or a bad header value.
+        """
+        work = exchange.work
+        if work is None:
+            work = exchange.work = header_class(classes, exchange.head)
+        if self._tenant_keys is None and exchange.tenant is None:
+            exchange.tenant = wire_tenant(exchange.head)
+        return work
 
     def release(self) -> None:
         """An exchange's reply was written (or its client left); see :meth:`drain`."""
@@ -491,6 +529,14 @@ async def _answered_or_gone(answered: asyncio.Future[Reply], receive: Receive) -
 def _stats_of(model: ServedModel) -> Callable[[], Any]:
     def stats() -> Any:
         return model.batcher.statistics() if model.batcher is not None else None
+
+    return stats
+
+
+def _class_stats_of(model: ServedModel) -> Callable[[], Any]:
+    def stats() -> Any:
+        b = model.batcher
+        return None if b is None else (b.class_statistics(), b.class_depths())
 
     return stats
 

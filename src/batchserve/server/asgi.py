@@ -71,6 +71,8 @@ HEAD_FIELDS = frozenset(
         b"content-encoding",
         b"content-length",
         b"inference-header-content-length",
+        b"x-priority",
+        b"x-tenant",
         *DEADLINE_HEADERS,
     }
 )

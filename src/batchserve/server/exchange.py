@@ -40,6 +40,7 @@ from batchserve.server.asgi import JSON_TYPE, Head, Headers
 from batchserve.server.statuses import ApiError, from_exception
 
 if TYPE_CHECKING:
+    from batchserve.policy import WorkClass
     from batchserve.server.app import App
     from batchserve.server.registry import ServedModel
 
@@ -144,7 +145,10 @@ class Exchange:
         arrival: when its first byte arrived (monotonic seconds, the batcher's clock).
         model: the model it asks for, once known.
         request: the parsed body (the endpoint's own type), once parsed.
-        deadline: its absolute deadline: from the wire, the body, else the model's default.
+        deadline: its absolute deadline: from the wire, the body, else its class's or the
+            model's default.
+        work: its class of work, once known (models with classes only).
+        tenant: its tenant (models with classes only; None: none).
         respond: the driver's callback for the reply.
         reply: the reply, once there is one.
     """
@@ -163,6 +167,8 @@ class Exchange:
         "request",
         "respond",
         "results",
+        "tenant",
+        "work",
     )
 
     def __init__(
@@ -186,6 +192,8 @@ class Exchange:
         self.pending = 0
         self.reply: Reply | None = None
         self.released = False
+        self.work: WorkClass | None = None
+        self.tenant: str | None = None
 
     @property
     def done(self) -> bool:
@@ -207,16 +215,25 @@ class Exchange:
                 raise ApiError("draining", "the server is shutting down and admits no new requests")
             batcher = model.require_batcher()
             now = batcher.clock.now()
+            work = None if model.classes is None else app.classify(self, model.classes)
             deadline = self.deadline
             if deadline is None:
-                deadline = self.deadline = self.arrival + model.settings.timeout_s
+                timeout_s = model.settings.timeout_s
+                if work is not None and work.timeout_s is not None:
+                    timeout_s = work.timeout_s
+                deadline = self.deadline = self.arrival + timeout_s
             if deadline <= now:
                 raise passed(now - self.arrival)
             self.results = [None] * len(items)
             self.pending = len(items)
             entries = self.entries
-            for i, item in enumerate(items):
-                entries.append(batcher.offer(item, deadline, self, i))
+            if work is None:
+                for i, item in enumerate(items):
+                    entries.append(batcher.offer(item, deadline, self, i))
+            else:
+                name, tenant = work.name, self.tenant
+                for i, item in enumerate(items):
+                    entries.append(batcher.offer(item, deadline, self, i, name, tenant))
         except Exception as exc:
             self._withdraw()
             self.fail(exc)

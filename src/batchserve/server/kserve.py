@@ -34,6 +34,7 @@ from batchserve import __version__
 from batchserve.batcher import Served
 from batchserve.models.loader import LoadedModel
 from batchserve.server.asgi import json_bytes, load_json
+from batchserve.server.classes import resolve_class
 from batchserve.server.exchange import Exchange, Reply, timing_headers
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
@@ -85,6 +86,8 @@ class InferRequest:
         outputs: the outputs asked for, name -> binary (empty: all outputs).
         binary_default: outputs not listed are binary (``parameters.binary_data_output``).
         timeout_s: ``parameters.timeout`` converted to seconds, if given.
+        priority: ``parameters.priority`` (Triton's level, 1 = most urgent, 0 = default), or
+            a class name; read only by models with classes of work.
     """
 
     id: str | None
@@ -92,6 +95,7 @@ class InferRequest:
     outputs: dict[str, bool] = field(default_factory=dict)
     binary_default: bool = False
     timeout_s: float | None = None
+    priority: int | str | None = None
 
 
 def server_metadata() -> dict[str, Any]:
@@ -176,7 +180,20 @@ def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
         outputs=_requested_outputs(data.get("outputs")),
         binary_default=params.get("binary_data_output") is True,
         timeout_s=_timeout(params.get("timeout")),
+        priority=_priority(params.get("priority")),
     )
+
+
+def _priority(value: Any) -> int | str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ApiError(
+            "invalid",
+            f"parameters.priority must be an integer level or a class name, got {value!r:.40}",
+            param="parameters.priority",
+        )
+    return value
 
 
 def _requested_outputs(value: Any) -> dict[str, bool]:
@@ -420,6 +437,8 @@ class InferEndpoint:
                 )
         else:
             items = generic_items(req, self.limits)
+        if req.priority is not None and model.classes is not None:
+            exchange.work = resolve_class(model.classes, req.priority, "parameters.priority")
         if req.timeout_s is not None:
             own = exchange.arrival + req.timeout_s
             if exchange.deadline is None or own < exchange.deadline:

@@ -44,7 +44,12 @@ batchserve_cost_fixed_seconds              gauge      fitted fixed cost per pass
 batchserve_cost_per_item_seconds           gauge      fitted cost per item
 batchserve_cost_samples                    gauge      passes the cost model learned from
 batchserve_model_ready                     gauge      1 when the model serves
+batchserve_class_items_total               counter    items by ``class``, ``tenant``, ``outcome``
+batchserve_class_queue_depth               gauge      items waiting now, by ``class``
 =========================================  =========  ======================================
+
+The two ``class`` metrics exist for models with classes of work. Their ``tenant`` label is a
+configured tenant's name, or ``""`` for every other tenant, so the label set stays bounded.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.utils import floatToGoString
 
 from batchserve.batcher import BatchRecord
-from batchserve.policy import PolicyStats
+from batchserve.policy import Counters, PolicyStats
 
 __all__ = ["CONTENT_TYPE", "OUTCOME_OF_REASON", "REQUEST_OUTCOMES", "UNKNOWN_MODEL", "Metrics"]
 
@@ -105,6 +110,8 @@ _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 StatsSource = Callable[[], PolicyStats | None]
+#: Counters by class then tenant label, and queue depth by class (None while loading).
+ClassStatsSource = Callable[[], tuple[dict[str, dict[str, Counters]], dict[str, int]] | None]
 
 
 class _Histogram:
@@ -158,6 +165,7 @@ class Metrics:
         self._batch_size: dict[str, _Histogram] = {}
         self._forward: dict[str, _Histogram] = {}
         self._sources: dict[str, tuple[StatsSource, Callable[[], bool]]] = {}
+        self._class_sources: dict[str, ClassStatsSource] = {}
         self.registry.register(self)
 
     def add_model(self, name: str, stats: StatsSource, ready: Callable[[], bool]) -> None:
@@ -166,6 +174,14 @@ class Metrics:
         self._queue_wait[name] = _Histogram(_LATENCY_BUCKETS)
         self._batch_size[name] = _Histogram(_SIZE_BUCKETS)
         self._forward[name] = _Histogram(_LATENCY_BUCKETS)
+
+    def add_classes(self, name: str, stats: ClassStatsSource) -> None:
+        """Report ``name``'s outcomes and queue by class and tenant at each scrape.
+
+        ``stats()`` gives the counters by class then tenant label, and the queue depth by
+        class (or None while the model loads).
+        """
+        self._class_sources[name] = stats
 
     # -- events (the hot path) -------------------------------------------------------------
 
@@ -324,3 +340,38 @@ class Metrics:
             samples.add_metric([name], stats.cost_samples)
             bisect_calls.add_metric([name], stats.bisect_calls)
         yield from (items, depth, running, fixed, per_item, samples, ready, bisect_calls)
+        if self._class_sources:
+            yield from self._classes()
+
+    def _classes(self) -> Iterator[Metric]:
+        items = CounterMetricFamily(
+            "batchserve_class_items",
+            "Items by class of work, tenant and batching-policy outcome.",
+            labels=["model", "class", "tenant", "outcome"],
+        )
+        depth = GaugeMetricFamily(
+            "batchserve_class_queue_depth",
+            "Items waiting now, by class of work.",
+            labels=["model", "class"],
+        )
+        for name, source in self._class_sources.items():
+            got = source()
+            if got is None:
+                continue
+            by_class, depths = got
+            for work, tenants in by_class.items():
+                for tenant, c in tenants.items():
+                    labels = [name, work, tenant]
+                    for outcome, value in (
+                        ("ok", c.ok),
+                        ("late", c.late),
+                        ("expired", c.expired),
+                        ("cancelled", c.cancelled),
+                        ("failed", c.failed),
+                    ):
+                        items.add_metric([*labels, outcome], value)
+                    for reason, value in c.rejected.items():
+                        items.add_metric([*labels, f"rejected_{reason}"], value)
+            for work, n in depths.items():
+                depth.add_metric([name, work], n)
+        yield from (items, depth)

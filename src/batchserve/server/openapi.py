@@ -24,6 +24,35 @@ from batchserve.units import POSITIVE_DURATION_PATTERN
 
 __all__ = ["docs_html", "openapi_spec"]
 
+#: The headers that place a request in a class of work and a tenant (models with classes).
+_CLASS_PARAMS = [
+    {
+        "name": "X-Priority",
+        "in": "header",
+        "required": False,
+        "description": "This request's class of work, for a model served with classes "
+        "(`serve --class`): a class name (`interactive`, `bulk`) or a level, 1 = the first, "
+        "most urgent class, 0 = the default class (Triton's numbering). Its class sets its "
+        "default deadline, its share of every forward pass and of the queue, and its "
+        "`Retry-After`. An unknown name or a level out of range is answered 422 `invalid`. "
+        "A model without classes ignores it. KServe's `parameters.priority` in the body "
+        "takes precedence.",
+        # No length or pattern here: a model without classes ignores the header, whatever
+        # it holds; one with classes answers 422 for a value it does not know.
+        "schema": {"type": "string", "examples": ["interactive", "1"]},
+    },
+    {
+        "name": "X-Tenant",
+        "in": "header",
+        "required": False,
+        "description": "Who this request is for, when no tenant keys are configured (with "
+        "tenant keys, the bearer key names the tenant and this header is ignored). Tenants "
+        "share a class's passes by weight and each may hold at most `--tenant-share` of its "
+        "queue. 1 to 64 printable characters without commas, else 422 `invalid`.",
+        "schema": {"type": "string", "examples": ["search"]},
+    },
+]
+
 _DEADLINE_PARAMS = [
     {
         "name": TIMEOUT_HEADER,
@@ -246,6 +275,12 @@ def _schemas(models: list[str], limits: RequestLimits, dimensions: list[int]) ->
                             "type": "integer",
                             "description": "Timeout in microseconds, as Triton reads it.",
                         },
+                        "priority": {
+                            "description": "Class of work, as Triton's priority: a level "
+                            "(1 = the first class, 0 = the default) or a class name. Read "
+                            "only by models with classes; takes precedence over `X-Priority`.",
+                            "oneOf": [{"type": "integer"}, {"type": "string"}],
+                        },
                         "binary_data_output": {"type": "boolean"},
                     },
                 },
@@ -316,7 +351,7 @@ def openapi_spec(
                 "official `openai` client (`client.embeddings.create`).",
                 "tags": ["OpenAI"],
                 **security,
-                "parameters": _DEADLINE_PARAMS,
+                "parameters": [*_DEADLINE_PARAMS, *_CLASS_PARAMS],
                 "requestBody": {
                     "required": True,
                     "content": _json({"$ref": "#/components/schemas/EmbeddingsRequest"}),
@@ -403,6 +438,7 @@ def openapi_spec(
                 "parameters": [
                     model_param,
                     *_DEADLINE_PARAMS,
+                    *_CLASS_PARAMS,
                     {
                         "name": "Inference-Header-Content-Length",
                         "in": "header",

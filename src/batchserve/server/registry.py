@@ -52,6 +52,8 @@ class ServedModel:
     ) -> None:
         self.settings = settings
         self.name = settings.name
+        #: Its classes of work (None: one FIFO queue).
+        self.classes = settings.classes
         self.state = "loading"
         self.loaded: LoadedModel | None = None
         self.batcher: Batcher[Any] | None = None
@@ -87,6 +89,7 @@ class ServedModel:
             config,
             timeout_s=self.settings.timeout_s,
             on_batch=(lambda rec: on_batch(name, rec)) if on_batch is not None else None,
+            classes=self.classes,
         )
         self.load_seconds = time.monotonic() - self._started
         self.state = "ready"
@@ -122,16 +125,28 @@ class ServedModel:
             )
         return self.batcher
 
-    async def infer(self, inputs: Sequence[Any], deadline: float | None) -> list[Served[Any]]:
+    async def infer(
+        self,
+        inputs: Sequence[Any],
+        deadline: float | None,
+        *,
+        priority: str | int | None = None,
+        tenant: str | None = None,
+    ) -> list[Served[Any]]:
         """Run every input through the batcher; answers in input order.
 
         Args:
             inputs: one item per input; each may land in a different batch.
-            deadline: absolute time on the batcher's clock (None: the model's default).
+            deadline: absolute time on the batcher's clock (None: its class's default, else
+                the model's).
+            priority: its class of work (a name or a level; ignored by a model without
+                classes, as the server ignores ``X-Priority``).
+            tenant: its tenant (models with classes).
 
         Raises:
             NotReady: the model is still loading.
             QueueFull, DeadlineInfeasible, ShuttingDown: refused at admission (whole).
+            ConfigError: ``priority`` names no class of a model with classes.
             DeadlineExceeded, ModelError: an input missed its deadline or made the model
                 raise; the request's other inputs are withdrawn.
 
@@ -141,7 +156,14 @@ class ServedModel:
         tickets: list[Ticket[Any]] = []
         try:
             for item in inputs:
-                tickets.append(batcher.submit_nowait(item, deadline=deadline))
+                if self.classes is None:
+                    tickets.append(batcher.submit_nowait(item, deadline=deadline))
+                else:
+                    tickets.append(
+                        batcher.submit_nowait(
+                            item, deadline=deadline, priority=priority, tenant=tenant
+                        )
+                    )
         except Rejected:
             for t in tickets:
                 t.cancel()

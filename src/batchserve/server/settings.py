@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from batchserve.config import BatchConfig, check_positive
 from batchserve.errors import ConfigError
 from batchserve.models.loader import default_model_name
+from batchserve.policy import ClassConfig
 
 __all__ = ["DEFAULT_MODEL_NAME", "ModelSettings", "RequestLimits", "ServerSettings"]
 
@@ -63,12 +64,15 @@ class ModelSettings:
         spec: what to load (see :func:`batchserve.models.loader.load_model`).
         batch: its batcher's settings.
         timeout_s: the deadline of a request that states none, in seconds.
+        classes: its classes of work and tenants (None: one FIFO queue, and a request's
+            ``X-Priority`` is not read).
     """
 
     name: str
     spec: str
     batch: BatchConfig = field(default_factory=BatchConfig)
     timeout_s: float = 30.0
+    classes: ClassConfig | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -81,6 +85,8 @@ class ModelSettings:
         if not isinstance(self.batch, BatchConfig):
             raise ConfigError(f"batch must be a BatchConfig, got {self.batch!r}")
         check_positive("timeout_s", self.timeout_s)
+        if self.classes is not None and not isinstance(self.classes, ClassConfig):
+            raise ConfigError(f"classes must be a ClassConfig, got {self.classes!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +99,10 @@ class ServerSettings:
         port: the port to bind; 0 picks a free one (printed in the ready line).
         limits: request limits.
         api_key: if set, inference endpoints need ``Authorization: Bearer <api_key>``.
+        tenant_keys: (tenant, key) pairs: a request that carries one of these keys as its
+            bearer token belongs to that tenant. With any, inference endpoints need a key
+            (``api_key`` too is then accepted, for requests of no tenant); with none, a
+            request's tenant is its ``X-Tenant`` header.
         drain_timeout_s: on SIGTERM, at most this long is spent finishing accepted work.
     """
 
@@ -101,6 +111,7 @@ class ServerSettings:
     port: int = 8000
     limits: RequestLimits = field(default_factory=RequestLimits)
     api_key: str | None = None
+    tenant_keys: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     drain_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
@@ -116,4 +127,9 @@ class ServerSettings:
             raise ConfigError(f"port must be in 0..65535, got {self.port!r}")
         if self.api_key is not None and not self.api_key:
             raise ConfigError("api_key must be non-empty when given, got ''")
+        keys = [k for _, k in self.tenant_keys]
+        if any(not isinstance(k, str) or not k for k in keys) or len(set(keys)) != len(keys):
+            raise ConfigError("tenant keys must be non-empty and unique")
+        if self.api_key is not None and self.api_key in keys:
+            raise ConfigError("a tenant's key must differ from api_key")
         check_positive("drain_timeout_s", self.drain_timeout_s)

@@ -1,0 +1,171 @@
+"""One class's queue: a lane per tenant, served by deficit round robin, and its tallies.
+
+Theory of operation
+-------------------
+A :class:`ClassQueue` holds the live queued entries of one class of work twice: all of them
+in arrival order (``items``: its oldest is the head whose wait the max-wait rule bounds) and
+each tenant's in a :class:`Lane` of its own, in arrival order. Lanes with items wait in a
+ring. :meth:`ClassQueue.take` serves the ring by deficit round robin (Shreedhar and Varghese):
+the lane at the front adds its ``quantum`` (its weight, scaled so the lightest tenant's is 1
+item) to its deficit when it has less than one item of credit, gives as many items as its
+whole credit allows, and goes to the back of the ring. A lane keeps the credit it had not
+spent when a batch ended, so fairness holds across passes, not only within one. A lane that
+empties leaves the ring with no credit (an idle tenant banks nothing) and is forgotten.
+
+Every item is counted in the :class:`Tally` of its class and tenant label, so the outcome
+identity holds per class and per configured tenant.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import TYPE_CHECKING, Any
+
+from batchserve.policy.outcomes import REJECT_REASONS, Counters
+
+if TYPE_CHECKING:
+    from batchserve.policy.classes import WorkClass
+    from batchserve.policy.core import Entry
+
+__all__ = ["ClassQueue", "Lane", "Tally"]
+
+
+class Tally:
+    """Mutable outcome counters of one class and tenant label (see :class:`Counters`)."""
+
+    __slots__ = ("cancelled", "expired", "failed", "late", "ok", "pending", "received", "rejected")
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.ok = 0
+        self.late = 0
+        self.rejected = dict.fromkeys(REJECT_REASONS, 0)
+        self.expired = 0
+        self.cancelled = 0
+        self.failed = 0
+        self.pending = 0
+
+    def snapshot(self) -> Counters:
+        """A frozen copy."""
+        return Counters(
+            received=self.received,
+            ok=self.ok,
+            late=self.late,
+            rejected=dict(self.rejected),
+            expired=self.expired,
+            cancelled=self.cancelled,
+            failed=self.failed,
+            pending=self.pending,
+        )
+
+
+class Lane:
+    """One tenant's queued entries in one class, oldest first, and its round-robin credit."""
+
+    __slots__ = ("deficit", "items", "owner", "quantum", "tally", "tenant")
+
+    def __init__(self, owner: ClassQueue, tenant: str | None, quantum: float, tally: Tally) -> None:
+        self.owner = owner
+        self.tenant = tenant
+        self.quantum = quantum
+        self.tally = tally
+        self.deficit = 0.0
+        self.items: OrderedDict[int, Entry[Any]] = OrderedDict()
+
+
+class ClassQueue:
+    """The live queued entries of one class: in arrival order, and by tenant lane.
+
+    Args:
+        spec: the class.
+        rank: its place in the configuration, 0 = most urgent.
+        cap: items it may hold queued.
+        tenant_cap: items one named tenant may hold queued in it.
+        max_wait_s: how long its oldest item may wait for a batch to fill.
+    """
+
+    __slots__ = (
+        "cap",
+        "carry",
+        "items",
+        "lanes",
+        "max_wait_s",
+        "rank",
+        "ring",
+        "spec",
+        "tallies",
+        "tenant_cap",
+        "weight",
+    )
+
+    def __init__(
+        self, spec: WorkClass, rank: int, cap: int, tenant_cap: int, max_wait_s: float
+    ) -> None:
+        self.spec = spec
+        self.rank = rank
+        self.weight = spec.weight
+        self.cap = cap
+        self.tenant_cap = tenant_cap
+        self.max_wait_s = max_wait_s
+        self.items: OrderedDict[int, Entry[Any]] = OrderedDict()
+        self.lanes: dict[str | None, Lane] = {}
+        self.ring: deque[Lane] = deque()
+        # Credit (in items) the class did not get in earlier passes, below one item.
+        self.carry = 0.0
+        self.tallies: dict[str, Tally] = {}
+
+    def tally(self, label: str) -> Tally:
+        """The counters of tenant label ``label`` in this class (made on first use)."""
+        t = self.tallies.get(label)
+        if t is None:
+            t = self.tallies[label] = Tally()
+        return t
+
+    def lane(self, tenant: str | None, quantum: float, label: str) -> Lane:
+        """The lane of ``tenant``, made (and put at the back of the ring) if it has none."""
+        lane = self.lanes.get(tenant)
+        if lane is None:
+            lane = self.lanes[tenant] = Lane(self, tenant, quantum, self.tally(label))
+        return lane
+
+    def push(self, entry: Entry[Any], lane: Lane) -> None:
+        """Queue ``entry`` at the back of its lane."""
+        if not lane.items:
+            self.ring.append(lane)
+        lane.items[entry.id] = entry
+        self.items[entry.id] = entry
+
+    def remove(self, entry: Entry[Any], lane: Lane) -> None:
+        """Take ``entry`` out of the queue (it left, or expired)."""
+        del self.items[entry.id]
+        del lane.items[entry.id]
+        if not lane.items:
+            self._forget(lane)
+
+    def _forget(self, lane: Lane) -> None:
+        self.ring.remove(lane)
+        lane.deficit = 0.0
+        del self.lanes[lane.tenant]
+
+    def take(self, n: int, out: list[Entry[Any]]) -> None:
+        """Move up to ``n`` entries into ``out``, tenants served by deficit round robin."""
+        ring = self.ring
+        items = self.items
+        while n and ring:
+            lane = ring[0]
+            if lane.deficit < 1.0:
+                lane.deficit += lane.quantum
+            k = min(n, int(lane.deficit), len(lane.items))
+            queue = lane.items
+            for _ in range(k):
+                entry = queue.popitem(last=False)[1]
+                del items[entry.id]
+                out.append(entry)
+            lane.deficit -= k
+            n -= k
+            if not queue:
+                ring.popleft()
+                lane.deficit = 0.0
+                del self.lanes[lane.tenant]
+            elif lane.deficit < 1.0:
+                ring.rotate(-1)

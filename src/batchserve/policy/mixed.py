@@ -1,0 +1,466 @@
+"""The batching policy for mixed traffic: classes of work, tenants and their shares.
+
+Theory of operation
+-------------------
+:class:`MixedPolicy` is :class:`~batchserve.policy.core.Policy` with one queue per class of
+work (:class:`~batchserve.policy.lanes.ClassQueue`) instead of one FIFO queue. Everything
+about running passes is inherited unchanged: running deadlines, late answers, ``finish``'s
+outcomes, the cost model, draining. The single-class server never builds one: it keeps the
+plain policy and pays nothing for classes.
+
+State: besides the inherited ``_queue`` (every live queued entry, in arrival order, which
+keeps the inherited depth, idleness and expiry heap true), each entry sits in its class's
+queue and its tenant's lane there (:class:`MixedEntry` knows its lane).
+
+* ``offer_to(now, payload, deadline, work, tenant)`` admits an item of class ``work`` (a
+  name; None: the default class) for ``tenant``, or refuses it at once. Refusals, in order:
+  draining; the whole queue full; the class's queue share full; the tenant's share of the
+  class full (named tenants only: a request with no tenant is not bounded by it); and, with
+  admission on, a deadline the item cannot meet where it would wait: behind its own lane
+  only, served at the rate its class's and tenant's shares give it in every pass. An
+  interactive item is therefore judged by the interactive items ahead of it, never by the
+  bulk queue, and ``Retry-After`` is the time for its own lane to move.
+* ``poll(now)`` dispatches a batch while a worker is free and the batch is due: the queue
+  holds ``max_batch_size`` items, or the oldest item of ANY class has waited that class's
+  max wait, or the policy is draining. A batch of ``n`` items is filled in two rounds, in
+  class order (most urgent first): first each class gets its weighted share
+  ``n * weight / sum of queued classes' weights`` (plus the fraction of an item it was owed
+  from earlier passes, and at least one item, so no class starves), then what is left goes
+  to the classes in order. Within a class, tenants are served by deficit round robin. So an
+  urgent item waits for at most the pass running now, whatever the bulk queue holds, and a
+  request of many inputs is spread over several passes, beside the other classes' items,
+  instead of filling one. A pass is cut short when, by the cost model (less two standard
+  errors), a full one would end after the tightest deadline among the items already in it
+  (earliest deadline first within the shares): the urgent item is not made late by the
+  bulk items that would have filled the pass. Admission counts on this cut for an item
+  whose own pass is the next one.
+* Admission's view of the running passes differs from the plain policy's in one point: a
+  pass over its prediction is assumed to overrun as much again (not to last as long again
+  as it has run), so a pass a few milliseconds late on a busy machine does not refuse the
+  queries behind it, while a stuck model still makes admission stricter as it goes on.
+* ``cancel``, expiry and ``finish`` also update the class's queue and the tallies, so the
+  outcome identity (received = outcomes + pending) holds for every class and tenant label.
+
+Invariants (tested for every class): a batch holds at most ``max_batch_size`` entries, is
+dispatched only while a worker is free, and each entry at most once and never after its
+deadline; while a worker is free, no item waits past its class's max wait; each entry
+reaches exactly one outcome, counted in its class and tenant label.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Collection
+from typing import Generic, TypeVar
+
+from batchserve.config import BatchConfig
+from batchserve.costmodel import CostModel
+from batchserve.errors import ConfigError, DeadlineInfeasible, QueueFull, Rejected, ShuttingDown
+from batchserve.policy.admission import predict_finish_at
+from batchserve.policy.classes import ClassConfig, WorkClass
+from batchserve.policy.core import QUEUED, RUNNING, Batch, Entry, Policy, Step
+from batchserve.policy.lanes import ClassQueue, Lane
+from batchserve.policy.outcomes import Counters
+
+__all__ = ["MixedEntry", "MixedPolicy"]
+
+P = TypeVar("P")
+
+_MIN_RETRY_S = 0.001
+_DRIFT_MARGIN = 0.02
+
+
+class MixedEntry(Entry[P], Generic[P]):
+    """An admitted item of mixed traffic: an :class:`Entry` that knows its lane.
+
+    Attributes:
+        lane: its tenant's lane in its class's queue (``lane.owner`` is the class queue,
+            ``lane.tally`` its counters).
+    """
+
+    __slots__ = ("lane",)
+
+    def __init__(
+        self, id: int, payload: P, arrival: float, deadline: float | None, lane: Lane
+    ) -> None:
+        super().__init__(id, payload, arrival, deadline)
+        self.lane = lane
+
+    @property
+    def work_class(self) -> str:
+        """The name of its class."""
+        return self.lane.owner.spec.name
+
+
+class MixedPolicy(Policy[P]):
+    """The batching state machine for classes of work and tenants (see the module docstring).
+
+    Args:
+        config: batch size, max wait, queue size, workers, admission, starting cost.
+        classes: the classes of work and tenants.
+        cost_model: as for :class:`Policy`.
+    """
+
+    def __init__(
+        self, config: BatchConfig, classes: ClassConfig, cost_model: CostModel | None = None
+    ) -> None:
+        super().__init__(config, cost_model)
+        self.classes = classes
+        self._by_name: dict[str, ClassQueue] = {}
+        self._order: list[ClassQueue] = []
+        for rank, spec in enumerate(classes.classes):
+            cap = classes.class_cap(spec, config.queue_size)
+            wait = config.max_wait_s if spec.max_wait_s is None else spec.max_wait_s
+            cq = ClassQueue(spec, rank, cap, classes.tenant_cap(cap), wait)
+            self._by_name[spec.name] = cq
+            self._order.append(cq)
+        self._default = self._by_name[classes.default_class.name]
+        # Round-robin quanta: weights scaled so the lightest tenant gets one item a turn.
+        lightest = min([1.0, *(t.weight for t in classes.tenants)])
+        self._quanta = {t.name: t.weight / lightest for t in classes.tenants}
+        self._quantum = 1.0 / lightest
+        for cq in self._order:
+            cq.tally("")
+            for t in classes.tenants:
+                cq.tally(t.name)
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def work_class(self, name: str | None) -> WorkClass:
+        """The class named ``name`` (None: the default).
+
+        Raises:
+            ConfigError: no such class (the message lists the classes).
+        """
+        return self._queue_of(name).spec
+
+    def class_depth(self, name: str) -> int:
+        """Live entries of class ``name`` waiting now."""
+        return len(self._queue_of(name).items)
+
+    def class_statistics(self) -> dict[str, dict[str, Counters]]:
+        """Outcome counters by class, then by tenant label (``""``: unnamed tenants)."""
+        return {
+            cq.spec.name: {label: t.snapshot() for label, t in cq.tallies.items()}
+            for cq in self._order
+        }
+
+    def _queue_of(self, name: str | None) -> ClassQueue:
+        if name is None:
+            return self._default
+        cq = self._by_name.get(name)
+        if cq is None:
+            raise ConfigError(f"class must be one of {', '.join(self._by_name)}, got {name!r}")
+        return cq
+
+    def _lane(self, cq: ClassQueue, tenant: str | None) -> Lane:
+        lane = cq.lanes.get(tenant)
+        if lane is not None:
+            return lane
+        quantum = self._quanta.get(tenant, self._quantum) if tenant is not None else self._quantum
+        return cq.lane(tenant, quantum, self.classes.tenant_label(tenant))
+
+    # -- events ----------------------------------------------------------------------------
+
+    def offer(self, now: float, payload: P, deadline: float | None = None) -> Entry[P]:
+        """Admit an item of the default class with no tenant (see :meth:`offer_to`)."""
+        return self.offer_to(now, payload, deadline)
+
+    def offer_to(
+        self,
+        now: float,
+        payload: P,
+        deadline: float | None = None,
+        work: str | None = None,
+        tenant: str | None = None,
+    ) -> MixedEntry[P]:
+        """Admit an item of class ``work`` for ``tenant``, or refuse it at once.
+
+        Raises:
+            ConfigError: ``work`` names no class.
+            ShuttingDown, QueueFull, DeadlineInfeasible: refused (see the module docstring);
+                each carries ``retry_after_s`` for this class and tenant.
+        """
+        cq = self._queue_of(work)
+        self._received += 1
+        lane = self._lane(cq, tenant)
+        tally = lane.tally
+        tally.received += 1
+        refusal = self._refusal_in(now, deadline, cq, lane)
+        if refusal is not None:
+            self._rejected[refusal.reason] += 1
+            tally.rejected[refusal.reason] += 1
+            if not lane.items:
+                cq.lanes.pop(tenant, None)
+            raise refusal
+        entry = MixedEntry(next(self._ids), payload, now, deadline, lane)
+        cq.push(entry, lane)
+        self._queue[entry.id] = entry
+        if deadline is not None:
+            heapq.heappush(self._deadlines, (deadline, entry.id, entry))
+        self._pending += 1
+        tally.pending += 1
+        return entry
+
+    def screen(self, now: float, deadline: float | None) -> Rejected | None:
+        """As :meth:`screen_for` for the default class and no tenant."""
+        return self.screen_for(now, deadline)
+
+    def screen_for(
+        self, now: float, deadline: float | None, work: str | None = None, tenant: str | None = None
+    ) -> Rejected | None:
+        """Whether one more item of ``work`` for ``tenant`` would be refused now.
+
+        Returns:
+            The refusal, counted as one received and refused item of that class and tenant;
+            or None (nothing counted, nothing admitted).
+
+        Raises:
+            ConfigError: ``work`` names no class.
+        """
+        cq = self._queue_of(work)
+        lane = self._lane(cq, tenant)
+        refusal = self._refusal_in(now, deadline, cq, lane)
+        if refusal is not None:
+            self._received += 1
+            self._rejected[refusal.reason] += 1
+            lane.tally.received += 1
+            lane.tally.rejected[refusal.reason] += 1
+        if not lane.items:
+            cq.lanes.pop(tenant, None)
+        return refusal
+
+    def _refusal_in(
+        self, now: float, deadline: float | None, cq: ClassQueue, lane: Lane
+    ) -> Rejected | None:
+        # The admission rule of ``offer_to`` and ``screen_for``; reads state, changes nothing.
+        cfg = self.config
+        name = cq.spec.name
+        if self._draining:
+            return ShuttingDown(
+                "the batcher is shutting down and admits no new work",
+                retry_after_s=self.retry_after(now, "draining"),
+            )
+        depth = len(self._queue)
+        if depth >= cfg.queue_size:
+            return QueueFull(
+                f"queue is full: {depth} items waiting, queue_size is {cfg.queue_size}",
+                retry_after_s=self._lane_retry(cq, lane),
+            )
+        if len(cq.items) >= cq.cap:
+            return QueueFull(
+                f"class {name} is full: {len(cq.items)} items waiting, its queue_share "
+                f"{cq.spec.queue_share:g} of queue_size {cfg.queue_size} is {cq.cap}",
+                retry_after_s=self._lane_retry(cq, lane),
+            )
+        if lane.tenant is not None and len(lane.items) >= cq.tenant_cap:
+            return QueueFull(
+                f"tenant {lane.tenant} is at its share of class {name}: {len(lane.items)} "
+                f"items waiting, tenant_share {self.classes.tenant_share:g} of {cq.cap} "
+                f"is {cq.tenant_cap}",
+                retry_after_s=self._lane_retry(cq, lane),
+            )
+        if deadline is None or not (cfg.admission or deadline <= now):
+            return None
+        finish = now
+        if cfg.admission:
+            passes_ahead = math.floor(len(lane.items) / self._lane_rate(cq, lane))
+            size = depth
+            if passes_ahead == 0:
+                # Its pass is cut short for its deadline if need be (see ``_fill``): it is
+                # sure to hold the items of its own and more urgent classes, the rest may go.
+                urgent = sum(len(c.items) for c in self._order if c.rank <= cq.rank)
+                full = self._predict(now, 0, depth, cq)
+                if full > deadline:
+                    size = urgent
+            finish = self._predict(now, passes_ahead, size, cq)
+            margin = _DRIFT_MARGIN * (finish - now)
+            spread = self.cost_model.spread_s
+            if spread:
+                margin += 2.0 * spread * math.sqrt(passes_ahead + 1 + len(self._running))
+            finish += margin
+        if deadline > now and (finish <= deadline or self._probe_ok(depth)):
+            return None
+        return DeadlineInfeasible(
+            f"deadline cannot be met: an item of class {name} is predicted to finish in "
+            f"{finish - now:.4f}s, its deadline is in {deadline - now:.4f}s",
+            retry_after_s=max(_MIN_RETRY_S, finish - deadline),
+        )
+
+    def _lane_rate(self, cq: ClassQueue, lane: Lane) -> float:
+        # Items the lane is sure to get in each full pass while everyone else is queued too:
+        # its class's weighted share (at least one item), split among the class's tenants.
+        b = self.config.max_batch_size
+        weights = cq.weight + sum(c.weight for c in self._order if c.items and c is not cq)
+        per_class = max(1.0, b * cq.weight / weights)
+        quanta = lane.quantum + sum(x.quantum for x in cq.ring if x is not lane)
+        return per_class * lane.quantum / quanta
+
+    def _predict(self, now: float, passes_ahead: int, depth: int, cq: ClassQueue) -> float:
+        # When an item of class ``cq`` finishes, ``passes_ahead`` full passes after the next.
+        cfg = self.config
+        b = cfg.max_batch_size
+        cost = self.cost_model.estimate
+        fixed_s = cost.fixed_s
+        per_item_s = cost.per_item_s
+        free = [now] * cfg.workers
+        for i, batch in enumerate(self._running.values()):
+            expected = batch.start + fixed_s + len(batch.entries) * per_item_s
+            # A pass over its prediction is assumed to overrun as much again: a stuck model
+            # still makes admission stricter as it goes on, but a pass a few milliseconds
+            # late (a busy machine) does not refuse the queries behind it outright.
+            free[i] = expected if expected >= now else now + (now - expected)
+        position = passes_ahead * b if passes_ahead else min(depth, b - 1)
+        # The pass it rides is dispatched when its oldest item of any class is due.
+        due = now + (0.0 if self._draining else cq.max_wait_s)
+        for c in self._order:
+            if c.items:
+                head = next(iter(c.items.values())).arrival + c.max_wait_s
+                if head < due:
+                    due = head
+        return predict_finish_at(now, position, due, free, b, 0.0, fixed_s, per_item_s)
+
+    def _lane_retry(self, cq: ClassQueue, lane: Lane) -> float:
+        # The time for the lane to get one item into a pass: the passes it needs for one
+        # item at its share, at the cost of passes as large as the queue supports.
+        cfg = self.config
+        cost = self.cost_model.estimate
+        n = max(1, min(cfg.max_batch_size, len(self._queue)))
+        passes = math.ceil(1.0 / min(1.0, self._lane_rate(cq, lane)))
+        return max(_MIN_RETRY_S, passes * (cost.fixed_s + n * cost.per_item_s) / cfg.workers)
+
+    def cancel(self, now: float, entry: Entry[P]) -> bool:
+        """The caller of ``entry`` left (see :meth:`Policy.cancel`)."""
+        if not super().cancel(now, entry):
+            return False
+        lane = _lane_of(entry)
+        lane.owner.remove(entry, lane)
+        lane.tally.cancelled += 1
+        lane.tally.pending -= 1
+        return True
+
+    def _expire(self, now: float) -> list[Entry[P]]:
+        expired = super()._expire(now)
+        for entry in expired:
+            lane = _lane_of(entry)
+            lane.owner.remove(entry, lane)
+            lane.tally.expired += 1
+            lane.tally.pending -= 1
+        return expired
+
+    def poll(self, now: float) -> Step[P]:
+        """Expire what is due, dispatch what may go, and say when to poll next."""
+        deadlines = self._deadlines
+        expired = self._expire(now) if deadlines and deadlines[0][0] <= now else []
+        running_deadlines = self._running_deadlines
+        late = self._overdue(now) if running_deadlines and running_deadlines[0][0] <= now else None
+        cfg = self.config
+        dispatch: list[Batch[P]] = []
+        queue = self._queue
+        wake_at: float | None = None
+        while queue and len(self._running) < cfg.workers:
+            due = min(
+                next(iter(cq.items.values())).arrival + cq.max_wait_s
+                for cq in self._order
+                if cq.items
+            )
+            if len(queue) < cfg.max_batch_size and now < due and not self._draining:
+                wake_at = due
+                break
+            entries = self._fill(now, min(cfg.max_batch_size, len(queue)))
+            for e in entries:
+                del queue[e.id]
+                e.state = RUNNING
+                if e.deadline is not None:
+                    heapq.heappush(running_deadlines, (e.deadline, e.id, e))
+            batch = Batch(next(self._batch_ids), entries, now)
+            self._running[batch.id] = batch
+            dispatch.append(batch)
+        while deadlines and deadlines[0][2].state != QUEUED:
+            heapq.heappop(deadlines)
+        if deadlines:
+            first = deadlines[0][0]
+            wake_at = first if wake_at is None or first < wake_at else wake_at
+        while running_deadlines and (
+            running_deadlines[0][2].state != RUNNING or running_deadlines[0][2].gone
+        ):
+            heapq.heappop(running_deadlines)
+        if running_deadlines:
+            first = running_deadlines[0][0]
+            wake_at = first if wake_at is None or first < wake_at else wake_at
+        return Step(expired, dispatch, wake_at, late)
+
+    def _fill(self, now: float, n: int) -> list[Entry[P]]:
+        # First round: each queued class its weighted share (and what it was owed), at least
+        # one item; second round: what is left, to the classes in order of urgency. The pass
+        # is cut short when a full one would finish after the tightest deadline it holds.
+        active = [cq for cq in self._order if cq.items]
+        total = sum(cq.weight for cq in active)
+        out: list[Entry[P]] = []
+        cap = n
+        for cq in active:
+            owed = n * cq.weight / total + cq.carry
+            k = min(max(1, int(owed)), len(cq.items), cap - len(out))
+            if k > 0:
+                start = len(out)
+                cq.take(k, out)
+                cap = self._cap(now, out, start, cap)
+            # Credit below one item carries to the next pass; a class that emptied, or took
+            # more than it was owed (its one-item floor), banks nothing and owes at most one;
+            # one cut short by a deadline is owed its share, up to one pass.
+            cq.carry = min(float(n), max(-1.0, owed - k)) if cq.items else 0.0
+        for cq in active:
+            left = cap - len(out)
+            if left <= 0:
+                break
+            if cq.items:
+                start = len(out)
+                cq.take(min(left, len(cq.items)), out)
+                cap = self._cap(now, out, start, cap)
+        return out
+
+    def _cap(self, now: float, out: list[Entry[P]], start: int, cap: int) -> int:
+        # The most items a pass may hold for the deadlines of ``out[start:]`` (with what it
+        # holds already), by the cost model less two standard errors; never fewer than it
+        # holds: an item in it may miss its deadline, the others are not made to wait.
+        deadlines = [e.deadline for e in out[start:] if e.deadline is not None]
+        if not deadlines:
+            return cap
+        cost = self.cost_model.estimate
+        if cost.per_item_s <= 0:
+            return cap
+        room = min(deadlines) - now - cost.fixed_s - 2.0 * self.cost_model.spread_s
+        fits = math.floor(room / cost.per_item_s) if room > 0 else 0
+        return min(cap, max(len(out), fits))
+
+    def finish(
+        self,
+        now: float,
+        batch: Batch[P],
+        *,
+        failed: Collection[Entry[P]] = (),
+        skipped: Collection[Entry[P]] = (),
+        bisect_calls: int = 0,
+    ) -> None:
+        """End a forward pass (see :meth:`Policy.finish`); outcomes also go to each tally."""
+        super().finish(now, batch, failed=failed, skipped=skipped, bisect_calls=bisect_calls)
+        failed_ids = {e.id for e in failed} if failed else ()
+        skipped_ids = {e.id for e in skipped} if skipped else ()
+        for e in batch.entries:
+            tally = _lane_of(e).tally
+            tally.pending -= 1
+            if e.id in skipped_ids:
+                tally.cancelled += 1
+            elif e.id in failed_ids:
+                tally.failed += 1
+            elif e.deadline is not None and now > e.deadline:
+                tally.late += 1
+            else:
+                tally.ok += 1
+
+
+def _lane_of(entry: Entry[P]) -> Lane:
+    assert isinstance(entry, MixedEntry)
+    lane: Lane = entry.lane
+    return lane

@@ -1,0 +1,363 @@
+"""Mixed traffic on virtual time: several streams of requests, each of its class and tenant.
+
+Theory of operation
+-------------------
+:func:`simulate_mix` is the simulator's driver for mixed traffic. Each :class:`Stream` is an
+open-loop schedule of requests of one class of work and tenant, each of ``inputs`` items.
+With ``classes`` it runs the :class:`~batchserve.policy.MixedPolicy` the server runs for
+those classes; without, today's single FIFO :class:`~batchserve.policy.Policy`, with each
+stream's deadline (the comparison the issue asks for). It hands the policy what the HTTP
+server hands it for a request of several inputs:
+
+* at the request's arrival, its items are offered one by one (``offer_to`` with its class
+  and tenant); a refusal of any item refuses the request and withdraws the items already
+  admitted, as :class:`~batchserve.server.exchange.Exchange` does;
+* an item that expires in the queue, or whose deadline passes during its pass, times the
+  request out there and then, and withdraws its other items;
+* a request is ``ok`` when its last item finishes by its deadline, its latency is that
+  finish minus its arrival.
+
+Events wait in a heap keyed ``(time, seq)`` as in :mod:`batchserve.sim.engine`; arrivals at
+one instant are offered together, then the policy is polled once. Nothing reads the wall
+clock: the same arguments give the same result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from heapq import heappop, heappush
+from typing import Any
+
+from batchserve.config import BatchConfig, CostEstimate, check_non_negative, check_positive
+from batchserve.errors import ConfigError, Rejected
+from batchserve.policy import Batch, ClassConfig, Entry, MixedPolicy, Policy
+from batchserve.policy.core import DONE
+from batchserve.units import parse_duration
+from batchserve.workload.arrivals import ARRIVAL_MODES, arrival_times
+from batchserve.workload.summary import percentile
+
+__all__ = ["MixResult", "Stream", "StreamFigures", "parse_stream", "simulate_mix"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stream:
+    """One open-loop stream of requests.
+
+    Attributes:
+        work: the class of work its requests name.
+        tenant: the tenant they belong to (None: none).
+        rate: requests per second.
+        inputs: items per request (texts in one embeddings request).
+        timeout_s: each request's deadline from its arrival (None: its class's default).
+        arrivals: ``constant`` or ``poisson``.
+        seed: the seed of a poisson schedule.
+    """
+
+    work: str
+    tenant: str | None = None
+    rate: float
+    inputs: int = 1
+    timeout_s: float | None = None
+    arrivals: str = "constant"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_positive(f"stream {self.work} rate", self.rate)
+        if isinstance(self.inputs, bool) or not isinstance(self.inputs, int) or self.inputs < 1:
+            raise ConfigError(
+                f"stream {self.work} inputs must be an integer >= 1, got {self.inputs!r}"
+            )
+        if self.timeout_s is not None:
+            check_positive(f"stream {self.work} timeout", self.timeout_s)
+        if self.arrivals not in ARRIVAL_MODES:
+            raise ConfigError(
+                f"stream {self.work} arrivals must be one of {', '.join(ARRIVAL_MODES)}, "
+                f"got {self.arrivals!r}"
+            )
+
+    @property
+    def label(self) -> str:
+        """``class`` or ``class/tenant``."""
+        return self.work if self.tenant is None else f"{self.work}/{self.tenant}"
+
+
+_STREAM_KEYS = ("rate", "inputs", "timeout", "tenant", "arrivals", "seed")
+
+
+def parse_stream(text: str) -> Stream:
+    """A stream from ``CLASS:rate=R[,inputs=N,timeout=T,tenant=NAME,arrivals=A,seed=S]``.
+
+    Raises:
+        ConfigError: a missing rate, or a setting that is unknown or breaks its rule.
+    """
+    work, _, rest = text.strip().partition(":")
+    fields: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = part.partition("=")
+        if not eq or key.strip() not in _STREAM_KEYS:
+            raise ConfigError(
+                f"stream {work!r}: each setting must be one of "
+                f"{', '.join(k + '=...' for k in _STREAM_KEYS)}, got {part!r}"
+            )
+        fields[key.strip()] = value.strip()
+    if "rate" not in fields:
+        raise ConfigError(f"stream {work!r} needs rate=REQUESTS_PER_S")
+    try:
+        rate = float(fields["rate"])
+        inputs = int(fields.get("inputs", "1"))
+        seed = int(fields.get("seed", "0"))
+    except ValueError as exc:
+        raise ConfigError(
+            f"stream {work!r}: rate, inputs and seed must be numbers ({exc})"
+        ) from None
+    timeout = fields.get("timeout")
+    return Stream(
+        work=work.strip(),
+        tenant=fields.get("tenant") or None,
+        rate=rate,
+        inputs=inputs,
+        timeout_s=None if timeout is None else parse_duration(timeout, name="stream timeout"),
+        arrivals=fields.get("arrivals", "constant"),
+        seed=seed,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamFigures:
+    """What one stream's callers experienced. Rates count items (texts) per second.
+
+    Attributes:
+        stream: the stream.
+        sent: requests scheduled.
+        ok: requests answered in time.
+        rejected: requests refused (any item refused), by reason.
+        timed_out: requests that missed their deadline.
+        offered_per_s: items scheduled per second.
+        ok_per_s: items of ok requests per second of the run.
+        p50_ms, p99_ms: latency of ok requests, arrival to last item's finish.
+    """
+
+    stream: Stream
+    sent: int
+    ok: int
+    rejected: dict[str, int]
+    timed_out: int
+    offered_per_s: float
+    ok_per_s: float
+    p50_ms: float
+    p99_ms: float
+
+    @property
+    def rejected_total(self) -> int:
+        """Refused requests, whatever the reason."""
+        return sum(self.rejected.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row's keys: ``class, tenant, offered_per_s, ok_per_s, p50_ms, p99_ms, ...``."""
+        return {
+            "class": self.stream.work,
+            "tenant": self.stream.tenant or "",
+            "offered_per_s": self.offered_per_s,
+            "ok_per_s": self.ok_per_s,
+            "p50_ms": self.p50_ms,
+            "p99_ms": self.p99_ms,
+            "rejected": self.rejected_total,
+            "timed_out": self.timed_out,
+            "sent": self.sent,
+            "ok": self.ok,
+            "inputs": self.stream.inputs,
+            "rejected_by_reason": dict(self.rejected),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MixResult:
+    """A mixed-traffic prediction.
+
+    Attributes:
+        policy: ``classes`` (the mixed policy) or ``fifo`` (one queue, as today).
+        streams: each stream's figures, in the order given.
+        batches: forward passes run.
+        items: items run in them.
+        end_s: virtual time of the last answer.
+    """
+
+    policy: str
+    streams: tuple[StreamFigures, ...]
+    batches: int
+    items: int
+    end_s: float = 0.0
+
+    def to_dicts(self) -> list[dict[str, Any]]:
+        """One object per stream, ``policy`` first."""
+        return [{"policy": self.policy, **s.to_dict()} for s in self.streams]
+
+
+def simulate_mix(
+    *,
+    config: BatchConfig,
+    cost: CostEstimate,
+    streams: Sequence[Stream],
+    duration_s: float,
+    classes: ClassConfig | None = None,
+    timeout_s: float | None = None,
+    overhead_s: float = 0.0,
+) -> MixResult:
+    """Run mixed traffic against the policy on virtual time.
+
+    Args:
+        config: the batcher's settings, as the server takes them.
+        cost: the true cost of a pass, ``fixed_s + n * per_item_s``.
+        streams: the traffic, one stream per class and tenant.
+        duration_s: the schedules' length.
+        classes: the classes of work (the mixed policy); None: one FIFO queue, as today.
+        timeout_s: the deadline of a stream that states none and whose class has none.
+        overhead_s: seconds the driver adds to every pass.
+
+    Raises:
+        ConfigError: a stream names a class that ``classes`` does not have, or a bad value.
+    """
+    check_positive("duration_s", duration_s)
+    check_non_negative("overhead_s", overhead_s)
+    mixed = MixedPolicy[int](config, classes) if classes is not None else None
+    policy: Policy[int] = mixed if mixed is not None else Policy(config)
+    deadlines: list[float | None] = []
+    for s in streams:
+        t = s.timeout_s
+        if classes is not None:
+            if s.work not in classes.names:
+                raise ConfigError(
+                    f"stream {s.label}: class must be one of {', '.join(classes.names)}, "
+                    f"got {s.work!r}"
+                )
+            if t is None:
+                t = classes.resolve(s.work).timeout_s
+        deadlines.append(t if t is not None else timeout_s)
+
+    schedule = sorted(
+        (t, k)
+        for k, s in enumerate(streams)
+        for t in arrival_times(rate=s.rate, duration_s=duration_s, arrivals=s.arrivals, seed=s.seed)
+    )
+    n = len(schedule)
+    req_stream = [k for _, k in schedule]
+    req_arrival = [t for t, _ in schedule]
+    remaining = [streams[k].inputs for k in req_stream]
+    done = [False] * n
+    entries: list[list[Entry[int]]] = [[] for _ in range(n)]
+    latencies: list[list[float]] = [[] for _ in streams]
+    last_ok = [0.0] * len(streams)
+    rejected: list[dict[str, int]] = [{} for _ in streams]
+    timed_out = [0] * len(streams)
+    fixed = cost.fixed_s + overhead_s
+    per_item = cost.per_item_s
+    heap: list[tuple[float, int, Batch[int] | None]] = []
+    seq = 0
+    timer_seq = -1
+    timer_at = math.inf
+    batches = items = 0
+    end = 0.0
+
+    def withdraw(now: float, r: int) -> None:
+        done[r] = True
+        for e in entries[r]:
+            if e.state != DONE:
+                policy.cancel(now, e)
+
+    def time_out(now: float, r: int) -> None:
+        nonlocal end
+        if not done[r]:
+            timed_out[req_stream[r]] += 1
+            end = max(end, now)
+            withdraw(now, r)
+
+    i = 0
+    while True:
+        if i < n and (not heap or schedule[i][0] <= heap[0][0]):
+            now = schedule[i][0]
+            while i < n and schedule[i][0] == now:
+                k = req_stream[i]
+                s = streams[k]
+                d = deadlines[k]
+                deadline = None if d is None else now + d
+                try:
+                    for _ in range(s.inputs):
+                        entry: Entry[int] = (
+                            policy.offer(now, i, deadline)
+                            if mixed is None
+                            else mixed.offer_to(now, i, deadline, s.work, s.tenant)
+                        )
+                        entries[i].append(entry)
+                except Rejected as exc:
+                    rejected[k][exc.reason] = rejected[k].get(exc.reason, 0) + 1
+                    withdraw(now, i)
+                i += 1
+        elif heap:
+            now, sq, batch = heappop(heap)
+            if batch is None:
+                if sq != timer_seq:
+                    continue
+                timer_at = math.inf
+            else:
+                policy.finish(now, batch)
+                for e in batch.entries:
+                    r = e.payload
+                    if done[r] or e.gone:
+                        continue
+                    if e.deadline is not None and now > e.deadline:
+                        time_out(now, r)
+                        continue
+                    remaining[r] -= 1
+                    if not remaining[r]:
+                        done[r] = True
+                        latencies[req_stream[r]].append(now - req_arrival[r])
+                        last_ok[req_stream[r]] = end = now
+        else:
+            break
+        step = policy.poll(now)
+        for e in step.late:
+            time_out(now, e.payload)
+        for e in step.expired:
+            time_out(now, e.payload)
+        for b in step.dispatch:
+            batches += 1
+            items += len(b.entries)
+            seq += 1
+            heappush(heap, (now + fixed + len(b.entries) * per_item, seq, b))
+        wake = math.inf if step.wake_at is None else step.wake_at
+        if wake != timer_at:
+            timer_at = wake
+            if wake != math.inf:
+                seq += 1
+                timer_seq = seq
+                heappush(heap, (wake, seq, None))
+            else:
+                timer_seq = -1
+
+    figures = []
+    for k, s in enumerate(streams):
+        lat = sorted(latencies[k])
+        sent = sum(1 for x in req_stream if x == k)
+        figures.append(
+            StreamFigures(
+                stream=s,
+                sent=sent,
+                ok=len(lat),
+                rejected=rejected[k],
+                timed_out=timed_out[k],
+                offered_per_s=sent * s.inputs / duration_s,
+                # Over the schedule, or until the stream's last answer if that came later.
+                ok_per_s=len(lat) * s.inputs / max(duration_s, last_ok[k]),
+                p50_ms=percentile(lat, 0.50) * 1e3,
+                p99_ms=percentile(lat, 0.99) * 1e3,
+            )
+        )
+    return MixResult(
+        policy="fifo" if mixed is None else "classes",
+        streams=tuple(figures),
+        batches=batches,
+        items=items,
+        end_s=end,
+    )
