@@ -451,17 +451,17 @@ class Batcher(Generic[Out]):
 
     def _pump(self) -> None:
         now = self._clock.now()
-        step = self._policy.poll(now)
-        for entry in step.expired:
+        todo = self._policy.poll(now)
+        for entry in todo.expired:
             waited = now - entry.arrival
             _settle_error(
                 entry, DeadlineExceeded(f"deadline passed after {waited:.4f}s in the queue")
             )
-        for entry in step.late:
+        for entry in todo.late:
             _settle_error(entry, _late(entry, now))
-        for batch in step.dispatch:
+        for batch in todo.dispatch:
             self._start(batch)
-        self._arm(step.wake_at)
+        self._arm(todo.wake_at)
         if self._policy.idle and self._idle is not None:
             self._idle.set()
 
@@ -530,7 +530,7 @@ class Batcher(Generic[Out]):
         # A fault of the engine itself (not of the model): no caller may hang on it.
         self._policy.finish(self._clock.now(), batch, failed=batch.entries)
         for e in batch.entries:
-            if not e.gone:
+            if not e.withdrawn:
                 _settle_error(e, exc)
         self._pump()
 
@@ -560,7 +560,7 @@ class Batcher(Generic[Out]):
         size = len(live)
         start = batch.start
         for i, e in enumerate(live):
-            if e.gone:  # answered at its deadline during the pass, or its caller left
+            if e.withdrawn:  # answered at its deadline during the pass, or its caller left
                 continue
             item = e.payload
             err = errors.get(i) if errors else None
@@ -655,7 +655,7 @@ class _Threads:
 
 def _live(batch: Batch[_Item]) -> tuple[list[Entry[_Item]], list[Any]]:
     """The entries whose callers are still there, and their inputs: the model runs these."""
-    live = [e for e in batch.entries if not e.gone]
+    live = [e for e in batch.entries if not e.withdrawn]
     return live, [e.payload.input for e in live]
 
 

@@ -139,7 +139,7 @@ def test_cancel_queued_and_running() -> None:
     assert p.cancel(0.0, c) is True
     batch = p.poll(0.0).dispatch[0]
     assert p.cancel(0.0, a) is False
-    assert a.gone
+    assert a.withdrawn
     p.finish(0.1, batch, skipped=[a])
     counters = p.statistics().counters
     assert (counters.cancelled, counters.ok) == (2, 1)
@@ -232,7 +232,7 @@ def test_a_deadline_that_passes_during_a_pass_is_reported_at_the_deadline() -> N
     assert p.poll(0.25).late == []
     step = p.poll(0.5)
     assert step.late == [a]
-    assert a.gone  # a pass that has not begun skips it
+    assert a.withdrawn  # a pass that has not begun skips it
     assert step.wake_at == 2.0
     assert p.poll(0.75).late == []  # reported once
     p.finish(1.0, batch)

@@ -153,8 +153,8 @@ def test_invariants_hold_for_every_class(
         elif isinstance(ev, Finish) and running:
             now += ev.dt
             b = running.pop(ev.pick % len(running))
-            skipped = [e for e in b.entries if e.gone]
-            live = [e for e in b.entries if not e.gone]
+            skipped = [e for e in b.entries if e.withdrawn]
+            live = [e for e in b.entries if not e.withdrawn]
             p.finish(now, b, failed=live[:1] if ev.fail_first else [], skipped=skipped)
             for e in b.entries:
                 assert e.id not in outcomes
@@ -174,7 +174,7 @@ def test_invariants_hold_for_every_class(
         if running:
             b = running.pop(0)
             now += 0.001
-            p.finish(now, b, skipped=[e for e in b.entries if e.gone])
+            p.finish(now, b, skipped=[e for e in b.entries if e.withdrawn])
             for e in b.entries:
                 outcomes[e.id] = "done"
         elif p.idle:

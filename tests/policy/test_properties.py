@@ -105,8 +105,8 @@ def test_invariants(config: BatchConfig, script: list[object], close_at_end: boo
         elif isinstance(ev, Finish) and running:
             now += ev.dt
             b = running.pop(ev.pick % len(running))
-            skipped = [e for e in b.entries if e.gone]
-            live = [e for e in b.entries if not e.gone]
+            skipped = [e for e in b.entries if e.withdrawn]
+            live = [e for e in b.entries if not e.withdrawn]
             failed = live[:1] if ev.fail_first else []
             p.finish(now, b, failed=failed, skipped=skipped)
             for e in b.entries:
@@ -127,7 +127,7 @@ def test_invariants(config: BatchConfig, script: list[object], close_at_end: boo
         if running:
             b = running.pop(0)
             now += 0.001
-            p.finish(now, b, skipped=[e for e in b.entries if e.gone])
+            p.finish(now, b, skipped=[e for e in b.entries if e.withdrawn])
             for e in b.entries:
                 outcomes[e.id] = "done"
         elif p.idle:

@@ -1,12 +1,13 @@
 """The pure batching policy: admission, queue order, batch formation, expiry, outcomes."""
 
 from batchserve.policy.classes import ClassConfig, Tenant, WorkClass
-from batchserve.policy.core import Batch, Entry, Policy, Step
+from batchserve.policy.core import Actions, Batch, Entry, Policy
 from batchserve.policy.mixed import MixedEntry, MixedPolicy
 from batchserve.policy.outcomes import REJECT_REASONS, Counters, PolicyStats
 
 __all__ = [
     "REJECT_REASONS",
+    "Actions",
     "Batch",
     "ClassConfig",
     "Counters",
@@ -15,7 +16,6 @@ __all__ = [
     "MixedPolicy",
     "Policy",
     "PolicyStats",
-    "Step",
     "Tenant",
     "WorkClass",
 ]

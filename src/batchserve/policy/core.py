@@ -27,7 +27,7 @@ Events, each handed the current time ``now`` by the driver:
   marked, so the driver can skip it just before the forward pass.
 * ``poll(now)`` returns the actions due now: entries whose deadline has passed while queued
   (``expired``, in deadline order), running entries whose deadline has passed during their
-  pass (``late``: marked gone, to be answered now; a pass not yet begun skips them), then
+  pass (``late``: marked withdrawn, to be answered now; a pass not yet begun skips them), then
   batches to dispatch, and ``wake_at``: the time the driver must call ``poll`` again if
   nothing else happens first (the next max wait, queued deadline or running deadline).
 * ``finish(now, batch, ...)`` ends a forward pass: the worker is free, each entry gets its
@@ -54,16 +54,16 @@ from batchserve.errors import DeadlineInfeasible, QueueFull, Rejected, ShuttingD
 from batchserve.policy.admission import drain_rate, predict_finish_at
 from batchserve.policy.outcomes import REJECT_REASONS, Counters, PolicyStats
 
-__all__ = ["DONE", "QUEUED", "RUNNING", "Batch", "Entry", "Policy", "Step"]
+__all__ = ["DONE", "QUEUED", "RUNNING", "Batch", "Entry", "Policy", "Actions"]
 
-P = TypeVar("P")
+PayloadT = TypeVar("PayloadT")
 
 QUEUED, RUNNING, DONE = 0, 1, 2
 _MIN_RETRY_S = 0.001
 _DRIFT_MARGIN = 0.02
 
 
-class Entry(Generic[P]):
+class Entry(Generic[PayloadT]):
     """One admitted item, as the policy tracks it.
 
     Attributes:
@@ -72,24 +72,25 @@ class Entry(Generic[P]):
         arrival: admission time.
         deadline: absolute time by which it must finish, or None.
         state: 0 queued, 1 running, 2 done.
-        gone: the caller left; a running entry marked gone is skipped before the pass.
+        withdrawn: no caller waits for its result any more (it left, or was answered at its
+            deadline during the pass); a running entry withdrawn is skipped before the pass.
     """
 
-    __slots__ = ("arrival", "deadline", "gone", "id", "payload", "state")
+    __slots__ = ("arrival", "deadline", "id", "payload", "state", "withdrawn")
 
-    def __init__(self, id: int, payload: P, arrival: float, deadline: float | None) -> None:
+    def __init__(self, id: int, payload: PayloadT, arrival: float, deadline: float | None) -> None:
         self.id = id
         self.payload = payload
         self.arrival = arrival
         self.deadline = deadline
         self.state = QUEUED
-        self.gone = False
+        self.withdrawn = False
 
     def __repr__(self) -> str:
         return f"Entry(id={self.id}, arrival={self.arrival}, deadline={self.deadline})"
 
 
-class Batch(Generic[P]):
+class Batch(Generic[PayloadT]):
     """A dispatched forward pass.
 
     Attributes:
@@ -100,7 +101,7 @@ class Batch(Generic[P]):
 
     __slots__ = ("entries", "id", "start")
 
-    def __init__(self, id: int, entries: list[Entry[P]], start: float) -> None:
+    def __init__(self, id: int, entries: list[Entry[PayloadT]], start: float) -> None:
         self.id = id
         self.entries = entries
         self.start = start
@@ -112,7 +113,7 @@ class Batch(Generic[P]):
         return f"Batch(id={self.id}, start={self.start}, ids={[e.id for e in self.entries]})"
 
 
-class Step(Generic[P]):
+class Actions(Generic[PayloadT]):
     """What ``poll`` asks the driver to do now.
 
     Attributes:
@@ -120,7 +121,7 @@ class Step(Generic[P]):
         dispatch: batches to run now, each on a free worker.
         wake_at: call ``poll`` again at this time unless another event comes first (None: no
             timer needed).
-        late: running entries whose deadline passed during their pass (now marked gone);
+        late: running entries whose deadline passed during their pass (now withdrawn);
             answer them "deadline exceeded" now, not when the pass ends.
     """
 
@@ -128,10 +129,10 @@ class Step(Generic[P]):
 
     def __init__(
         self,
-        expired: list[Entry[P]],
-        dispatch: list[Batch[P]],
+        expired: list[Entry[PayloadT]],
+        dispatch: list[Batch[PayloadT]],
         wake_at: float | None,
-        late: list[Entry[P]] | None = None,
+        late: list[Entry[PayloadT]] | None = None,
     ) -> None:
         self.expired = expired
         self.dispatch = dispatch
@@ -139,7 +140,7 @@ class Step(Generic[P]):
         self.late = late if late is not None else []
 
 
-class Policy(Generic[P]):
+class Policy(Generic[PayloadT]):
     """The batching state machine. See the module docstring for its theory of operation.
 
     Args:
@@ -151,14 +152,14 @@ class Policy(Generic[P]):
     def __init__(self, config: BatchConfig, cost_model: CostModel | None = None) -> None:
         self.config = config
         self.cost_model = cost_model if cost_model is not None else CostModel(config.initial_cost)
-        self._queue: OrderedDict[int, Entry[P]] = OrderedDict()
+        self._queue: OrderedDict[int, Entry[PayloadT]] = OrderedDict()
         # The earliest deadline among the queue's last ``len % max_batch_size`` entries (the
         # part-full batch a new item would join), kept as items join; None: recompute it
         # (an entry left from the middle, so the batches' boundaries moved).
         self._tail_min: float | None = math.inf
-        self._deadlines: list[tuple[float, int, Entry[P]]] = []
-        self._running: dict[int, Batch[P]] = {}
-        self._running_deadlines: list[tuple[float, int, Entry[P]]] = []
+        self._deadlines: list[tuple[float, int, Entry[PayloadT]]] = []
+        self._running: dict[int, Batch[PayloadT]] = {}
+        self._running_deadlines: list[tuple[float, int, Entry[PayloadT]]] = []
         self._ids = itertools.count()
         self._batch_ids = itertools.count()
         self._draining = False
@@ -191,7 +192,7 @@ class Policy(Generic[P]):
         """Nothing is queued or running."""
         return not self._queue and not self._running
 
-    def queued(self) -> list[Entry[P]]:
+    def queued(self) -> list[Entry[PayloadT]]:
         """The live queued entries, oldest first (a copy)."""
         return list(self._queue.values())
 
@@ -274,7 +275,9 @@ class Policy(Generic[P]):
 
     # -- events ----------------------------------------------------------------------------
 
-    def offer(self, now: float, payload: P, deadline: float | None = None) -> Entry[P]:
+    def offer(
+        self, now: float, payload: PayloadT, deadline: float | None = None
+    ) -> Entry[PayloadT]:
         """Admit an item or refuse it at once.
 
         Args:
@@ -296,7 +299,7 @@ class Policy(Generic[P]):
         if refusal is not None:
             self._rejected[refusal.reason] += 1
             raise refusal
-        entry: Entry[P] = Entry(next(self._ids), payload, now, deadline)
+        entry: Entry[PayloadT] = Entry(next(self._ids), payload, now, deadline)
         queue = self._queue
         tail_min = self._tail_min
         if len(queue) % self.config.max_batch_size == 0:
@@ -382,7 +385,7 @@ class Policy(Generic[P]):
             depth == 0 and len(self._running) < self.config.workers and self.cost_model.samples > 0
         )
 
-    def cancel(self, now: float, entry: Entry[P]) -> bool:
+    def cancel(self, now: float, entry: Entry[PayloadT]) -> bool:
         """The caller of ``entry`` left.
 
         Returns:
@@ -390,7 +393,7 @@ class Policy(Generic[P]):
             running (it is marked, and ``finish`` counts it cancelled when the driver reports
             it skipped) or already done.
         """
-        entry.gone = True
+        entry.withdrawn = True
         if entry.state != QUEUED:
             return False
         del self._queue[entry.id]
@@ -404,7 +407,7 @@ class Policy(Generic[P]):
         """Refuse every new item from now on; queued items still run, without max wait."""
         self._draining = True
 
-    def poll(self, now: float) -> Step[P]:
+    def poll(self, now: float) -> Actions[PayloadT]:
         """Expire what is due, dispatch what may go, and say when to poll next."""
         deadlines = self._deadlines
         # Nothing can expire while the earliest deadline is ahead (stale heads are dropped
@@ -413,7 +416,7 @@ class Policy(Generic[P]):
         running_deadlines = self._running_deadlines
         late = self._overdue(now) if running_deadlines and running_deadlines[0][0] <= now else None
         cfg = self.config
-        dispatch: list[Batch[P]] = []
+        dispatch: list[Batch[PayloadT]] = []
         queue = self._queue
         wake_at: float | None = None
         while queue and len(self._running) < cfg.workers:
@@ -437,29 +440,29 @@ class Policy(Generic[P]):
             first = deadlines[0][0]
             wake_at = first if wake_at is None or first < wake_at else wake_at
         while running_deadlines and (
-            running_deadlines[0][2].state != RUNNING or running_deadlines[0][2].gone
+            running_deadlines[0][2].state != RUNNING or running_deadlines[0][2].withdrawn
         ):
             heapq.heappop(running_deadlines)
         if running_deadlines:
             first = running_deadlines[0][0]
             wake_at = first if wake_at is None or first < wake_at else wake_at
-        return Step(expired, dispatch, wake_at, late)
+        return Actions(expired, dispatch, wake_at, late)
 
-    def _overdue(self, now: float) -> list[Entry[P]]:
+    def _overdue(self, now: float) -> list[Entry[PayloadT]]:
         # Running entries whose deadline has passed: their callers are answered now, and a
         # pass that has not begun yet skips them (they are gone for the model too).
         heap = self._running_deadlines
-        late: list[Entry[P]] = []
+        late: list[Entry[PayloadT]] = []
         while heap and heap[0][0] <= now:
             entry = heapq.heappop(heap)[2]
-            if entry.state == RUNNING and not entry.gone:
-                entry.gone = True
+            if entry.state == RUNNING and not entry.withdrawn:
+                entry.withdrawn = True
                 late.append(entry)
         return late
 
-    def _expire(self, now: float) -> list[Entry[P]]:
+    def _expire(self, now: float) -> list[Entry[PayloadT]]:
         heap = self._deadlines
-        expired: list[Entry[P]] = []
+        expired: list[Entry[PayloadT]] = []
         while heap:
             deadline, _, entry = heap[0]
             if entry.state != QUEUED:
@@ -479,10 +482,10 @@ class Policy(Generic[P]):
     def finish(
         self,
         now: float,
-        batch: Batch[P],
+        batch: Batch[PayloadT],
         *,
-        failed: Collection[Entry[P]] = (),
-        skipped: Collection[Entry[P]] = (),
+        failed: Collection[Entry[PayloadT]] = (),
+        skipped: Collection[Entry[PayloadT]] = (),
         bisect_calls: int = 0,
     ) -> None:
         """End a forward pass and give each of its entries an outcome.

@@ -59,19 +59,19 @@ from batchserve.costmodel import CostModel
 from batchserve.errors import ConfigError, DeadlineInfeasible, QueueFull, Rejected, ShuttingDown
 from batchserve.policy.admission import predict_finish_at
 from batchserve.policy.classes import ClassConfig, WorkClass
-from batchserve.policy.core import QUEUED, RUNNING, Batch, Entry, Policy, Step
+from batchserve.policy.core import QUEUED, RUNNING, Actions, Batch, Entry, Policy
 from batchserve.policy.lanes import ClassQueue, Lane
 from batchserve.policy.outcomes import Counters
 
 __all__ = ["MixedEntry", "MixedPolicy"]
 
-P = TypeVar("P")
+PayloadT = TypeVar("PayloadT")
 
 _MIN_RETRY_S = 0.001
 _DRIFT_MARGIN = 0.02
 
 
-class MixedEntry(Entry[P], Generic[P]):
+class MixedEntry(Entry[PayloadT], Generic[PayloadT]):
     """An admitted item of mixed traffic: an :class:`Entry` that knows its lane.
 
     Attributes:
@@ -82,7 +82,7 @@ class MixedEntry(Entry[P], Generic[P]):
     __slots__ = ("lane",)
 
     def __init__(
-        self, id: int, payload: P, arrival: float, deadline: float | None, lane: Lane
+        self, id: int, payload: PayloadT, arrival: float, deadline: float | None, lane: Lane
     ) -> None:
         super().__init__(id, payload, arrival, deadline)
         self.lane = lane
@@ -93,7 +93,7 @@ class MixedEntry(Entry[P], Generic[P]):
         return self.lane.owner.spec.name
 
 
-class MixedPolicy(Policy[P]):
+class MixedPolicy(Policy[PayloadT]):
     """The batching state machine for classes of work and tenants (see the module docstring).
 
     Args:
@@ -163,18 +163,20 @@ class MixedPolicy(Policy[P]):
 
     # -- events ----------------------------------------------------------------------------
 
-    def offer(self, now: float, payload: P, deadline: float | None = None) -> Entry[P]:
+    def offer(
+        self, now: float, payload: PayloadT, deadline: float | None = None
+    ) -> Entry[PayloadT]:
         """Admit an item of the default class with no tenant (see :meth:`offer_to`)."""
         return self.offer_to(now, payload, deadline)
 
     def offer_to(
         self,
         now: float,
-        payload: P,
+        payload: PayloadT,
         deadline: float | None = None,
         work: str | None = None,
         tenant: str | None = None,
-    ) -> MixedEntry[P]:
+    ) -> MixedEntry[PayloadT]:
         """Admit an item of class ``work`` for ``tenant``, or refuse it at once.
 
         Raises:
@@ -330,7 +332,7 @@ class MixedPolicy(Policy[P]):
         passes = math.ceil(1.0 / min(1.0, self._lane_rate(cq, lane)))
         return max(_MIN_RETRY_S, passes * (cost.fixed_s + n * cost.per_item_s) / cfg.workers)
 
-    def cancel(self, now: float, entry: Entry[P]) -> bool:
+    def cancel(self, now: float, entry: Entry[PayloadT]) -> bool:
         """The caller of ``entry`` left (see :meth:`Policy.cancel`)."""
         if not super().cancel(now, entry):
             return False
@@ -340,7 +342,7 @@ class MixedPolicy(Policy[P]):
         lane.tally.pending -= 1
         return True
 
-    def _expire(self, now: float) -> list[Entry[P]]:
+    def _expire(self, now: float) -> list[Entry[PayloadT]]:
         expired = super()._expire(now)
         for entry in expired:
             lane = _lane_of(entry)
@@ -349,14 +351,14 @@ class MixedPolicy(Policy[P]):
             lane.tally.pending -= 1
         return expired
 
-    def poll(self, now: float) -> Step[P]:
+    def poll(self, now: float) -> Actions[PayloadT]:
         """Expire what is due, dispatch what may go, and say when to poll next."""
         deadlines = self._deadlines
         expired = self._expire(now) if deadlines and deadlines[0][0] <= now else []
         running_deadlines = self._running_deadlines
         late = self._overdue(now) if running_deadlines and running_deadlines[0][0] <= now else None
         cfg = self.config
-        dispatch: list[Batch[P]] = []
+        dispatch: list[Batch[PayloadT]] = []
         queue = self._queue
         wake_at: float | None = None
         while queue and len(self._running) < cfg.workers:
@@ -383,21 +385,21 @@ class MixedPolicy(Policy[P]):
             first = deadlines[0][0]
             wake_at = first if wake_at is None or first < wake_at else wake_at
         while running_deadlines and (
-            running_deadlines[0][2].state != RUNNING or running_deadlines[0][2].gone
+            running_deadlines[0][2].state != RUNNING or running_deadlines[0][2].withdrawn
         ):
             heapq.heappop(running_deadlines)
         if running_deadlines:
             first = running_deadlines[0][0]
             wake_at = first if wake_at is None or first < wake_at else wake_at
-        return Step(expired, dispatch, wake_at, late)
+        return Actions(expired, dispatch, wake_at, late)
 
-    def _fill(self, now: float, n: int) -> list[Entry[P]]:
+    def _fill(self, now: float, n: int) -> list[Entry[PayloadT]]:
         # First round: each queued class its weighted share (and what it was owed), at least
         # one item; second round: what is left, to the classes in order of urgency. The pass
         # is cut short when a full one would finish after the tightest deadline it holds.
         active = [cq for cq in self._order if cq.items]
         total = sum(cq.weight for cq in active)
-        out: list[Entry[P]] = []
+        out: list[Entry[PayloadT]] = []
         cap = n
         for cq in active:
             owed = n * cq.weight / total + cq.carry
@@ -420,7 +422,7 @@ class MixedPolicy(Policy[P]):
                 cap = self._cap(now, out, start, cap)
         return out
 
-    def _cap(self, now: float, out: list[Entry[P]], start: int, cap: int) -> int:
+    def _cap(self, now: float, out: list[Entry[PayloadT]], start: int, cap: int) -> int:
         # The most items a pass may hold for the deadlines of ``out[start:]`` (with what it
         # holds already), by the cost model less two standard errors; never fewer than it
         # holds: an item in it may miss its deadline, the others are not made to wait.
@@ -437,10 +439,10 @@ class MixedPolicy(Policy[P]):
     def finish(
         self,
         now: float,
-        batch: Batch[P],
+        batch: Batch[PayloadT],
         *,
-        failed: Collection[Entry[P]] = (),
-        skipped: Collection[Entry[P]] = (),
+        failed: Collection[Entry[PayloadT]] = (),
+        skipped: Collection[Entry[PayloadT]] = (),
         bisect_calls: int = 0,
     ) -> None:
         """End a forward pass (see :meth:`Policy.finish`); outcomes also go to each tally."""
@@ -460,7 +462,7 @@ class MixedPolicy(Policy[P]):
                 tally.ok += 1
 
 
-def _lane_of(entry: Entry[P]) -> Lane:
+def _lane_of(entry: Entry[PayloadT]) -> Lane:
     assert isinstance(entry, MixedEntry)
     lane: Lane = entry.lane
     return lane

@@ -204,7 +204,7 @@ def simulate(
             else:
                 finish(now, batch)
                 for e in batch.entries:
-                    if e.gone:
+                    if e.withdrawn:
                         continue  # answered late at its deadline, during the pass
                     d = e.deadline
                     if d is None or now <= d:
@@ -220,18 +220,18 @@ def simulate(
         else:
             break
 
-        step = poll(now)
-        if step.late:
-            late += len(step.late)
+        todo = poll(now)
+        if todo.late:
+            late += len(todo.late)
             end = now
             if events is not None:
-                events.extend(TraceEvent(now, "late", (e.payload,)) for e in step.late)
-        if step.expired:
-            expired += len(step.expired)
+                events.extend(TraceEvent(now, "late", (e.payload,)) for e in todo.late)
+        if todo.expired:
+            expired += len(todo.expired)
             end = now
             if events is not None:
-                events.extend(TraceEvent(now, "expire", (e.payload,)) for e in step.expired)
-        for b in step.dispatch:
+                events.extend(TraceEvent(now, "expire", (e.payload,)) for e in todo.expired)
+        for b in todo.dispatch:
             size = len(b.entries)
             batches += 1
             items += size
@@ -239,7 +239,7 @@ def simulate(
             heappush(heap, (now + fixed + size * per_item, seq, b))
             if events is not None:
                 events.append(TraceEvent(now, "dispatch", tuple(e.payload for e in b.entries)))
-        wake = step.wake_at
+        wake = todo.wake_at
         if wake is None:
             wake = inf
         if wake != timer_at:

@@ -304,7 +304,7 @@ def simulate_mix(
                 policy.finish(now, batch)
                 for e in batch.entries:
                     r = e.payload
-                    if done[r] or e.gone:
+                    if done[r] or e.withdrawn:
                         continue
                     if e.deadline is not None and now > e.deadline:
                         time_out(now, r)
@@ -316,17 +316,17 @@ def simulate_mix(
                         last_ok[req_stream[r]] = end = now
         else:
             break
-        step = policy.poll(now)
-        for e in step.late:
+        todo = policy.poll(now)
+        for e in todo.late:
             time_out(now, e.payload)
-        for e in step.expired:
+        for e in todo.expired:
             time_out(now, e.payload)
-        for b in step.dispatch:
+        for b in todo.dispatch:
             batches += 1
             items += len(b.entries)
             seq += 1
             heappush(heap, (now + fixed + len(b.entries) * per_item, seq, b))
-        wake = math.inf if step.wake_at is None else step.wake_at
+        wake = math.inf if todo.wake_at is None else todo.wake_at
         if wake != timer_at:
             timer_at = wake
             if wake != math.inf:
