@@ -29,7 +29,7 @@ it is still there, or has it skipped before its pass.
 
 With ``classes`` (:class:`~batchserve.policy.ClassConfig`) the batcher drives a
 :class:`~batchserve.policy.MixedPolicy`: each item names its class of work and tenant
-(``priority=`` and ``tenant=`` of :meth:`Batcher.submit_nowait`, ``work`` and ``tenant`` of
+(``priority=`` and ``tenant=`` of :meth:`Batcher.submit_nowait`, ``work_class`` and ``tenant`` of
 :meth:`Batcher.offer`). Without, it drives the plain policy and an item's path is what it
 always was: one attribute test decides which.
 
@@ -352,11 +352,11 @@ class Batcher(Generic[Out]):
             ConfigError: ``timeout_s`` is not a positive number, or ``priority`` names no
                 class.
         """
-        work: str | None = None
+        work_class: str | None = None
         default_s = self.timeout_s
         if self._mixed is not None:
             wc = self.work_class(priority)
-            work = wc.name
+            work_class = wc.name
             if wc.timeout_s is not None:
                 default_s = wc.timeout_s
         elif priority is not None:
@@ -367,7 +367,7 @@ class Batcher(Generic[Out]):
                 deadline = self._clock.now() + check_positive("timeout_s", t)
         future: asyncio.Future[Served[Out]] = asyncio.get_running_loop().create_future()
         ticket = Ticket(self, future)
-        ticket._entry = self.offer(item, deadline, ticket, 0, work, tenant)
+        ticket._entry = self.offer(item, deadline, ticket, 0, work_class, tenant)
         future.add_done_callback(ticket._on_done)
         return ticket
 
@@ -400,7 +400,7 @@ class Batcher(Generic[Out]):
         deadline: float | None,
         waiter: Waiter,
         index: int = 0,
-        work: str | None = None,
+        work_class: str | None = None,
         tenant: str | None = None,
     ) -> Entry[_Item]:
         """Admit ``item`` at once or refuse it; its answer goes to ``waiter.settle(index, ...)``.
@@ -408,7 +408,7 @@ class Batcher(Generic[Out]):
         The callback form of :meth:`submit_nowait`, with no future, task or timer per item:
         for drivers that answer on a connection directly. ``deadline`` is absolute on the
         batcher's clock (None: no deadline; the batcher's ``timeout_s`` is not applied).
-        ``work`` names its class (None: the default) and ``tenant`` its tenant; both are
+        ``work_class`` names its class (None: the default) and ``tenant`` its tenant; both are
         ignored without ``classes``.
 
         Returns:
@@ -416,31 +416,31 @@ class Batcher(Generic[Out]):
 
         Raises:
             QueueFull, DeadlineInfeasible, ShuttingDown: refused at once.
-            ConfigError: ``work`` names no class.
+            ConfigError: ``work_class`` names no class.
         """
         mixed = self._mixed
         if mixed is None:
             entry = self._policy.offer(self._clock.now(), _Item(item, waiter, index), deadline)
         else:
             entry = mixed.offer_to(
-                self._clock.now(), _Item(item, waiter, index), deadline, work, tenant
+                self._clock.now(), _Item(item, waiter, index), deadline, work_class, tenant
             )
         self._pump()
         return entry
 
     def screen(
-        self, deadline: float | None, work: str | None = None, tenant: str | None = None
+        self, deadline: float | None, work_class: str | None = None, tenant: str | None = None
     ) -> Rejected | None:
         """Whether one more item with ``deadline`` would be refused now, before it is read.
 
         Lets a server refuse a request from its head alone (its inputs are not parsed yet).
         A refusal is counted as one refused item; None admits nothing and counts nothing.
-        ``work`` and ``tenant`` are as for :meth:`offer`.
+        ``work_class`` and ``tenant`` are as for :meth:`offer`.
         """
         mixed = self._mixed
         if mixed is None:
             return self._policy.screen(self._clock.now(), deadline)
-        return mixed.screen_for(self._clock.now(), deadline, work, tenant)
+        return mixed.screen_for(self._clock.now(), deadline, work_class, tenant)
 
     def withdraw(self, entry: Entry[_Item]) -> None:
         """The caller of ``entry`` left: it leaves the queue, or is skipped before its pass."""

@@ -14,7 +14,7 @@ from batchserve.policy import Batch, ClassConfig, Entry, MixedPolicy, Tenant, Wo
 class Offer:
     dt: float
     timeout: float | None
-    work: int
+    work_class: int
     tenant: int
 
 
@@ -137,15 +137,15 @@ def test_invariants_hold_for_every_class(
     for ev in script:
         if isinstance(ev, Offer):
             now += ev.dt
-            work = CLASS_NAMES[ev.work]
+            work_class = CLASS_NAMES[ev.work_class]
             deadline = None if ev.timeout is None else now + ev.timeout
             try:
-                entry = p.offer_to(now, len(admitted), deadline, work, TENANTS[ev.tenant])
+                entry = p.offer_to(now, len(admitted), deadline, work_class, TENANTS[ev.tenant])
             except Rejected:
-                rejected[work] += 1
+                rejected[work_class] += 1
             else:
                 admitted.append(entry)
-                klass[entry.id] = work
+                klass[entry.id] = work_class
         elif isinstance(ev, Cancel) and admitted:
             e = admitted[ev.pick % len(admitted)]
             if e.id not in outcomes and p.cancel(now, e):

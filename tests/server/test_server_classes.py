@@ -124,8 +124,8 @@ async def test_a_full_bulk_class_refuses_bulk_but_not_queries() -> None:
 async def _depths(c: httpx.AsyncClient) -> dict[str, float]:
     text = (await c.get("/metrics")).text
     out = {}
-    for work in ("interactive", "bulk"):
-        out[work] = sample(text, "batchserve_class_queue_depth", **{"class": work})
+    for work_class in ("interactive", "bulk"):
+        out[work_class] = sample(text, "batchserve_class_queue_depth", **{"class": work_class})
     return out
 
 

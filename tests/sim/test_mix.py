@@ -20,8 +20,8 @@ CLASSES = ClassConfig(
         WorkClass(name="bulk", queue_share=0.75, timeout_s=30.0, max_wait_s=0.02),
     )
 )
-QUERIES = Stream(work="interactive", rate=200, timeout_s=0.1, arrivals="poisson", seed=1)
-BULK = Stream(work="bulk", rate=62.5, inputs=64, timeout_s=30.0, arrivals="poisson", seed=2)
+QUERIES = Stream(work_class="interactive", rate=200, timeout_s=0.1, arrivals="poisson", seed=1)
+BULK = Stream(work_class="bulk", rate=62.5, inputs=64, timeout_s=30.0, arrivals="poisson", seed=2)
 
 
 def run(streams: list[Stream], classes: ClassConfig | None = CLASSES, duration_s: float = 4.0):  # type: ignore[no-untyped-def]
@@ -46,8 +46,8 @@ def test_classes_keep_queries_fast_beside_a_bulk_flood_and_fifo_does_not() -> No
 
 def test_two_flooding_tenants_each_get_half() -> None:
     classes = ClassConfig(classes=(WorkClass(name="bulk", timeout_s=30.0),), tenant_share=0.5)
-    a = Stream(work="bulk", tenant="a", rate=125, inputs=64, arrivals="poisson", seed=3)
-    b = Stream(work="bulk", tenant="b", rate=125, inputs=64, arrivals="poisson", seed=4)
+    a = Stream(work_class="bulk", tenant="a", rate=125, inputs=64, arrivals="poisson", seed=3)
+    b = Stream(work_class="bulk", tenant="b", rate=125, inputs=64, arrivals="poisson", seed=4)
     result = run([a, b], classes)
     total = sum(s.ok_per_s for s in result.streams)
     assert total >= 0.95 * CAPACITY
@@ -60,7 +60,7 @@ def test_a_refused_request_withdraws_its_admitted_inputs() -> None:
     one = ClassConfig(classes=(WorkClass(name="bulk"),))
     # Requests of 4 inputs, 1 ms apart: the first runs at once, the second waits for it,
     # the third only half fits in the queue and is refused whole.
-    s = Stream(work="bulk", rate=1000, inputs=4, timeout_s=10.0)
+    s = Stream(work_class="bulk", rate=1000, inputs=4, timeout_s=10.0)
     result = simulate_mix(config=tiny, cost=COST, streams=[s], classes=one, duration_s=0.003)
     (f,) = result.streams
     assert f.sent == 3
@@ -72,7 +72,13 @@ def test_a_refused_request_withdraws_its_admitted_inputs() -> None:
 def test_stream_specs_parse_and_errors_name_the_rule() -> None:
     s = parse_stream("bulk:rate=62.5,inputs=64,timeout=30s,tenant=a,arrivals=poisson,seed=2")
     assert s == Stream(
-        work="bulk", tenant="a", rate=62.5, inputs=64, timeout_s=30.0, arrivals="poisson", seed=2
+        work_class="bulk",
+        tenant="a",
+        rate=62.5,
+        inputs=64,
+        timeout_s=30.0,
+        arrivals="poisson",
+        seed=2,
     )
     with pytest.raises(ConfigError, match="needs rate="):
         parse_stream("bulk:inputs=3")
@@ -81,7 +87,7 @@ def test_stream_specs_parse_and_errors_name_the_rule() -> None:
     with pytest.raises(ConfigError, match="stream bulk inputs must be an integer >= 1, got 0"):
         parse_stream("bulk:rate=1,inputs=0")
     with pytest.raises(ConfigError, match="stream nope: class must be one of interactive, bulk"):
-        run([Stream(work="nope", rate=1.0)])
+        run([Stream(work_class="nope", rate=1.0)])
 
 
 def test_simulate_mix_cli_prints_one_row_per_stream(capsys: pytest.CaptureFixture[str]) -> None:

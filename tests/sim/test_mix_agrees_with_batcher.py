@@ -26,9 +26,9 @@ CLASSES = ClassConfig(
     tenant_share=0.5,
 )
 STREAMS = [
-    Stream(work="interactive", rate=150, timeout_s=0.04, arrivals="poisson", seed=1),
-    Stream(work="bulk", tenant="a", rate=1000, timeout_s=0.3, arrivals="poisson", seed=2),
-    Stream(work="bulk", tenant="b", rate=600, timeout_s=0.3, arrivals="poisson", seed=3),
+    Stream(work_class="interactive", rate=150, timeout_s=0.04, arrivals="poisson", seed=1),
+    Stream(work_class="bulk", tenant="a", rate=1000, timeout_s=0.3, arrivals="poisson", seed=2),
+    Stream(work_class="bulk", tenant="b", rate=600, timeout_s=0.3, arrivals="poisson", seed=3),
 ]
 DURATION_S = 0.3
 
@@ -72,7 +72,7 @@ async def run_batcher(config: BatchConfig) -> list[tuple[int, int, dict[str, int
         assert s.timeout_s is not None
         try:
             ticket = batcher.submit_nowait(
-                i, deadline=at + s.timeout_s, priority=s.work, tenant=s.tenant
+                i, deadline=at + s.timeout_s, priority=s.work_class, tenant=s.tenant
             )
         except Rejected as exc:
             rejected[k][exc.reason] = rejected[k].get(exc.reason, 0) + 1

@@ -269,7 +269,7 @@ def _run_mix(args: argparse.Namespace) -> int:
                 timeout_s=s.timeout_s if s.timeout_s is not None else base.timeout_s,
                 arrivals=s.arrivals,
                 seed=s.seed,
-                priority=s.work,
+                priority=s.work_class,
                 tenant=s.tenant if s.tenant is not None else base.tenant,
                 processes=1,
                 name=args.name or s.label,

@@ -180,9 +180,9 @@ class ClassConfig:
                 return t.name
         return ""
 
-    def class_cap(self, work: WorkClass, queue_size: int) -> int:
-        """Items ``work`` may hold queued: its share of ``queue_size``, at least 1."""
-        return max(1, math.floor(work.queue_share * queue_size))
+    def class_cap(self, work_class: WorkClass, queue_size: int) -> int:
+        """Items ``work_class`` may hold queued: its share of ``queue_size``, at least 1."""
+        return max(1, math.floor(work_class.queue_share * queue_size))
 
     def tenant_cap(self, class_cap: int) -> int:
         """Items one tenant may hold queued in a class of ``class_cap`` items, at least 1."""

@@ -12,7 +12,7 @@ State: besides the inherited ``_queue`` (every live queued entry, in arrival ord
 keeps the inherited depth, idleness and expiry heap true), each entry sits in its class's
 queue and its tenant's lane there (:class:`MixedEntry` knows its lane).
 
-* ``offer_to(now, payload, deadline, work, tenant)`` admits an item of class ``work`` (a
+* ``offer_to(now, payload, deadline, work, tenant)`` admits an item of class ``work_class`` (a
   name; None: the default class) for ``tenant``, or refuses it at once. Refusals, in order:
   draining; the whole queue full; the class's queue share full; the tenant's share of the
   class full (named tenants only: a request with no tenant is not bounded by it); and, with
@@ -174,17 +174,17 @@ class MixedPolicy(Policy[PayloadT]):
         now: float,
         payload: PayloadT,
         deadline: float | None = None,
-        work: str | None = None,
+        work_class: str | None = None,
         tenant: str | None = None,
     ) -> MixedEntry[PayloadT]:
-        """Admit an item of class ``work`` for ``tenant``, or refuse it at once.
+        """Admit an item of class ``work_class`` for ``tenant``, or refuse it at once.
 
         Raises:
-            ConfigError: ``work`` names no class.
+            ConfigError: ``work_class`` names no class.
             ShuttingDown, QueueFull, DeadlineInfeasible: refused (see the module docstring);
                 each carries ``retry_after_s`` for this class and tenant.
         """
-        cq = self._queue_of(work)
+        cq = self._queue_of(work_class)
         self._received += 1
         lane = self._lane(cq, tenant)
         tally = lane.tally
@@ -210,18 +210,22 @@ class MixedPolicy(Policy[PayloadT]):
         return self.screen_for(now, deadline)
 
     def screen_for(
-        self, now: float, deadline: float | None, work: str | None = None, tenant: str | None = None
+        self,
+        now: float,
+        deadline: float | None,
+        work_class: str | None = None,
+        tenant: str | None = None,
     ) -> Rejected | None:
-        """Whether one more item of ``work`` for ``tenant`` would be refused now.
+        """Whether one more item of ``work_class`` for ``tenant`` would be refused now.
 
         Returns:
             The refusal, counted as one received and refused item of that class and tenant;
             or None (nothing counted, nothing admitted).
 
         Raises:
-            ConfigError: ``work`` names no class.
+            ConfigError: ``work_class`` names no class.
         """
-        cq = self._queue_of(work)
+        cq = self._queue_of(work_class)
         lane = self._lane(cq, tenant)
         refusal = self._refusal_in(now, deadline, cq, lane)
         if refusal is not None:

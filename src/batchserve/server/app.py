@@ -257,13 +257,13 @@ class App:
                     deadline if deadline is not None else arrival + model.settings.timeout_s
                 )
             else:
-                work = self.classify(exchange, classes)
+                work_class = self.classify(exchange, classes)
                 if deadline is None:
-                    timeout_s = work.timeout_s
+                    timeout_s = work_class.timeout_s
                     deadline = arrival + (
                         timeout_s if timeout_s is not None else model.settings.timeout_s
                     )
-                refusal = batcher.screen(deadline, work.name, exchange.tenant)
+                refusal = batcher.screen(deadline, work_class.name, exchange.tenant)
             if refusal is not None:
                 raise refusal
             if model_name is None:
@@ -281,12 +281,12 @@ class App:
         Raises:
             ApiError: 422 for an unknown class or a bad header value.
         """
-        work = exchange.work
-        if work is None:
-            work = exchange.work = header_class(classes, exchange.head)
+        work_class = exchange.work_class
+        if work_class is None:
+            work_class = exchange.work_class = header_class(classes, exchange.head)
         if self._tenant_keys is None and exchange.tenant is None:
             exchange.tenant = wire_tenant(exchange.head)
-        return work
+        return work_class
 
     def release(self) -> None:
         """An exchange's reply was written (or its client left); see :meth:`drain`."""

@@ -168,7 +168,7 @@ class Exchange:
         "respond",
         "results",
         "tenant",
-        "work",
+        "work_class",
     )
 
     def __init__(
@@ -192,7 +192,7 @@ class Exchange:
         self.pending = 0
         self.reply: Reply | None = None
         self.released = False
-        self.work: WorkClass | None = None
+        self.work_class: WorkClass | None = None
         self.tenant: str | None = None
 
     @property
@@ -215,23 +215,23 @@ class Exchange:
                 raise ApiError("draining", "the server is shutting down and admits no new requests")
             batcher = model.require_batcher()
             now = batcher.clock.now()
-            work = None if model.classes is None else app.classify(self, model.classes)
+            work_class = None if model.classes is None else app.classify(self, model.classes)
             deadline = self.deadline
             if deadline is None:
                 timeout_s = model.settings.timeout_s
-                if work is not None and work.timeout_s is not None:
-                    timeout_s = work.timeout_s
+                if work_class is not None and work_class.timeout_s is not None:
+                    timeout_s = work_class.timeout_s
                 deadline = self.deadline = self.arrival + timeout_s
             if deadline <= now:
                 raise passed(now - self.arrival)
             self.results = [None] * len(items)
             self.pending = len(items)
             entries = self.entries
-            if work is None:
+            if work_class is None:
                 for i, item in enumerate(items):
                     entries.append(batcher.offer(item, deadline, self, i))
             else:
-                name, tenant = work.name, self.tenant
+                name, tenant = work_class.name, self.tenant
                 for i, item in enumerate(items):
                     entries.append(batcher.offer(item, deadline, self, i, name, tenant))
         except Exception as exc:

@@ -438,7 +438,7 @@ class InferEndpoint:
         else:
             items = generic_items(req, self.limits)
         if req.priority is not None and model.classes is not None:
-            exchange.work = resolve_class(model.classes, req.priority, "parameters.priority")
+            exchange.work_class = resolve_class(model.classes, req.priority, "parameters.priority")
         if req.timeout_s is not None:
             own = exchange.arrival + req.timeout_s
             if exchange.deadline is None or own < exchange.deadline:

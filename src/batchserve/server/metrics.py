@@ -359,9 +359,9 @@ class Metrics:
             if got is None:
                 continue
             by_class, depths = got
-            for work, tenants in by_class.items():
+            for work_class, tenants in by_class.items():
                 for tenant, c in tenants.items():
-                    labels = [name, work, tenant]
+                    labels = [name, work_class, tenant]
                     for outcome, value in (
                         ("ok", c.ok),
                         ("late", c.late),
@@ -372,6 +372,6 @@ class Metrics:
                         items.add_metric([*labels, outcome], value)
                     for reason, value in c.rejected.items():
                         items.add_metric([*labels, f"rejected_{reason}"], value)
-            for work, n in depths.items():
-                depth.add_metric([name, work], n)
+            for work_class, n in depths.items():
+                depth.add_metric([name, work_class], n)
         yield from (items, depth)

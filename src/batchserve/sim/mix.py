@@ -55,7 +55,7 @@ class Stream:
         seed: the seed of a poisson schedule.
     """
 
-    work: str
+    work_class: str
     tenant: str | None = None
     rate: float
     inputs: int = 1
@@ -64,23 +64,23 @@ class Stream:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        check_positive(f"stream {self.work} rate", self.rate)
+        check_positive(f"stream {self.work_class} rate", self.rate)
         if isinstance(self.inputs, bool) or not isinstance(self.inputs, int) or self.inputs < 1:
             raise ConfigError(
-                f"stream {self.work} inputs must be an integer >= 1, got {self.inputs!r}"
+                f"stream {self.work_class} inputs must be an integer >= 1, got {self.inputs!r}"
             )
         if self.timeout_s is not None:
-            check_positive(f"stream {self.work} timeout", self.timeout_s)
+            check_positive(f"stream {self.work_class} timeout", self.timeout_s)
         if self.arrivals not in ARRIVAL_MODES:
             raise ConfigError(
-                f"stream {self.work} arrivals must be one of {', '.join(ARRIVAL_MODES)}, "
+                f"stream {self.work_class} arrivals must be one of {', '.join(ARRIVAL_MODES)}, "
                 f"got {self.arrivals!r}"
             )
 
     @property
     def label(self) -> str:
         """``class`` or ``class/tenant``."""
-        return self.work if self.tenant is None else f"{self.work}/{self.tenant}"
+        return self.work_class if self.tenant is None else f"{self.work_class}/{self.tenant}"
 
 
 _STREAM_KEYS = ("rate", "inputs", "timeout", "tenant", "arrivals", "seed")
@@ -92,29 +92,29 @@ def parse_stream(text: str) -> Stream:
     Raises:
         ConfigError: a missing rate, or a setting that is unknown or breaks its rule.
     """
-    work, _, rest = text.strip().partition(":")
+    work_class, _, rest = text.strip().partition(":")
     fields: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in rest.split(","))):
         key, eq, value = part.partition("=")
         if not eq or key.strip() not in _STREAM_KEYS:
             raise ConfigError(
-                f"stream {work!r}: each setting must be one of "
+                f"stream {work_class!r}: each setting must be one of "
                 f"{', '.join(k + '=...' for k in _STREAM_KEYS)}, got {part!r}"
             )
         fields[key.strip()] = value.strip()
     if "rate" not in fields:
-        raise ConfigError(f"stream {work!r} needs rate=REQUESTS_PER_S")
+        raise ConfigError(f"stream {work_class!r} needs rate=REQUESTS_PER_S")
     try:
         rate = float(fields["rate"])
         inputs = int(fields.get("inputs", "1"))
         seed = int(fields.get("seed", "0"))
     except ValueError as exc:
         raise ConfigError(
-            f"stream {work!r}: rate, inputs and seed must be numbers ({exc})"
+            f"stream {work_class!r}: rate, inputs and seed must be numbers ({exc})"
         ) from None
     timeout = fields.get("timeout")
     return Stream(
-        work=work.strip(),
+        work_class=work_class.strip(),
         tenant=fields.get("tenant") or None,
         rate=rate,
         inputs=inputs,
@@ -157,7 +157,7 @@ class StreamFigures:
     def to_dict(self) -> dict[str, Any]:
         """The row's keys: ``class, tenant, offered_per_s, ok_per_s, p50_ms, p99_ms, ...``."""
         return {
-            "class": self.stream.work,
+            "class": self.stream.work_class,
             "tenant": self.stream.tenant or "",
             "offered_per_s": self.offered_per_s,
             "ok_per_s": self.ok_per_s,
@@ -227,13 +227,13 @@ def simulate_mix(
     for s in streams:
         t = s.timeout_s
         if classes is not None:
-            if s.work not in classes.names:
+            if s.work_class not in classes.names:
                 raise ConfigError(
                     f"stream {s.label}: class must be one of {', '.join(classes.names)}, "
-                    f"got {s.work!r}"
+                    f"got {s.work_class!r}"
                 )
             if t is None:
-                t = classes.resolve(s.work).timeout_s
+                t = classes.resolve(s.work_class).timeout_s
         deadlines.append(t if t is not None else timeout_s)
 
     schedule = sorted(
@@ -287,7 +287,7 @@ def simulate_mix(
                         entry: Entry[int] = (
                             policy.offer(now, i, deadline)
                             if mixed is None
-                            else mixed.offer_to(now, i, deadline, s.work, s.tenant)
+                            else mixed.offer_to(now, i, deadline, s.work_class, s.tenant)
                         )
                         entries[i].append(entry)
                 except Rejected as exc:

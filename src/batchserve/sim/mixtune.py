@@ -163,7 +163,7 @@ def _evaluate(
     sent: dict[str, int] = {}
     lost: dict[str, int] = {}
     for f in result.streams:
-        name = f.stream.work
+        name = f.stream.work_class
         sent[name] = sent.get(name, 0) + f.sent
         lost[name] = lost.get(name, 0) + f.rejected_total + f.timed_out
         p99[name] = max(p99.get(name, 0.0), f.p99_ms)
