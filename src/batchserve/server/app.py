@@ -35,7 +35,7 @@ from typing import Any
 
 from batchserve.metrics import CONTENT_TYPE, Metrics
 from batchserve.models.loader import LoadedModel, load_model
-from batchserve.server import kserve, openai
+from batchserve.server import kserve, openai, triton
 from batchserve.server.asgi import (
     ClientGone,
     Head,
@@ -47,16 +47,19 @@ from batchserve.server.asgi import (
     check_body_type,
     check_length,
     json_bytes,
+    load_json,
     read_body,
     read_head,
     send,
     watch_disconnect,
 )
+from batchserve.server.dashboard import DASHBOARD_HEADERS, dashboard_html
 from batchserve.server.deadlines import wire_deadline
 from batchserve.server.exchange import ARRIVAL, Endpoint, Exchange, Reply, passed
 from batchserve.server.openapi import docs_html, openapi_spec
 from batchserve.server.registry import Registry, ServedModel
 from batchserve.server.settings import ServerSettings
+from batchserve.server.status import server_status
 from batchserve.server.statuses import ApiError, from_exception
 
 __all__ = ["App", "create_app"]
@@ -65,6 +68,8 @@ log = logging.getLogger("batchserve.server")
 
 Handler = Callable[..., Awaitable[None]]
 _HTML = b"text/html; charset=utf-8"
+#: The most a body to a route that is not inference may hold (the repository index's).
+_SMALL_BODY = 64 * 1024
 
 
 def create_app(
@@ -100,6 +105,7 @@ class App:
         for m in self.registry.models.values():
             self.metrics.add_model(m.name, _stats_of(m), _ready_of(m))
         self.draining = False
+        self.started_unix = time.time()
         self._key = settings.api_key.encode() if settings.api_key else None
         self._load_task: asyncio.Task[None] | None = None
         self._drain_task: asyncio.Future[None] | None = None
@@ -114,6 +120,8 @@ class App:
         self._model_routes: dict[tuple[str, ...], dict[str, Handler]] = {
             (): {"GET": self._kserve_model},
             ("ready",): {"GET": self._kserve_model_ready},
+            ("config",): {"GET": self._triton_config},
+            ("stats",): {"GET": self._triton_stats},
             ("infer",): {"POST": self._not_routed},
         }
 
@@ -367,6 +375,7 @@ class App:
             parts = path[len("/v2/models/") :].split("/")
             name, rest = parts[0], parts[1:]
             if len(rest) >= 2 and rest[0] == "versions":
+                triton.check_version(name, rest[1])
                 rest = rest[2:]
             methods, args = self._model_routes.get(tuple(rest)), (name,)
         if methods is None:
@@ -386,7 +395,11 @@ class App:
             "/v2": {"GET": self._kserve_server},
             "/v2/health/live": {"GET": self._live},
             "/v2/health/ready": {"GET": self._ready},
+            "/v2/models/stats": {"GET": self._triton_all_stats},
+            "/v2/repository/index": {"POST": self._triton_index},
             "/metrics": {"GET": self._metrics},
+            "/status": {"GET": self._status},
+            "/dashboard": {"GET": self._dashboard},
             "/openapi.json": {"GET": self._openapi},
             "/docs": {"GET": self._docs},
             "/": {"GET": self._index},
@@ -437,7 +450,54 @@ class App:
             raise ApiError("not_ready", f"model {name!r} is {model.state}")
         await send(send_fn, 200, json_bytes({"name": name, "ready": True}))
 
+    # -- Triton's extensions ---------------------------------------------------------------
+
+    async def _triton_config(
+        self, scope: Scope, receive: Receive, send_fn: Send, name: str
+    ) -> None:
+        model = self.registry.require(name, param="name")
+        await send(send_fn, 200, json_bytes(triton.model_config(model)))
+
+    async def _triton_stats(self, scope: Scope, receive: Receive, send_fn: Send, name: str) -> None:
+        self.registry.require(name, param="name")
+        entry = triton.model_statistics(name, self.metrics.account(name))
+        await send(send_fn, 200, json_bytes({"model_stats": [entry]}))
+
+    async def _triton_all_stats(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        entries = [
+            triton.model_statistics(n, self.metrics.account(n)) for n in self.registry.models
+        ]
+        await send(send_fn, 200, json_bytes({"model_stats": entries}))
+
+    async def _triton_index(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        head = read_head(scope["headers"])
+        check_length(head, _SMALL_BODY)
+        body = await read_body(receive, _SMALL_BODY, self.limits.read_timeout_s)
+        ready_only = False
+        if body.strip():
+            data = load_json(body)
+            if not isinstance(data, dict):
+                raise ApiError("invalid", "body must be a JSON object", param="body")
+            ready = data.get("ready", False)
+            if not isinstance(ready, bool):
+                raise ApiError("invalid", f"ready must be a boolean, got {ready!r}", param="ready")
+            ready_only = ready
+        models = list(self.registry.models.values())
+        await send(send_fn, 200, json_bytes(triton.repository_index(models, ready_only=ready_only)))
+
     # -- operations and documentation ------------------------------------------------------
+
+    async def _status(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        body = server_status(
+            list(self.registry.models.values()),
+            self.metrics,
+            started_unix=self.started_unix,
+            draining=self.draining,
+        )
+        await send(send_fn, 200, json_bytes(body))
+
+    async def _dashboard(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        await send(send_fn, 200, dashboard_html(), DASHBOARD_HEADERS, content_type=_HTML)
 
     async def _metrics(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
         await send(send_fn, 200, self.metrics.exposition(), content_type=CONTENT_TYPE.encode())
@@ -473,6 +533,9 @@ class App:
             "models": list(self.registry.models),
             "docs": "/docs",
             "openapi": "/openapi.json",
+            "dashboard": "/dashboard",
+            "status": "/status",
+            "metrics": "/metrics",
         }
         await send(send_fn, 200, json_bytes(body))
 
