@@ -55,3 +55,22 @@ def test_core_imports_nothing_from_the_outer_layers() -> None:
             parts = name.split(".")
             if parts[0] == "batchserve" and len(parts) > 1:
                 assert parts[1] not in OUTER, f"{f.relative_to(SRC)} imports {name}"
+
+
+#: The request's path: it must not depend on the views of the server built on its counters.
+HOT_PATH = ["server/wire.py", "server/exchange.py", "batcher.py", "policy/core.py"]
+VIEWS = (
+    "batchserve.server.triton",
+    "batchserve.server.status",
+    "batchserve.server.dashboard",
+    "batchserve.server.openapi_ops",
+    "batchserve.cli.top",
+)
+
+
+def test_the_hot_path_and_the_metrics_import_none_of_the_views() -> None:
+    for entry in [*HOT_PATH, "metrics.py"]:
+        for name in _imports(SRC / entry):
+            assert not name.startswith(VIEWS), f"{entry} imports {name}"
+    # The metrics are read by the server's views; they know nothing of HTTP.
+    assert not any(n.startswith("batchserve.server") for n in _imports(SRC / "metrics.py"))

@@ -52,6 +52,9 @@ batchserve_cost_fixed_seconds              gauge      fitted fixed cost per pass
 batchserve_cost_per_item_seconds           gauge      fitted cost per item
 batchserve_cost_samples                    gauge      passes the cost model learned from
 batchserve_model_ready                     gauge      1 when the model serves
+batchserve_queue_capacity                  gauge      items the queue holds at most (setting)
+batchserve_max_batch_size                  gauge      items a pass holds at most (setting)
+batchserve_default_deadline_seconds        gauge      deadline of a request stating none
 =========================================  =========  ======================================
 """
 
@@ -74,6 +77,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.utils import floatToGoString
 
 from batchserve.batcher import BatchRecord
+from batchserve.config import BatchConfig
 from batchserve.policy import PolicyStats
 
 __all__ = [
@@ -262,12 +266,27 @@ class Metrics:
         #: (model, outcome) -> seconds of the requests that ended so (all but ``ok``).
         self._other_s: dict[tuple[str, str], float] = {}
         self._passes: dict[str, _Passes] = {}
+        self._settings: dict[str, tuple[BatchConfig | None, float | None]] = {}
         self._sources: dict[str, tuple[StatsSource, Callable[[], bool]]] = {}
         self.registry.register(self)
 
-    def add_model(self, name: str, stats: StatsSource, ready: Callable[[], bool]) -> None:
-        """Report ``name``'s state at each scrape from ``stats()`` and ``ready()``."""
+    def add_model(
+        self,
+        name: str,
+        stats: StatsSource,
+        ready: Callable[[], bool],
+        *,
+        config: BatchConfig | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
+        """Report ``name``'s state at each scrape from ``stats()`` and ``ready()``.
+
+        ``config`` and ``timeout_s`` (its batcher's settings and default deadline) are
+        exported too, so alerts can compare the queue with its size and latency with the
+        deadline.
+        """
         self._sources[name] = (stats, ready)
+        self._settings[name] = (config, timeout_s)
         self._queue_wait[name] = _Histogram(_LATENCY_BUCKETS)
         self._batch_size[name] = _Histogram(_SIZE_BUCKETS)
         self._forward[name] = _Histogram(_LATENCY_BUCKETS)
@@ -459,6 +478,24 @@ class Metrics:
         ready = GaugeMetricFamily(
             "batchserve_model_ready", "1 when the model serves.", labels=["model"]
         )
+        capacity = GaugeMetricFamily(
+            "batchserve_queue_capacity", "Items the queue holds at most.", labels=["model"]
+        )
+        max_batch = GaugeMetricFamily(
+            "batchserve_max_batch_size", "Items a forward pass holds at most.", labels=["model"]
+        )
+        deadline = GaugeMetricFamily(
+            "batchserve_default_deadline_seconds",
+            "Deadline of a request that states none, seconds from its arrival.",
+            labels=["model"],
+        )
+        for name, (config, timeout_s) in self._settings.items():
+            if config is not None:
+                capacity.add_metric([name], config.queue_size)
+                max_batch.add_metric([name], config.max_batch_size)
+            if timeout_s is not None:
+                deadline.add_metric([name], timeout_s)
+        yield from (capacity, max_batch, deadline)
         for name, (stats_fn, ready_fn) in self._sources.items():
             ready.add_metric([name], 1.0 if ready_fn() else 0.0)
             stats = stats_fn()

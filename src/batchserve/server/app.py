@@ -103,7 +103,13 @@ class App:
             ]
         )
         for m in self.registry.models.values():
-            self.metrics.add_model(m.name, _stats_of(m), _ready_of(m))
+            self.metrics.add_model(
+                m.name,
+                _stats_of(m),
+                _ready_of(m),
+                config=m.settings.batch,
+                timeout_s=m.settings.timeout_s,
+            )
         self.draining = False
         self.started_unix = time.time()
         self._key = settings.api_key.encode() if settings.api_key else None
