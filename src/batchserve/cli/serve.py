@@ -90,6 +90,7 @@ _SERVER_KEYS = {
     "max_input_chars": "int",
     "read_timeout": "duration",
     "api_key": "str",
+    "otel": "bool",
 }
 _NAMED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)=(.*)$")
 
@@ -150,6 +151,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--api-key",
         help=f"require 'Authorization: Bearer KEY' on inference endpoints (or ${API_KEY_ENV})",
+    )
+    p.add_argument(
+        "--otel",
+        action="store_const",
+        const="on",
+        help="each request and forward pass becomes an OpenTelemetry span, exported over "
+        "OTLP as OTEL_EXPORTER_OTLP_* say (pip install 'batchserve[otel]'; off by default)",
     )
     p.add_argument("--log-level", default="warning", help="uvicorn's log level")
     p.set_defaults(run=run)

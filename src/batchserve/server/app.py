@@ -31,8 +31,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from batchserve.batcher import BatchRecord
 from batchserve.metrics import CONTENT_TYPE, Metrics
 from batchserve.models.loader import LoadedModel, load_model
 from batchserve.server import kserve, openai, triton
@@ -62,6 +63,9 @@ from batchserve.server.settings import ServerSettings
 from batchserve.server.status import server_status
 from batchserve.server.statuses import ApiError, from_exception
 
+if TYPE_CHECKING:
+    from batchserve.server.tracing import Tracing
+
 __all__ = ["App", "create_app"]
 
 log = logging.getLogger("batchserve.server")
@@ -85,22 +89,40 @@ class App:
     Args:
         settings: models, limits, API key, drain timeout.
         loader: turns a model SPEC into a model (tests pass their own).
+        tracer: with ``settings.otel``, the OpenTelemetry tracer spans go to (default: see
+            :func:`batchserve.server.tracing.default_tracer`).
 
     Use as an ASGI app under uvicorn (the lifespan protocol loads the models), or directly:
     ``async with App(settings) as app: await app.wait_ready()``.
     """
 
     def __init__(
-        self, settings: ServerSettings, *, loader: Callable[[str], LoadedModel] = load_model
+        self,
+        settings: ServerSettings,
+        *,
+        loader: Callable[[str], LoadedModel] = load_model,
+        tracer: Any = None,
     ) -> None:
         self.settings = settings
         self.limits = settings.limits
         self.metrics = Metrics()
+        # Tracing off: plain exchanges, passes reported to the metrics alone (no cost).
+        self.tracing: Tracing | None = None
+        self._exchange_type: type[Exchange] = Exchange
+        on_batch: Callable[[str, BatchRecord], None] = self.metrics.observe_batch
+        if settings.otel:
+            from batchserve.server.tracing import TracedExchange, Tracing, default_tracer
+
+            tracing = self.tracing = Tracing(tracer if tracer is not None else default_tracer())
+            self._exchange_type = TracedExchange
+            observe = self.metrics.observe_batch
+
+            def on_batch(name: str, record: BatchRecord) -> None:
+                observe(name, record)
+                tracing.on_batch(name, record)
+
         self.registry = Registry(
-            [
-                ServedModel(m, on_batch=self.metrics.observe_batch, loader=loader)
-                for m in settings.models
-            ]
+            [ServedModel(m, on_batch=on_batch, loader=loader) for m in settings.models]
         )
         for m in self.registry.models.values():
             self.metrics.add_model(
@@ -234,7 +256,7 @@ class App:
         """
         self.metrics.observe_received()
         self._inflight += 1
-        exchange = Exchange(self, endpoint, head, arrival, respond)
+        exchange = self._exchange_type(self, endpoint, head, arrival, respond)
         try:
             authorize(head, self._key)
             model = self._only

@@ -94,6 +94,8 @@ class ServerSettings:
         limits: request limits.
         api_key: if set, inference endpoints need ``Authorization: Bearer <api_key>``.
         drain_timeout_s: on SIGTERM, at most this long is spent finishing accepted work.
+        otel: each request and each forward pass becomes an OpenTelemetry span (the
+            ``otel`` extra; see :mod:`batchserve.server.tracing`). Off costs nothing.
     """
 
     models: tuple[ModelSettings, ...] = (ModelSettings(name=DEFAULT_MODEL_NAME, spec="minilm"),)
@@ -102,8 +104,11 @@ class ServerSettings:
     limits: RequestLimits = field(default_factory=RequestLimits)
     api_key: str | None = None
     drain_timeout_s: float = 30.0
+    otel: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.otel, bool):
+            raise ConfigError(f"otel must be a bool, got {self.otel!r}")
         if not self.models:
             raise ConfigError("models must name at least one model, got none")
         names = [m.name for m in self.models]
