@@ -148,6 +148,21 @@ class _Window:
         values[self.count % len(values)] = value
         self.count += 1
 
+    def extend(self, new: tuple[float, ...]) -> None:
+        # In slices, not one call per value: a pass's items are added at once.
+        values, n = self.values, len(new)
+        size = len(values)
+        if n >= size:
+            start = (self.count + n - size) % size
+            values[start:] = new[n - size : n - start]
+            values[:start] = new[n - start :]
+        else:
+            start = self.count % size
+            first = min(n, size - start)
+            values[start : start + first] = new[:first]
+            values[: n - first] = new[first:]
+        self.count += n
+
     def latest(self) -> tuple[float, ...]:
         return tuple(self.values[: min(self.count, len(self.values))])
 
@@ -353,10 +368,9 @@ class Metrics:
         passes.last_unix = time.time()
         passes.forward.add(forward_s)
         wait = self._queue_wait[model]
-        window = passes.queue_wait
         for w in record.queue_waits_s:
             wait.observe(w)
-            window.add(w)
+        passes.queue_wait.extend(record.queue_waits_s)
 
     # -- reading ---------------------------------------------------------------------------
 
