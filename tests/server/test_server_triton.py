@@ -75,9 +75,12 @@ def test_config_states_the_settings_in_force() -> None:
             r = await c.get("/v2/models/emb/versions/2/config")
             assert r.status_code == 404
             assert "no version '2'" in r.json()["error"]
-            r = await c.get("/v2/models/nope/config")
+            for path in ("/v2/models/nope/config", "/v2/models/nope/versions/2/config"):
+                r = await c.get(path)
+                assert r.status_code == 404
+                assert "'nope' is not served here; served: emb, gen" in r.json()["error"]
+            r = await c.get("/v2/models/emb/versions/2")  # metadata too: one version
             assert r.status_code == 404
-            assert "nope" in r.json()["error"]
 
     run(main())
 

@@ -403,7 +403,8 @@ class App:
             parts = path[len("/v2/models/") :].split("/")
             name, rest = parts[0], parts[1:]
             if len(rest) >= 2 and rest[0] == "versions":
-                triton.check_version(name, rest[1])
+                if name in self.registry.models:  # else the handler's 404 names the models
+                    triton.check_version(name, rest[1])
                 rest = rest[2:]
             methods, args = self._model_routes.get(tuple(rest)), (name,)
         if methods is None:
