@@ -16,9 +16,10 @@ from typing import Any
 import httpx
 import pytest
 from batchserve_testmodels import poisoned
-from server_helpers import embedding_model
+from server_helpers import embedding_model, server_process
 
 from batchserve.config import BatchConfig
+from batchserve.errors import ConfigError
 from batchserve.server import App, ModelSettings, ServerSettings
 
 sdk = pytest.importorskip("opentelemetry.sdk.trace")
@@ -135,3 +136,34 @@ print("clean")
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "clean"
+
+
+def test_serve_otel_flag_and_config_key(tmp_path: Any) -> None:
+    from batchserve.cli import build_parser
+    from batchserve.cli.serve import build_settings
+
+    def settings(*argv: str) -> ServerSettings:
+        return build_settings(build_parser().parse_args(["serve", *argv]), environ={})
+
+    assert settings().otel is False
+    assert settings("--otel").otel is True
+    config = tmp_path / "serve.toml"
+    config.write_text("otel = true\n")
+    assert settings("--config", str(config)).otel is True
+    config.write_text('otel = "maybe"\n')
+    with pytest.raises(ConfigError, match="otel must be on or off, got 'maybe'"):
+        settings("--config", str(config))
+
+
+@pytest.mark.slow
+def test_serve_otel_exports_spans() -> None:
+    env = {"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "50"}
+    with server_process(["--model", "synthetic:fixed=1ms,per_item=0ms", "--otel"], env) as s:
+        r = httpx.post(s.url + "/v1/embeddings", json={"input": ["one", "two"]}, timeout=10)
+        assert r.status_code == 200
+        s.proc.terminate()
+        out, err = s.proc.communicate(timeout=30)
+    assert s.proc.returncode == 0, err
+    assert '"name": "batchserve.request"' in out
+    assert '"name": "batchserve.pass"' in out
+    assert f'"batchserve.batch_id": {r.headers["x-batch-id"].split(",")[0]}' in out
