@@ -78,6 +78,32 @@ def test_every_metric_named_is_one_the_server_exports() -> None:
     assert named <= exported, sorted(named - exported)
 
 
+def test_label_sets_stay_bounded_whatever_clients_send() -> None:
+    """Model names, paths and bodies from clients never become label values."""
+
+    async def exposition(names: list[str]) -> str:
+        model = ModelSettings(name="m", spec="synthetic:fixed=0ms,per_item=0ms")
+        async with App(ServerSettings(models=(model,)), loader=load_model) as app:
+            await app.wait_ready()
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://x") as c:
+                for name in names:
+                    await c.post("/v1/embeddings", json={"model": name, "input": "x"})
+                    await c.post(f"/v2/models/{name}/infer", json={"inputs": []})
+                    await c.get(f"/v2/models/{name}/stats")
+                    await c.post("/v1/embeddings", content=name.encode())
+                return (await c.get("/metrics")).text
+
+    def series(text: str) -> set[str]:
+        return {line.rsplit(" ", 1)[0] for line in text.splitlines() if line[:1] != "#"}
+
+    few = series(asyncio.run(exposition([f"nope{i}" for i in range(2)])))
+    many = series(asyncio.run(exposition([f"other-{i}" for i in range(40)])))
+    assert many == few
+    assert not any("nope" in s or "other-" in s for s in many)
+    assert '=""' not in "".join(many)
+
+
 def test_the_dashboard_is_one_grafana_imports() -> None:
     dash = json.loads(DASHBOARD.read_text())
     variables = {v["name"]: v for v in dash["templating"]["list"]}
