@@ -10,6 +10,7 @@ HTTP), with binary and with JSON tensors, and reports the server's side from the
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import re
 import subprocess
 from typing import Any
@@ -188,6 +189,16 @@ def _perf_analyzer(url: str, model: str, tensor_format: str) -> dict[str, int]:
     # The server's side comes from the statistics extension: queue and compute are there.
     assert re.search(r"queue \d+ usec \+ compute input \d+ usec \+ compute infer \d+ usec", out)
     return figures
+
+
+def test_the_readme_s_perf_analyzer_script_runs_it() -> None:
+    ensure_perf_analyzer()
+    script = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "perf_analyzer"
+    done = subprocess.run(
+        [str(script), "--version"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Perf Analyzer Version" in done.stdout + done.stderr
 
 
 @pytest.mark.slow
