@@ -92,3 +92,22 @@ def test_the_policy_reads_no_clock_and_does_no_io() -> None:
             "time", "asyncio", "socket", "threading", "random", "os",
         }  # fmt: skip
         assert not banned, f"policy/{f.name} imports {sorted(banned)}"
+
+
+#: The request's path: it must not depend on the views of the server built on its counters.
+HOT_PATH = ["server/wire.py", "server/exchange.py", "batcher.py", "policy/core.py"]
+VIEWS = (
+    "batchserve.server.triton",
+    "batchserve.server.status",
+    "batchserve.server.dashboard",
+    "batchserve.server.openapi_ops",
+    "batchserve.cli.top",
+)
+
+
+def test_the_hot_path_and_the_metrics_import_none_of_the_views() -> None:
+    for entry in [*HOT_PATH, "server/metrics.py"]:
+        for name in _imports(SRC / entry):
+            assert not any(name == v or name.startswith(v + ".") for v in VIEWS), (entry, name)
+    # The metrics are read by the server's views; they know nothing of HTTP.
+    assert not any(n.startswith("batchserve.server") for n in _imports(SRC / "server/metrics.py"))

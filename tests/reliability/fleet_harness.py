@@ -35,6 +35,7 @@ from reliability_harness import ROOT, RequestCounts, Server
 
 from batchserve.config import BatchConfig, CostEstimate
 from support import wait_until
+from tools import ensure_binary
 
 #: The nginx configuration under test.
 DEPLOY_CONF = ROOT / "deploy" / "nginx" / "batchserve.conf"
@@ -78,22 +79,7 @@ def ensure_nginx() -> str:
     Raises:
         RuntimeError: nginx is missing and could not be installed (the output says why).
     """
-    found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
-    if found:
-        return found
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    log = []
-    for cmd in (
-        ["apt-get", "install", "-y", "-q", "nginx-light"],
-        ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "nginx-light"],
-    ):
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-        log.append(f"$ {' '.join(cmd)} -> {done.returncode}\n{done.stdout[-2000:]}{done.stderr}")
-        found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
-        if found:
-            return found
-    raise RuntimeError("nginx is missing and apt-get could not install it:\n" + "\n".join(log))
+    return ensure_binary("nginx", "nginx-light")
 
 
 def free_port() -> int:

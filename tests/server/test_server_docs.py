@@ -50,7 +50,8 @@ async def test_openapi_lists_every_route_the_app_serves() -> None:
     assert spec["openapi"].startswith("3.1")
     static = set(app._static_routes())
     dynamic = {"/v1/models/{name}", "/v2/models/{name}", "/v2/models/{name}/ready",
-               "/v2/models/{name}/infer"}  # fmt: skip
+               "/v2/models/{name}/infer", "/v2/models/{name}/config",
+               "/v2/models/{name}/stats"}  # fmt: skip
     assert set(spec["paths"]) == static | dynamic
     for path, methods in app._static_routes().items():
         assert set(spec["paths"][path]) == {m.lower() for m in methods}, path

@@ -53,7 +53,7 @@ async def test_server_and_model_metadata_and_health() -> None:
         assert (await c.get("/v2/health/live")).status_code == 200
         assert (await c.get("/v2/health/ready")).status_code == 200
         m = (await c.get("/v2/models/rec")).json()
-        assert m["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
+        assert m["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": [-1, 1]}]
         assert m["outputs"] == [{"name": "embedding", "datatype": "FP32", "shape": [-1, 4]}]
         assert (await c.get("/v2/models/rec/ready")).status_code == 200
         assert (await c.get("/v2/models/rec/versions/1/ready")).status_code == 200

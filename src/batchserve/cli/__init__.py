@@ -15,7 +15,7 @@ from collections.abc import Sequence
 __all__ = ["main"]
 
 # Subcommand modules, in the order ``--help`` lists them.
-COMMANDS = ("demo", "serve", "simulate", "profile", "load", "tune")
+COMMANDS = ("demo", "serve", "simulate", "profile", "load", "tune", "top")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -111,6 +111,7 @@ _SERVER_KEYS = {
     "max_input_chars": "int",
     "read_timeout": "duration",
     "api_key": "str",
+    "otel": "bool",
 }
 _NAMED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)=(.*)$")
 
@@ -205,6 +206,13 @@ def add_parser(sub: Any) -> None:
     g.add_argument(
         "--tenant-share",
         help="the fraction of a class's queue one tenant may hold, in (0, 1] (default 1)",
+    )
+    p.add_argument(
+        "--otel",
+        action="store_const",
+        const="on",
+        help="each request and forward pass becomes an OpenTelemetry span, exported over "
+        "OTLP as OTEL_EXPORTER_OTLP_* say (pip install 'batchserve[otel]'; off by default)",
     )
     p.add_argument("--log-level", default="warning", help="uvicorn's log level")
     p.set_defaults(run=run)

@@ -31,11 +31,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from batchserve.batcher import BatchRecord
 from batchserve.models.loader import LoadedModel, load_model
 from batchserve.policy import ClassConfig, WorkClass
-from batchserve.server import kserve, openai
+from batchserve.server import kserve, openai, triton
 from batchserve.server.asgi import (
     ClientGone,
     Head,
@@ -47,19 +48,25 @@ from batchserve.server.asgi import (
     check_body_type,
     check_length,
     json_bytes,
+    load_json,
     read_body,
     read_head,
     send,
     watch_disconnect,
 )
 from batchserve.server.classes import TenantKeys, header_class, wire_tenant
+from batchserve.server.dashboard import DASHBOARD_HEADERS, dashboard_html
 from batchserve.server.deadlines import wire_deadline
 from batchserve.server.exchange import ARRIVAL, Endpoint, Exchange, Reply, passed
 from batchserve.server.metrics import CONTENT_TYPE, Metrics
 from batchserve.server.openapi import docs_html, openapi_spec
 from batchserve.server.registry import Registry, ServedModel
 from batchserve.server.settings import ServerSettings
+from batchserve.server.status import server_status
 from batchserve.server.statuses import ApiError, from_exception
+
+if TYPE_CHECKING:
+    from batchserve.server.tracing import Tracing
 
 __all__ = ["App", "create_app"]
 
@@ -67,6 +74,8 @@ log = logging.getLogger("batchserve.server")
 
 Handler = Callable[..., Awaitable[None]]
 _HTML = b"text/html; charset=utf-8"
+#: The most a body to a route that is not inference may hold (the repository index's).
+_SMALL_BODY = 64 * 1024
 
 
 def create_app(
@@ -82,28 +91,53 @@ class App:
     Args:
         settings: models, limits, API key, drain timeout.
         loader: turns a model SPEC into a model (tests pass their own).
+        tracer: with ``settings.otel``, the OpenTelemetry tracer spans go to (default: see
+            :func:`batchserve.server.tracing.default_tracer`).
 
     Use as an ASGI app under uvicorn (the lifespan protocol loads the models), or directly:
     ``async with App(settings) as app: await app.wait_ready()``.
     """
 
     def __init__(
-        self, settings: ServerSettings, *, loader: Callable[[str], LoadedModel] = load_model
+        self,
+        settings: ServerSettings,
+        *,
+        loader: Callable[[str], LoadedModel] = load_model,
+        tracer: Any = None,
     ) -> None:
         self.settings = settings
         self.limits = settings.limits
         self.metrics = Metrics()
+        # Tracing off: plain exchanges, passes reported to the metrics alone (no cost).
+        self.tracing: Tracing | None = None
+        self._exchange_type: type[Exchange] = Exchange
+        on_batch: Callable[[str, BatchRecord], None] = self.metrics.observe_batch
+        if settings.otel:
+            from batchserve.server.tracing import TracedExchange, Tracing, default_tracer
+
+            tracing = self.tracing = Tracing(tracer if tracer is not None else default_tracer())
+            self._exchange_type = TracedExchange
+            observe = self.metrics.observe_batch
+
+            def on_batch(name: str, record: BatchRecord) -> None:
+                observe(name, record)
+                tracing.on_batch(name, record)
+
         self.registry = Registry(
-            [
-                ServedModel(m, on_batch=self.metrics.observe_batch, loader=loader)
-                for m in settings.models
-            ]
+            [ServedModel(m, on_batch=on_batch, loader=loader) for m in settings.models]
         )
         for m in self.registry.models.values():
-            self.metrics.add_model(m.name, _stats_of(m), _ready_of(m))
+            self.metrics.add_model(
+                m.name,
+                _stats_of(m),
+                _ready_of(m),
+                config=m.settings.batch,
+                timeout_s=m.settings.timeout_s,
+            )
             if m.classes is not None:
                 self.metrics.add_classes(m.name, _class_stats_of(m))
         self.draining = False
+        self.started_unix = time.time()
         self._key = settings.api_key.encode() if settings.api_key else None
         # None unless tenant keys are configured: then a request's key names its tenant.
         self._tenant_keys = (
@@ -122,6 +156,8 @@ class App:
         self._model_routes: dict[tuple[str, ...], dict[str, Handler]] = {
             (): {"GET": self._kserve_model},
             ("ready",): {"GET": self._kserve_model_ready},
+            ("config",): {"GET": self._triton_config},
+            ("stats",): {"GET": self._triton_stats},
             ("infer",): {"POST": self._not_routed},
         }
 
@@ -228,7 +264,7 @@ class App:
         """
         self.metrics.observe_received()
         self._inflight += 1
-        exchange = Exchange(self, endpoint, head, arrival, respond)
+        exchange = self._exchange_type(self, endpoint, head, arrival, respond)
         try:
             tenant_keys = self._tenant_keys
             if tenant_keys is None:
@@ -405,6 +441,8 @@ class App:
             parts = path[len("/v2/models/") :].split("/")
             name, rest = parts[0], parts[1:]
             if len(rest) >= 2 and rest[0] == "versions":
+                if name in self.registry.models:  # else the handler's 404 names the models
+                    triton.check_version(name, rest[1])
                 rest = rest[2:]
             methods, args = self._model_routes.get(tuple(rest)), (name,)
         if methods is None:
@@ -424,7 +462,11 @@ class App:
             "/v2": {"GET": self._kserve_server},
             "/v2/health/live": {"GET": self._live},
             "/v2/health/ready": {"GET": self._ready},
+            "/v2/models/stats": {"GET": self._triton_all_stats},
+            "/v2/repository/index": {"POST": self._triton_index},
             "/metrics": {"GET": self._metrics},
+            "/status": {"GET": self._status},
+            "/dashboard": {"GET": self._dashboard},
             "/openapi.json": {"GET": self._openapi},
             "/docs": {"GET": self._docs},
             "/": {"GET": self._index},
@@ -475,7 +517,54 @@ class App:
             raise ApiError("not_ready", f"model {name!r} is {model.state}")
         await send(send_fn, 200, json_bytes({"name": name, "ready": True}))
 
+    # -- Triton's extensions ---------------------------------------------------------------
+
+    async def _triton_config(
+        self, scope: Scope, receive: Receive, send_fn: Send, name: str
+    ) -> None:
+        model = self.registry.require(name, param="name")
+        await send(send_fn, 200, json_bytes(triton.model_config(model)))
+
+    async def _triton_stats(self, scope: Scope, receive: Receive, send_fn: Send, name: str) -> None:
+        self.registry.require(name, param="name")
+        entry = triton.model_statistics(name, self.metrics.account(name))
+        await send(send_fn, 200, json_bytes({"model_stats": [entry]}))
+
+    async def _triton_all_stats(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        entries = [
+            triton.model_statistics(n, self.metrics.account(n)) for n in self.registry.models
+        ]
+        await send(send_fn, 200, json_bytes({"model_stats": entries}))
+
+    async def _triton_index(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        head = read_head(scope["headers"])
+        check_length(head, _SMALL_BODY)
+        body = await read_body(receive, _SMALL_BODY, self.limits.read_timeout_s)
+        ready_only = False
+        if body.strip():
+            data = load_json(body)
+            if not isinstance(data, dict):
+                raise ApiError("invalid", "body must be a JSON object", param="body")
+            ready = data.get("ready", False)
+            if not isinstance(ready, bool):
+                raise ApiError("invalid", f"ready must be a boolean, got {ready!r}", param="ready")
+            ready_only = ready
+        models = list(self.registry.models.values())
+        await send(send_fn, 200, json_bytes(triton.repository_index(models, ready_only=ready_only)))
+
     # -- operations and documentation ------------------------------------------------------
+
+    async def _status(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        body = server_status(
+            list(self.registry.models.values()),
+            self.metrics,
+            started_unix=self.started_unix,
+            draining=self.draining,
+        )
+        await send(send_fn, 200, json_bytes(body))
+
+    async def _dashboard(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        await send(send_fn, 200, dashboard_html(), DASHBOARD_HEADERS, content_type=_HTML)
 
     async def _metrics(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
         await send(send_fn, 200, self.metrics.exposition(), content_type=CONTENT_TYPE.encode())
@@ -511,6 +600,9 @@ class App:
             "models": list(self.registry.models),
             "docs": "/docs",
             "openapi": "/openapi.json",
+            "dashboard": "/dashboard",
+            "status": "/status",
+            "metrics": "/metrics",
         }
         await send(send_fn, 200, json_bytes(body))
 

@@ -280,7 +280,7 @@ class Exchange:
             return
         self._withdraw()
         self.reply = _GONE
-        self._count("cancelled", None, 0.0)
+        self._count("cancelled", None, time.monotonic() - self.arrival)
 
     def release(self) -> None:
         """The driver has written the reply (or the client left): the request is over."""
@@ -325,7 +325,7 @@ class Exchange:
             model.name if model is not None else None,
             self.endpoint.protocol,
             reason,
-            elapsed if reason == "ok" else None,
+            elapsed,
             outcome=outcome,
         )
 

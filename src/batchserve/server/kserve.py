@@ -100,7 +100,12 @@ class InferRequest:
 
 def server_metadata() -> dict[str, Any]:
     """``GET /v2``."""
-    return {"name": "batchserve", "version": __version__, "extensions": ["binary_tensor_data"]}
+    return {
+        "name": "batchserve",
+        "version": __version__,
+        # Triton's: model configuration and statistics (see batchserve.server.triton).
+        "extensions": ["binary_tensor_data", "model_configuration", "statistics"],
+    }
 
 
 def model_metadata(name: str, loaded: LoadedModel | None) -> dict[str, Any]:
@@ -108,7 +113,9 @@ def model_metadata(name: str, loaded: LoadedModel | None) -> dict[str, Any]:
     inputs: list[dict[str, Any]] = []
     outputs: list[dict[str, Any]] = []
     if loaded is not None and loaded.kind == "embedding":
-        inputs = [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
+        # [-1, 1], as Triton states a batch of strings: its tools need a shape per row.
+        # Requests may send [N] or [N, 1].
+        inputs = [{"name": "text", "datatype": "BYTES", "shape": [-1, 1]}]
         outputs = [
             {"name": EMBEDDING_OUTPUT, "datatype": "FP32", "shape": [-1, loaded.dimension or -1]}
         ]

@@ -16,6 +16,14 @@ when ``/metrics`` is scraped; nothing is polled between scrapes. No series carri
 label value (a request whose model was never known is labelled ``model="_unknown"``, a name
 no served model can have) and there are no ``*_created`` series.
 
+The same counters answer the server's other views of itself, read on demand through
+:meth:`Metrics.account` (a frozen :class:`Account` per model): Triton's statistics
+extension (:mod:`batchserve.server.triton`) and the live status behind the dashboard
+(:mod:`batchserve.server.status`). For those, each pass also adds to its batch size's count
+and forward time, and to two bounded windows of the latest forward times and queue waits
+(quantiles of what is happening now, not since the start); all of it per pass, on the
+batcher's ``on_batch``, never per request.
+
 Request-level outcomes add up: at every instant ``batchserve_requests_received_total ==
 sum(batchserve_requests_total) + batchserve_requests_in_flight``, where the outcomes are
 ``ok``, ``late``, ``rejected``, ``expired``, ``cancelled``, ``failed`` and ``invalid`` (see
@@ -46,6 +54,9 @@ batchserve_cost_samples                    gauge      passes the cost model lear
 batchserve_model_ready                     gauge      1 when the model serves
 batchserve_class_items_total               counter    items by ``class``, ``tenant``, ``outcome``
 batchserve_class_queue_depth               gauge      items waiting now, by ``class``
+batchserve_queue_capacity                  gauge      items the queue holds at most (setting)
+batchserve_max_batch_size                  gauge      items a pass holds at most (setting)
+batchserve_default_deadline_seconds        gauge      deadline of a request stating none
 =========================================  =========  ======================================
 
 The two ``class`` metrics exist for models with classes of work. Their ``tenant`` label is a
@@ -56,7 +67,9 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -69,9 +82,18 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.utils import floatToGoString
 
 from batchserve.batcher import BatchRecord
+from batchserve.config import BatchConfig
 from batchserve.policy import Counters, PolicyStats
 
-__all__ = ["CONTENT_TYPE", "OUTCOME_OF_REASON", "REQUEST_OUTCOMES", "UNKNOWN_MODEL", "Metrics"]
+__all__ = [
+    "CONTENT_TYPE",
+    "OUTCOME_OF_REASON",
+    "REQUEST_OUTCOMES",
+    "UNKNOWN_MODEL",
+    "Account",
+    "Metrics",
+    "quantile",
+]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -112,6 +134,105 @@ _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 StatsSource = Callable[[], PolicyStats | None]
 #: Counters by class then tenant label, and queue depth by class (None while loading).
 ClassStatsSource = Callable[[], tuple[dict[str, dict[str, Counters]], dict[str, int]] | None]
+
+#: The latest this many forward passes, and this many items' queue waits, make the window
+#: the live quantiles are taken over.
+FORWARD_WINDOW = 512
+QUEUE_WAIT_WINDOW = 2048
+
+
+class _Window:
+    """The latest ``size`` values, overwritten in a ring: adding one is a store and an add."""
+
+    __slots__ = ("count", "values")
+
+    def __init__(self, size: int) -> None:
+        self.values = [0.0] * size
+        self.count = 0
+
+    def add(self, value: float) -> None:
+        values = self.values
+        values[self.count % len(values)] = value
+        self.count += 1
+
+    def extend(self, new: tuple[float, ...]) -> None:
+        # In slices, not one call per value: a pass's items are added at once.
+        values, n = self.values, len(new)
+        size = len(values)
+        if n >= size:
+            start = (self.count + n - size) % size
+            values[start:] = new[n - size : n - start]
+            values[:start] = new[n - start :]
+        else:
+            start = self.count % size
+            first = min(n, size - start)
+            values[start : start + first] = new[:first]
+            values[: n - first] = new[first:]
+        self.count += n
+
+    def latest(self) -> tuple[float, ...]:
+        return tuple(self.values[: min(self.count, len(self.values))])
+
+
+class _Passes:
+    """One model's forward passes: by batch size, the latest ones, the last one's time."""
+
+    __slots__ = ("by_size", "forward", "item_forward_s", "last_unix", "queue_wait")
+
+    def __init__(self) -> None:
+        #: batch size -> [passes, seconds of forward time].
+        self.by_size: dict[int, list[float]] = {}
+        #: sum over passes of forward time x items: each item's pass time, added up.
+        self.item_forward_s = 0.0
+        self.last_unix: float | None = None
+        self.forward = _Window(FORWARD_WINDOW)
+        self.queue_wait = _Window(QUEUE_WAIT_WINDOW)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Account:
+    """A frozen snapshot of one model's accounting, for the views built on the metrics.
+
+    Attributes:
+        requests: (outcome, reason) -> requests that ended so.
+        success_s: seconds of the successful requests, arrival to answer, added up.
+        other_s: outcome -> seconds of the requests that ended so (every outcome but ``ok``).
+        items: items that ran in a forward pass.
+        passes: forward passes.
+        queue_wait_s: the items' seconds from admission to their pass, added up.
+        forward_s: the passes' seconds, added up.
+        item_forward_s: each item's pass time, added up (forward time x items per pass).
+        by_size: batch size -> (passes, seconds of forward time).
+        last_pass_unix: when the last pass ended (Unix seconds), None before the first.
+        recent_forward_s: the latest passes' forward times (at most FORWARD_WINDOW).
+        recent_queue_wait_s: the latest items' queue waits (at most QUEUE_WAIT_WINDOW).
+    """
+
+    requests: dict[tuple[str, str], int]
+    success_s: float
+    other_s: dict[str, float]
+    items: int
+    passes: int
+    queue_wait_s: float
+    forward_s: float
+    item_forward_s: float
+    by_size: dict[int, tuple[int, float]]
+    last_pass_unix: float | None
+    recent_forward_s: tuple[float, ...]
+    recent_queue_wait_s: tuple[float, ...]
+
+    def count(self, outcome: str) -> int:
+        """Requests that ended in ``outcome``, whatever the reason."""
+        return sum(n for (o, _), n in self.requests.items() if o == outcome)
+
+
+def quantile(values: tuple[float, ...] | list[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) of ``values`` by the nearest rank; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))
+    return ordered[rank]
 
 
 class _Histogram:
@@ -164,16 +285,35 @@ class Metrics:
         self._queue_wait: dict[str, _Histogram] = {}
         self._batch_size: dict[str, _Histogram] = {}
         self._forward: dict[str, _Histogram] = {}
+        #: (model, outcome) -> seconds of the requests that ended so (all but ``ok``).
+        self._other_s: dict[tuple[str, str], float] = {}
+        self._passes: dict[str, _Passes] = {}
+        self._settings: dict[str, tuple[BatchConfig | None, float | None]] = {}
         self._sources: dict[str, tuple[StatsSource, Callable[[], bool]]] = {}
         self._class_sources: dict[str, ClassStatsSource] = {}
         self.registry.register(self)
 
-    def add_model(self, name: str, stats: StatsSource, ready: Callable[[], bool]) -> None:
-        """Report ``name``'s state at each scrape from ``stats()`` and ``ready()``."""
+    def add_model(
+        self,
+        name: str,
+        stats: StatsSource,
+        ready: Callable[[], bool],
+        *,
+        config: BatchConfig | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
+        """Report ``name``'s state at each scrape from ``stats()`` and ``ready()``.
+
+        ``config`` and ``timeout_s`` (its batcher's settings and default deadline) are
+        exported too, so alerts can compare the queue with its size and latency with the
+        deadline.
+        """
         self._sources[name] = (stats, ready)
+        self._settings[name] = (config, timeout_s)
         self._queue_wait[name] = _Histogram(_LATENCY_BUCKETS)
         self._batch_size[name] = _Histogram(_SIZE_BUCKETS)
         self._forward[name] = _Histogram(_LATENCY_BUCKETS)
+        self._passes[name] = _Passes()
 
     def add_classes(self, name: str, stats: ClassStatsSource) -> None:
         """Report ``name``'s outcomes and queue by class and tenant at each scrape.
@@ -205,7 +345,8 @@ class Metrics:
             model: the model it asked for (None when that was never known).
             protocol: ``openai`` or ``kserve``.
             reason: the response's reason (``ok``, or a key of the status table).
-            seconds: its end-to-end latency, recorded in the histogram when given.
+            seconds: its time, arrival to answer: a success's goes into the latency
+                histogram, any other's is added up by outcome.
             outcome: overrides :data:`OUTCOME_OF_REASON` (``late`` for a deadline that
                 passed during the forward pass).
         """
@@ -215,21 +356,71 @@ class Metrics:
         requests = self.requests
         requests[key] = requests.get(key, 0) + 1
         self.in_flight -= 1
-        if seconds is not None:
+        if seconds is None:
+            return
+        if outcome == "ok":
             series = self._latency.get((key[0], protocol))
             if series is None:
                 series = self._latency[key[0], protocol] = _Histogram(_LATENCY_BUCKETS)
             series.observe(seconds)
+        else:
+            other = (key[0], outcome)
+            self._other_s[other] = self._other_s.get(other, 0.0) + seconds
 
     def observe_batch(self, model: str, record: BatchRecord) -> None:
         """Record one finished forward pass (a batcher's ``on_batch``)."""
         if record.size == 0:
             return
-        self._batch_size[model].observe(record.size)
-        self._forward[model].observe(record.forward_s)
+        size, forward_s = record.size, record.forward_s
+        self._batch_size[model].observe(size)
+        self._forward[model].observe(forward_s)
+        passes = self._passes[model]
+        row = passes.by_size.get(size)
+        if row is None:
+            row = passes.by_size[size] = [0, 0.0]
+        row[0] += 1
+        row[1] += forward_s
+        passes.item_forward_s += forward_s * size
+        passes.last_unix = time.time()
+        passes.forward.add(forward_s)
         wait = self._queue_wait[model]
         for w in record.queue_waits_s:
             wait.observe(w)
+        passes.queue_wait.extend(record.queue_waits_s)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def models(self) -> list[str]:
+        """The models whose state is reported, in order."""
+        return list(self._sources)
+
+    def account(self, model: str) -> Account:
+        """A snapshot of ``model``'s accounting (see :class:`Account`).
+
+        Raises:
+            KeyError: ``model`` was never added.
+        """
+        passes = self._passes[model]
+        sizes = self._batch_size[model]
+        waits = self._queue_wait[model]
+        return Account(
+            requests={(o, r): n for (m, o, r), n in self.requests.items() if m == model},
+            success_s=sum(h.total for (m, _), h in self._latency.items() if m == model),
+            other_s={o: s for (m, o), s in self._other_s.items() if m == model},
+            items=int(sizes.total),
+            passes=sum(sizes.counts),
+            queue_wait_s=waits.total,
+            forward_s=self._forward[model].total,
+            item_forward_s=passes.item_forward_s,
+            by_size={n: (int(row[0]), row[1]) for n, row in sorted(passes.by_size.items())},
+            last_pass_unix=passes.last_unix,
+            recent_forward_s=passes.forward.latest(),
+            recent_queue_wait_s=passes.queue_wait.latest(),
+        )
+
+    def stats(self, model: str) -> PolicyStats | None:
+        """``model``'s batcher statistics now (None while it loads)."""
+        return self._sources[model][0]()
 
     # -- scrape ----------------------------------------------------------------------------
 
@@ -317,6 +508,24 @@ class Metrics:
         ready = GaugeMetricFamily(
             "batchserve_model_ready", "1 when the model serves.", labels=["model"]
         )
+        capacity = GaugeMetricFamily(
+            "batchserve_queue_capacity", "Items the queue holds at most.", labels=["model"]
+        )
+        max_batch = GaugeMetricFamily(
+            "batchserve_max_batch_size", "Items a forward pass holds at most.", labels=["model"]
+        )
+        deadline = GaugeMetricFamily(
+            "batchserve_default_deadline_seconds",
+            "Deadline of a request that states none, seconds from its arrival.",
+            labels=["model"],
+        )
+        for name, (config, timeout_s) in self._settings.items():
+            if config is not None:
+                capacity.add_metric([name], config.queue_size)
+                max_batch.add_metric([name], config.max_batch_size)
+            if timeout_s is not None:
+                deadline.add_metric([name], timeout_s)
+        yield from (capacity, max_batch, deadline)
         for name, (stats_fn, ready_fn) in self._sources.items():
             ready.add_metric([name], 1.0 if ready_fn() else 0.0)
             stats = stats_fn()

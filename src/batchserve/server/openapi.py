@@ -17,6 +17,7 @@ from batchserve import __version__
 from batchserve.server.deadlines import TIMEOUT_HEADER, WHEN_HEADER
 from batchserve.server.exchange import SERVER_TIMING, TIMING_HEADERS
 from batchserve.server.kserve import MAX_TENSORS
+from batchserve.server.openapi_ops import operation_paths, operation_schemas
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import RETRY_REASONS, STATUS_TABLE
 from batchserve.server.tensors import DTYPES, MAX_DIMS
@@ -406,7 +407,8 @@ def openapi_spec(
             "get": {
                 **_simple(
                     "Model metadata (KServe v2)",
-                    "Inputs and outputs (an embedding model: BYTES `text` [-1] in, FP32 "
+                    "Inputs and outputs (an embedding model: BYTES `text` [-1, 1] in, also "
+                    "taken as [-1], FP32 "
                     "`embedding` [-1, dim] out).",
                     "KServe",
                     ["not_found"],
@@ -477,6 +479,7 @@ def openapi_spec(
         "/docs": {"get": _simple("Documentation page", "HTML.", "Documentation")},
         "/": {"get": _simple("Index", "Server name, models, links.", "Documentation")},
     }
+    paths.update(operation_paths(model_param, lambda rs: _error_responses(rs, "KServeError")))
     return {
         "openapi": "3.1.0",
         "info": {
@@ -492,7 +495,10 @@ def openapi_spec(
         },
         "paths": paths,
         "components": {
-            "schemas": _schemas(models, limits, sorted(set(dimensions or []))),
+            "schemas": {
+                **_schemas(models, limits, sorted(set(dimensions or []))),
+                **operation_schemas(),
+            },
             "securitySchemes": {
                 "bearer": {
                     "type": "http",

@@ -104,6 +104,8 @@ class ServerSettings:
             (``api_key`` too is then accepted, for requests of no tenant); with none, a
             request's tenant is its ``X-Tenant`` header.
         drain_timeout_s: on SIGTERM, at most this long is spent finishing accepted work.
+        otel: each request and each forward pass becomes an OpenTelemetry span (the
+            ``otel`` extra; see :mod:`batchserve.server.tracing`). Off costs nothing.
     """
 
     models: tuple[ModelSettings, ...] = (ModelSettings(name=DEFAULT_MODEL_NAME, spec="minilm"),)
@@ -113,8 +115,11 @@ class ServerSettings:
     api_key: str | None = None
     tenant_keys: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     drain_timeout_s: float = 30.0
+    otel: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.otel, bool):
+            raise ConfigError(f"otel must be a bool, got {self.otel!r}")
         if not self.models:
             raise ConfigError("models must name at least one model, got none")
         names = [m.name for m in self.models]

@@ -1,0 +1,72 @@
+"""What ``--otel`` costs a request: ``batchserve serve`` with and without it, side by side.
+
+The null model (it costs nothing; max batch 64, max wait 2 ms), ``wrk`` closed loop (one
+thread, 64 connections) for ``--seconds``, ``--rounds`` times interleaved, as
+``bench/request_path.py`` runs it. With ``--otel`` every request and pass becomes a span
+that the SDK's batch processor hands to an exporter; the console exporter writing to
+/dev/null stands in for a collector (``OTEL_TRACES_EXPORTER=console``), so what is measured
+is the spans' making, not a network; ``OTEL_TRACES_EXPORTER=none`` measures the spans alone,
+made and dropped. Without ``--otel`` nothing of OpenTelemetry is loaded
+(``tests/server/test_server_tracing.py`` checks it), so "off" is the plain server.
+
+Run: ``.venv/bin/python bench/otel_overhead.py [--rounds 3] [--seconds 4]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+from request_path import NULL, ROOT, answers, free_port, wrk
+
+#: What each contender runs with: --otel or not, and OTEL_TRACES_EXPORTER.
+CONTENDERS = {"off": None, "--otel, spans dropped": "none", "--otel, console": "console"}
+
+
+@contextlib.contextmanager
+def serving(exporter: str | None) -> Iterator[int]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "batchserve", "serve", "--port", str(port), "--model", NULL]
+    cmd += ["--max-batch-size", "64", "--max-wait", "2ms"] + (["--otel"] if exporter else [])
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OTEL_TRACES_EXPORTER": exporter or "none"}
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+    try:
+        for _ in range(300):
+            if answers(port):
+                break
+            time.sleep(0.2)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=int, default=4)
+    args = parser.parse_args()
+    rates: dict[str, list[float]] = {name: [] for name in CONTENDERS}
+    for r in range(args.rounds):
+        for name, exporter in CONTENDERS.items():
+            with serving(exporter) as port:
+                rate, bad = wrk(port, args.seconds)
+            print(f"round {r + 1} {name:<22} {rate:8.0f} req/s  non-2xx {bad}", flush=True)
+            rates[name].append(rate)
+    print(f"\nclosed loop, wrk -t1 -c64, {args.seconds} s x {args.rounds} rounds, null model")
+    off = statistics.median(rates["off"])
+    for name, values in rates.items():
+        median = statistics.median(values)
+        print(f"{name:<22} {median:8.0f} req/s (median)  {median / off:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""The live view: ``/status``, ``/dashboard`` in a real headless browser, ``batchserve top``.
+
+One real server takes a known load (successes, invalid bodies, and a burst past its queue
+that is refused ``queue_full``); the server's ``/status`` must count exactly that load. The
+dashboard, opened in Debian's Chromium (installed by the test set-up when missing), must
+load with no console error and no request leaving the server, and show the same numbers as
+``/status``; a screenshot is saved under ``artifacts/`` (git-ignored). ``batchserve top
+--once`` renders the same figures in the terminal.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import pathlib
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from server_helpers import ROOT, ServerProcess, server_process
+
+from browser import open_browser
+
+pytestmark = pytest.mark.slow
+
+MODEL = "synthetic"
+ARTIFACTS = pathlib.Path(os.environ.get("BATCHSERVE_ARTIFACTS", ROOT / "artifacts"))
+OK_SEQUENTIAL = 6
+INVALID = 2
+BURST = 16
+
+
+@pytest.fixture(scope="module")
+def loaded() -> Iterator[tuple[ServerProcess, dict[int, int]]]:
+    """A server after a known load, and what its clients saw (status code -> count)."""
+    args = ["--model", "synthetic:fixed=40ms,per_item=1ms,dim=4", "--max-batch-size", "2",
+            "--queue-size", "2", "--max-wait", "1ms"]  # fmt: skip
+    with server_process(args) as server:
+        seen: dict[int, int] = {}
+        url = server.url + "/v1/embeddings"
+        with httpx.Client(timeout=10) as client:
+            for i in range(OK_SEQUENTIAL):
+                r = client.post(url, json={"model": MODEL, "input": f"text {i}"})
+                seen[r.status_code] = seen.get(r.status_code, 0) + 1
+            # Bodies that do not parse: one names its model in the path, one does not.
+            for target in (url, f"{server.url}/v2/models/{MODEL}/infer"):
+                r = client.post(
+                    target, content=b"{not json", headers={"content-type": "application/json"}
+                )
+                seen[r.status_code] = seen.get(r.status_code, 0) + 1
+
+        def one(i: int) -> int:
+            return httpx.post(
+                url, json={"model": MODEL, "input": f"burst {i}"}, timeout=10
+            ).status_code
+
+        # A pass holds 2, the queue 2 more: most of a burst of 16 is refused at once.
+        with concurrent.futures.ThreadPoolExecutor(BURST) as pool:
+            for code in pool.map(one, range(BURST)):
+                seen[code] = seen.get(code, 0) + 1
+        yield server, seen
+        server.stop()
+
+
+def test_status_counts_the_known_load(loaded: tuple[ServerProcess, dict[int, int]]) -> None:
+    server, seen = loaded
+    status = httpx.get(server.url + "/status").json()
+    m = status["models"][MODEL]
+    assert seen.get(429, 0) > 0, seen  # the burst really overflowed the queue
+    assert m["requests"]["ok"] == seen[200]
+    assert status["requests"]["invalid"] == seen[400] == INVALID
+    assert m["requests"]["invalid"] == status["unknown_model_requests"] == 1
+    assert m["refusals"]["queue_full"] == m["requests"]["rejected"] == seen[429]
+    assert sum(m["requests"].values()) == OK_SEQUENTIAL + INVALID - 1 + BURST
+    assert sum(status["requests"].values()) == status["received"] == OK_SEQUENTIAL + INVALID + BURST
+    assert m["queue"] == {"depth": 0, "size": 2, "running_items": 0}
+    sizes = {int(k): v for k, v in m["batches"]["sizes"].items()}
+    assert sum(n * c for n, c in sizes.items()) == m["batches"]["items"] == seen[200]
+    assert max(sizes) <= 2
+    assert m["forward_s"]["n"] == m["batches"]["passes"]
+    assert 0.040 <= m["forward_s"]["p50"] <= m["forward_s"]["p99"]
+    assert m["cost"]["samples"] >= m["batches"]["passes"]
+    assert m["cost"]["fixed_s"] > 0.03  # the model's 40 ms a pass, as fitted
+
+
+def _resolve(status: dict[str, Any], field: str) -> Any:
+    value: Any = status
+    parts = field.split(".")
+    if parts[0] == "models":  # a model's name may hold dots
+        parts = ["models", MODEL, *field[len("models." + MODEL + ".") :].split(".")]
+    for part in parts:
+        value = value[part]
+    return value
+
+
+def test_dashboard_in_a_real_browser(loaded: tuple[ServerProcess, dict[int, int]]) -> None:
+    server, _ = loaded
+    with open_browser() as page:
+        page.goto(server.url + "/dashboard")
+        page.wait_for("document.body.dataset.updated")
+        first = page.evaluate("document.body.dataset.updated")
+        page.wait_for(f"document.body.dataset.updated !== '{first}'")  # a second poll: rates
+        shown = page.evaluate(
+            "Object.fromEntries([...document.querySelectorAll('[data-field]')].map("
+            "e => [e.dataset.field, [e.textContent, e.dataset.value]]))"
+        )
+        bars = page.evaluate(
+            "[...document.querySelectorAll('rect[data-size]')].map("
+            "r => [Number(r.dataset.size), Number(r.dataset.passes)])"
+        )
+        status = httpx.get(server.url + "/status").json()
+        shot = page.screenshot(ARTIFACTS / "dashboard.png")
+        errors, requested = page.errors, page.requested
+    assert errors == []
+    assert requested
+    assert all(u.startswith(server.url + "/") for u in requested), requested
+    for field in (
+        "models.synthetic.requests.ok",
+        "models.synthetic.requests.invalid",
+        "models.synthetic.refusals.queue_full",
+        "models.synthetic.batches.passes",
+        "models.synthetic.queue.depth",
+        "models.synthetic.queue_wait_s.p99",
+        "models.synthetic.forward_s.p50",
+        "models.synthetic.cost.fixed_s",
+        "received",
+    ):
+        assert field in shown, sorted(shown)
+    for field, (text, value) in shown.items():
+        if field in ("uptime_s", "models.synthetic.state"):
+            continue
+        want = _resolve(status, field)
+        assert float(value) == pytest.approx(want, rel=1e-9), field
+        if isinstance(want, int):
+            assert text == str(want), field
+        elif field.endswith(("_s.p50", "_s.p99")):
+            assert text == f"{want * 1e3:.2f}", field
+    assert shown["models.synthetic.state"][0] == "ready"
+    sizes = status["models"][MODEL]["batches"]["sizes"]
+    assert sorted(map(tuple, bars)) == sorted((int(k), v) for k, v in sizes.items())
+    assert shot.stat().st_size > 10_000
+
+
+def test_top_renders_the_same_figures_once(loaded: tuple[ServerProcess, dict[int, int]]) -> None:
+    server, seen = loaded
+    done = subprocess.run(
+        [sys.executable, "-m", "batchserve", "top", server.url, "--once", "--width", "120"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    status = httpx.get(server.url + "/status").json()
+    m = status["models"][MODEL]
+    assert MODEL in out
+    ok = re.search(r"^\s*ok\s+(\d+)\s+-", out, re.MULTILINE)
+    assert ok is not None, out
+    assert ok.group(1) == str(m["requests"]["ok"]) == str(seen[200])
+    full = re.search(r"^\s*queue_full\s+(\d+)", out, re.MULTILINE)
+    assert full is not None, out
+    assert full.group(1) == str(m["refusals"]["queue_full"])
+    assert f"{m['forward_s']['p50'] * 1e3:.2f}" in out
+    assert f"{m['queue_wait_s']['p99'] * 1e3:.2f}" in out
