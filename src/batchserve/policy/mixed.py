@@ -12,7 +12,7 @@ State: besides the inherited ``_queue`` (every live queued entry, in arrival ord
 keeps the inherited depth, idleness and expiry heap true), each entry sits in its class's
 queue and its tenant's lane there (:class:`MixedEntry` knows its lane).
 
-* ``offer_to(now, payload, deadline, work, tenant)`` admits an item of class ``work_class`` (a
+* ``offer_to(now, payload, deadline, work_class, tenant)`` admits an item of class ``work_class`` (a
   name; None: the default class) for ``tenant``, or refuses it at once. Refusals, in order:
   draining; the whole queue full; the class's queue share full; the tenant's share of the
   class full (named tenants only: a request with no tenant is not bounded by it); and, with

@@ -147,7 +147,7 @@ class Exchange:
         request: the parsed body (the endpoint's own type), once parsed.
         deadline: its absolute deadline: from the wire, the body, else its class's or the
             model's default.
-        work: its class of work, once known (models with classes only).
+        work_class: its class of work, once known (models with classes only).
         tenant: its tenant (models with classes only; None: none).
         respond: the driver's callback for the reply.
         reply: the reply, once there is one.

@@ -46,7 +46,7 @@ class Stream:
     """One open-loop stream of requests.
 
     Attributes:
-        work: the class of work its requests name.
+        work_class: the class of work its requests name.
         tenant: the tenant they belong to (None: none).
         rate: requests per second.
         inputs: items per request (texts in one embeddings request).
