@@ -420,13 +420,11 @@ class Policy(Generic[PayloadT]):
         queue = self._queue
         wake_at: float | None = None
         while queue and len(self._running) < cfg.workers:
-            head = next(iter(queue.values()))
-            due = head.arrival + cfg.max_wait_s
+            due = self._due()
             if len(queue) < cfg.max_batch_size and now < due and not self._draining:
                 wake_at = due
                 break
-            n = min(cfg.max_batch_size, len(queue))
-            entries = [queue.popitem(last=False)[1] for _ in range(n)]
+            entries = self._take(now, min(cfg.max_batch_size, len(queue)))
             for e in entries:
                 e.state = RUNNING
                 if e.deadline is not None:
@@ -447,6 +445,15 @@ class Policy(Generic[PayloadT]):
             first = running_deadlines[0][0]
             wake_at = first if wake_at is None or first < wake_at else wake_at
         return Actions(expired, dispatch, wake_at, late)
+
+    def _due(self) -> float:
+        """When the next pass must go though not full: the oldest item's max wait is up."""
+        return next(iter(self._queue.values())).arrival + self.config.max_wait_s
+
+    def _take(self, now: float, n: int) -> list[Entry[PayloadT]]:
+        """The ``n`` items of the next pass, taken off the queue: the oldest first."""
+        queue = self._queue
+        return [queue.popitem(last=False)[1] for _ in range(n)]
 
     def _overdue(self, now: float) -> list[Entry[PayloadT]]:
         # Running entries whose deadline has passed: their callers are answered now, and a

@@ -59,7 +59,7 @@ from batchserve.costmodel import CostModel
 from batchserve.errors import ConfigError, DeadlineInfeasible, QueueFull, Rejected, ShuttingDown
 from batchserve.policy.admission import predict_finish_at
 from batchserve.policy.classes import ClassConfig, WorkClass
-from batchserve.policy.core import QUEUED, RUNNING, Actions, Batch, Entry, Policy
+from batchserve.policy.core import Batch, Entry, Policy
 from batchserve.policy.lanes import ClassQueue, Lane
 from batchserve.policy.outcomes import Counters
 
@@ -355,47 +355,20 @@ class MixedPolicy(Policy[PayloadT]):
             lane.tally.pending -= 1
         return expired
 
-    def poll(self, now: float) -> Actions[PayloadT]:
-        """Expire what is due, dispatch what may go, and say when to poll next."""
-        deadlines = self._deadlines
-        expired = self._expire(now) if deadlines and deadlines[0][0] <= now else []
-        running_deadlines = self._running_deadlines
-        late = self._overdue(now) if running_deadlines and running_deadlines[0][0] <= now else None
-        cfg = self.config
-        dispatch: list[Batch[PayloadT]] = []
+    # ``poll`` is the plain policy's; a pass is due and filled by class.
+
+    def _due(self) -> float:
+        """When the next pass must go: the first class whose oldest item's max wait is up."""
+        return min(
+            next(iter(cq.items.values())).arrival + cq.max_wait_s for cq in self._order if cq.items
+        )
+
+    def _take(self, now: float, n: int) -> list[Entry[PayloadT]]:
+        entries = self._fill(now, n)
         queue = self._queue
-        wake_at: float | None = None
-        while queue and len(self._running) < cfg.workers:
-            due = min(
-                next(iter(cq.items.values())).arrival + cq.max_wait_s
-                for cq in self._order
-                if cq.items
-            )
-            if len(queue) < cfg.max_batch_size and now < due and not self._draining:
-                wake_at = due
-                break
-            entries = self._fill(now, min(cfg.max_batch_size, len(queue)))
-            for e in entries:
-                del queue[e.id]
-                e.state = RUNNING
-                if e.deadline is not None:
-                    heapq.heappush(running_deadlines, (e.deadline, e.id, e))
-            batch = Batch(next(self._batch_ids), entries, now)
-            self._running[batch.id] = batch
-            dispatch.append(batch)
-        while deadlines and deadlines[0][2].state != QUEUED:
-            heapq.heappop(deadlines)
-        if deadlines:
-            first = deadlines[0][0]
-            wake_at = first if wake_at is None or first < wake_at else wake_at
-        while running_deadlines and (
-            running_deadlines[0][2].state != RUNNING or running_deadlines[0][2].withdrawn
-        ):
-            heapq.heappop(running_deadlines)
-        if running_deadlines:
-            first = running_deadlines[0][0]
-            wake_at = first if wake_at is None or first < wake_at else wake_at
-        return Actions(expired, dispatch, wake_at, late)
+        for e in entries:
+            del queue[e.id]
+        return entries
 
     def _fill(self, now: float, n: int) -> list[Entry[PayloadT]]:
         # First round: each queued class its weighted share (and what it was owed), at least
