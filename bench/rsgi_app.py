@@ -8,10 +8,11 @@ other route through the ASGI application with a minimal scope. ``bench/request_p
 runs it as ``batchserve-rsgi``, embedded in one event loop with the null model (Granian,
 one Rust runtime thread).
 
-Measured on this machine (2 cores, busy), side by side with ``wrk -t1 -c64``: 5.8-8.0k
-req/s vs 5.2-5.5k for the uvicorn connection protocol; open loop with the load generator,
-the same at 1,900/s, no better at 2,850/s, and at 4,270/s Granian's single runtime thread
-collapsed under ~3,900 connections while uvicorn served the load. Not clearly faster, so it
+Measured on this machine (2 cores), side by side with ``wrk -t1 -c64``: 0.74x the yardstick
+vs 0.58x for the uvicorn connection protocol (quiet; 5.8-8.0k vs 5.2-5.5k req/s busy); open
+loop with the load generator, the same at 1,900/s, no better at 2,850/s, and at 4,270/s
+Granian's single runtime thread collapsed under ~3,900 connections while uvicorn served the
+load. Not clearly faster, so it
 is not offered; it also would not see a client that disconnects while its request waits
 (RSGI reports a disconnect only to a task awaiting it: a task per request).
 
