@@ -95,7 +95,14 @@ def test_the_policy_reads_no_clock_and_does_no_io() -> None:
 
 
 #: The request's path: it must not depend on the views of the server built on its counters.
-HOT_PATH = ["server/wire.py", "server/exchange.py", "batcher.py", "policy/core.py"]
+HOT_PATH = [
+    "server/wire.py",
+    "server/exchange.py",
+    "batcher/engine.py",
+    "batcher/answers.py",
+    "batcher/threads.py",
+    "policy/core.py",
+]
 VIEWS = (
     "batchserve.server.triton",
     "batchserve.server.status",

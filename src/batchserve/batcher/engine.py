@@ -10,22 +10,23 @@ late ones (deadline passed during their pass) get ``DeadlineExceeded``, batches 
 workers, and one timer is (re)armed for the policy's ``wake_at``. Every deadline is the
 policy's to track; the driver writes no policy state.
 
-One runner with two variants carries a pass: a sync model runs in a thread pool of
-``workers`` threads (so the event loop keeps admitting and forming the next batch during a
-forward pass) and comes back with one loop callback; an async model runs as a task on the
-loop. Just
-before the pass, inside the worker, items whose caller already left are dropped: the model
-never runs for a caller who is gone. If the model raises, the batch is bisected
-(:mod:`batchserve.bisection`) so only the failing inputs' callers get a ``ModelError``.
+One runner with two variants carries a pass: a sync model runs on one of ``workers`` threads
+(:mod:`~batchserve.batcher.threads`; the event loop keeps admitting and forming the next
+batch during a forward pass) and comes back with one loop callback; an async model runs as a
+task on the loop. Just before the pass, inside the worker, items whose caller already left
+are dropped: the model never runs for a caller who is gone. If the model raises, the batch
+is bisected (:mod:`batchserve.bisection`) so only the failing inputs' callers get a
+``ModelError``.
 
-Each item is answered through its :class:`Waiter`, a plain callback object with no task,
-future or timer of its own: :meth:`Batcher.offer` is that form, for drivers that answer on a
-connection directly (the HTTP server). :meth:`Batcher.submit_nowait` and :meth:`Batcher.submit`
-wrap it for Python callers: their :class:`Ticket` is the waiter and holds an asyncio future.
-A caller whose deadline passes while its item is running is answered ``DeadlineExceeded`` at
-the deadline, not when the pass ends (the item is then counted ``late``). A caller that
-leaves (:meth:`Batcher.withdraw`, or a cancelled ticket) removes its item from the queue if
-it is still there, or has it skipped before its pass.
+Each item is answered through its :class:`~batchserve.batcher.answers.Waiter`, a plain
+callback object with no task, future or timer of its own: :meth:`Batcher.offer` is that
+form, for drivers that answer on a connection directly (the HTTP server).
+:meth:`Batcher.submit_nowait` and :meth:`Batcher.submit` wrap it for Python callers: their
+:class:`Ticket` is the waiter and holds an asyncio future. A caller whose deadline passes
+while its item is running is answered ``DeadlineExceeded`` at the deadline, not when the
+pass ends (the item is then counted ``late``). A caller that leaves
+(:meth:`Batcher.withdraw`, or a cancelled ticket) removes its item from the queue if it is
+still there, or has it skipped before its pass.
 
 With ``classes`` (:class:`~batchserve.policy.ClassConfig`) the batcher drives a
 :class:`~batchserve.policy.MixedPolicy`: each item names its class of work and tenant
@@ -41,15 +42,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import queue
-import threading
-from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Generic, Protocol, cast
+from typing import Any, Generic, cast
 
-from typing_extensions import TypeVar
-
+from batchserve.batcher.answers import (
+    BatchRecord,
+    Item,
+    Out,
+    Served,
+    Ticket,
+    Waiter,
+    settle_error,
+)
+from batchserve.batcher.threads import Threads
 from batchserve.bisection import BisectResult, run_async, run_sync
 from batchserve.clock import Clock, MonotonicClock, TimerHandle
 from batchserve.config import BatchConfig, check_positive
@@ -66,121 +72,9 @@ from batchserve.policy import (
     WorkClass,
 )
 
-__all__ = ["BatchRecord", "Batcher", "Served", "Ticket", "Waiter"]
+__all__ = ["Batcher"]
 
 _log = logging.getLogger("batchserve")
-
-Out = TypeVar("Out", default=Any)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Served(Generic[Out]):
-    """One item's answer with how it was served.
-
-    Attributes:
-        output: what the model returned for the item.
-        queue_wait_s: seconds from admission to the start of its forward pass.
-        forward_s: seconds the forward pass took (bisection included).
-        batch_size: items in the forward pass.
-        batch_id: the forward pass's id, unique within the batcher.
-    """
-
-    output: Out
-    queue_wait_s: float
-    forward_s: float
-    batch_size: int
-    batch_id: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BatchRecord:
-    """What happened in one finished forward pass; handed to ``on_batch`` listeners.
-
-    Attributes:
-        batch_id: the pass's id.
-        size: items that ran (skipped ones excluded).
-        forward_s: seconds the pass took.
-        queue_waits_s: each item's seconds from admission to the start of the pass.
-        failed: items the model raised for.
-        skipped: items dropped because their caller had left.
-        bisect_calls: extra model calls spent isolating failures.
-    """
-
-    batch_id: int
-    size: int
-    forward_s: float
-    queue_waits_s: tuple[float, ...]
-    failed: int
-    skipped: int
-    bisect_calls: int
-
-
-class Waiter(Protocol):
-    """Who is answered when an item ends: called once per item, on the batcher's loop."""
-
-    def settle(self, index: int, served: Served[Any] | None, error: BaseException | None) -> None:
-        """Item ``index`` ended: ``served`` on success, else ``error`` (never both).
-
-        It is not called for an item whose caller withdrew it. It must not raise.
-        """
-
-
-class _Item:
-    """The policy payload: the caller's input, its waiter and the item's index there."""
-
-    __slots__ = ("index", "input", "waiter")
-
-    def __init__(self, input: Any, waiter: Waiter, index: int) -> None:
-        self.input = input
-        self.waiter = waiter
-        self.index = index
-
-
-def _settle_error(entry: Entry[_Item], error: BaseException) -> None:
-    item = entry.payload
-    item.waiter.settle(item.index, None, error)
-
-
-class Ticket(Generic[Out]):
-    """An admitted item. Await it for its :class:`Served`; cancel it to leave the queue."""
-
-    __slots__ = ("_batcher", "_entry", "_future")
-
-    def __init__(self, batcher: Batcher[Out], future: asyncio.Future[Served[Out]]) -> None:
-        self._batcher = batcher
-        self._future = future
-        self._entry: Entry[_Item] | None = None
-
-    def settle(self, index: int, served: Served[Any] | None, error: BaseException | None) -> None:
-        """The :class:`Waiter` side: resolve the future (unless it was cancelled)."""
-        fut = self._future
-        if fut.done():
-            return
-        if error is not None:
-            fut.set_exception(error)
-        else:
-            fut.set_result(cast(Served[Out], served))
-
-    def _on_done(self, future: asyncio.Future[Any]) -> None:
-        if future.cancelled() and self._entry is not None:
-            self._batcher.withdraw(self._entry)
-
-    @property
-    def deadline(self) -> float | None:
-        """The item's absolute deadline on the batcher's clock, or None."""
-        assert self._entry is not None
-        return self._entry.deadline
-
-    def cancel(self) -> None:
-        """Withdraw the item: it is removed from the queue, or skipped if not yet computed."""
-        self._future.cancel()
-
-    def done(self) -> bool:
-        """Whether the item has its answer (or error) already."""
-        return self._future.done()
-
-    def __await__(self) -> Generator[Any, None, Served[Out]]:
-        return self._future.__await__()
 
 
 class Batcher(Generic[Out]):
@@ -219,14 +113,12 @@ class Batcher(Generic[Out]):
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self.classes = classes
         # None for a single-class batcher: its items take the plain policy's path.
-        self._mixed: MixedPolicy[_Item] | None = (
+        self._mixed: MixedPolicy[Item] | None = (
             None if classes is None else MixedPolicy(self.config, classes)
         )
-        self._policy: Policy[_Item] = (
-            self._mixed if self._mixed is not None else Policy(self.config)
-        )
+        self._policy: Policy[Item] = self._mixed if self._mixed is not None else Policy(self.config)
         self._on_batch = on_batch
-        self._threads: _Threads | None = None
+        self._threads: Threads[Batch[Item], _Pass] | None = None
         self._timer: TimerHandle | None = None
         self._timer_at = math.inf
         self._tasks: set[asyncio.Task[None]] = set()
@@ -318,7 +210,7 @@ class Batcher(Generic[Out]):
         now = self._clock.now()
         for entry in self._policy.queued():
             self._policy.cancel(now, entry)
-            _settle_error(entry, ShuttingDown("the batcher shut down", retry_after_s=1.0))
+            settle_error(entry, ShuttingDown("the batcher shut down", retry_after_s=1.0))
 
     # -- submission ------------------------------------------------------------------------
 
@@ -402,7 +294,7 @@ class Batcher(Generic[Out]):
         index: int = 0,
         work_class: str | None = None,
         tenant: str | None = None,
-    ) -> Entry[_Item]:
+    ) -> Entry[Item]:
         """Admit ``item`` at once or refuse it; its answer goes to ``waiter.settle(index, ...)``.
 
         The callback form of :meth:`submit_nowait`, with no future, task or timer per item:
@@ -420,10 +312,10 @@ class Batcher(Generic[Out]):
         """
         mixed = self._mixed
         if mixed is None:
-            entry = self._policy.offer(self._clock.now(), _Item(item, waiter, index), deadline)
+            entry = self._policy.offer(self._clock.now(), Item(item, waiter, index), deadline)
         else:
             entry = mixed.offer_to(
-                self._clock.now(), _Item(item, waiter, index), deadline, work_class, tenant
+                self._clock.now(), Item(item, waiter, index), deadline, work_class, tenant
             )
         self._pump()
         return entry
@@ -442,7 +334,7 @@ class Batcher(Generic[Out]):
             return self._policy.screen(self._clock.now(), deadline)
         return mixed.screen_for(self._clock.now(), deadline, work_class, tenant)
 
-    def withdraw(self, entry: Entry[_Item]) -> None:
+    def withdraw(self, entry: Entry[Item]) -> None:
         """The caller of ``entry`` left: it leaves the queue, or is skipped before its pass."""
         if self._policy.cancel(self._clock.now(), entry):
             self._pump()
@@ -454,11 +346,11 @@ class Batcher(Generic[Out]):
         todo = self._policy.poll(now)
         for entry in todo.expired:
             waited = now - entry.arrival
-            _settle_error(
+            settle_error(
                 entry, DeadlineExceeded(f"deadline passed after {waited:.4f}s in the queue")
             )
         for entry in todo.late:
-            _settle_error(entry, _late(entry, now))
+            settle_error(entry, _late(entry, now))
         for batch in todo.dispatch:
             self._start(batch)
         self._arm(todo.wake_at)
@@ -483,7 +375,7 @@ class Batcher(Generic[Out]):
 
     # -- forward passes --------------------------------------------------------------------
 
-    def _start(self, batch: Batch[_Item]) -> None:
+    def _start(self, batch: Batch[Item]) -> None:
         # One runner, two variants: a sync model's pass runs in a worker thread and comes
         # back with one loop callback; an async model's pass is a task on the loop. Both
         # take the live entries the same way and end in ``_complete`` (or ``_fail``).
@@ -494,25 +386,25 @@ class Batcher(Generic[Out]):
             return
         if self._threads is None:
             loop = asyncio.get_running_loop()
-            self._threads = _Threads(
+            self._threads = Threads(
                 self.config.workers, loop, self._run_in_thread, self._thread_done
             )
         self._threads.submit(batch)
 
-    def _run_in_thread(self, batch: Batch[_Item]) -> _Pass:
+    def _run_in_thread(self, batch: Batch[Item]) -> _Pass:
         # Runs in a worker thread: the last check for callers who left, then the pass.
         live, inputs = _live(batch)
         t0 = self._clock.now()
         result = run_sync(cast(SyncBatchFn, self._model), inputs, self.config.max_bisect_calls)
         return live, result, self._clock.now() - t0
 
-    def _thread_done(self, batch: Batch[_Item], outcome: _Pass | BaseException) -> None:
+    def _thread_done(self, batch: Batch[Item], outcome: _Pass | BaseException) -> None:
         if isinstance(outcome, BaseException):
             self._fail(batch, outcome)
         else:
             self._complete(batch, *outcome)
 
-    async def _run_on_loop(self, batch: Batch[_Item]) -> None:
+    async def _run_on_loop(self, batch: Batch[Item]) -> None:
         try:
             live, inputs = _live(batch)
             t0 = self._clock.now()
@@ -526,18 +418,18 @@ class Batcher(Generic[Out]):
             return
         self._complete(batch, live, result, forward_s)
 
-    def _fail(self, batch: Batch[_Item], exc: BaseException) -> None:
+    def _fail(self, batch: Batch[Item], exc: BaseException) -> None:
         # A fault of the engine itself (not of the model): no caller may hang on it.
         self._policy.finish(self._clock.now(), batch, failed=batch.entries)
         for e in batch.entries:
             if not e.withdrawn:
-                _settle_error(e, exc)
+                settle_error(e, exc)
         self._pump()
 
     def _complete(
         self,
-        batch: Batch[_Item],
-        live: list[Entry[_Item]],
+        batch: Batch[Item],
+        live: list[Entry[Item]],
         result: BisectResult,
         forward_s: float,
     ) -> None:
@@ -602,64 +494,16 @@ class Batcher(Generic[Out]):
 
 
 #: What a pass hands back: the entries it ran, their results, its forward time.
-_Pass = tuple[list[Entry[_Item]], BisectResult, float]
+_Pass = tuple[list[Entry[Item]], BisectResult, float]
 
 
-class _Threads:
-    """The model's worker threads, fed by one queue.
-
-    A pass goes to a thread with one put on a C-level queue and comes back with one loop
-    callback (``done(batch, pass or exception)``): no concurrent future, executor lock or
-    thread-count check per pass, as ``ThreadPoolExecutor.submit`` has. The threads are
-    daemons: a model stuck in a pass cannot hold the process open after shutdown, which asks
-    each thread to stop once its pass is over.
-    """
-
-    def __init__(
-        self,
-        n: int,
-        loop: asyncio.AbstractEventLoop,
-        run: Callable[[Batch[_Item]], _Pass],
-        done: Callable[[Batch[_Item], _Pass | BaseException], None],
-    ) -> None:
-        self._jobs: queue.SimpleQueue[Batch[_Item] | None] = queue.SimpleQueue()
-        self._loop = loop
-        self._run = run
-        self._done = done
-        self._n = n
-        for i in range(n):
-            name = f"batchserve-model_{i}"
-            threading.Thread(target=self._serve, name=name, daemon=True).start()
-
-    def submit(self, batch: Batch[_Item]) -> None:
-        """Run ``batch`` on the next free thread."""
-        self._jobs.put(batch)
-
-    def shutdown(self) -> None:
-        """Ask every thread to stop after its current pass (does not wait)."""
-        for _ in range(self._n):
-            self._jobs.put(None)
-
-    def _serve(self) -> None:
-        while (batch := self._jobs.get()) is not None:
-            outcome: _Pass | BaseException
-            try:
-                outcome = self._run(batch)
-            except BaseException as exc:
-                outcome = exc
-            try:
-                self._loop.call_soon_threadsafe(self._done, batch, outcome)
-            except RuntimeError:
-                return  # the loop is closed: nobody is left to answer
-
-
-def _live(batch: Batch[_Item]) -> tuple[list[Entry[_Item]], list[Any]]:
+def _live(batch: Batch[Item]) -> tuple[list[Entry[Item]], list[Any]]:
     """The entries whose callers are still there, and their inputs: the model runs these."""
     live = [e for e in batch.entries if not e.withdrawn]
     return live, [e.payload.input for e in live]
 
 
-def _late(entry: Entry[_Item], now: float) -> DeadlineExceeded:
+def _late(entry: Entry[Item], now: float) -> DeadlineExceeded:
     return DeadlineExceeded(
         f"deadline passed after {now - entry.arrival:.4f}s, while its forward pass was running",
         during_pass=True,
