@@ -48,12 +48,12 @@ async def test_openapi_lists_every_route_the_app_serves() -> None:
         spec = (await c.get("/openapi.json")).json()
         docs = await c.get("/docs")
     assert spec["openapi"].startswith("3.1")
-    static = set(app._static_routes())
+    static = set(app.routes.static)
     dynamic = {"/v1/models/{name}", "/v2/models/{name}", "/v2/models/{name}/ready",
                "/v2/models/{name}/infer", "/v2/models/{name}/config",
                "/v2/models/{name}/stats"}  # fmt: skip
     assert set(spec["paths"]) == static | dynamic
-    for path, methods in app._static_routes().items():
+    for path, methods in app.routes.static.items():
         assert set(spec["paths"][path]) == {m.lower() for m in methods}, path
     post = spec["paths"]["/v1/embeddings"]["post"]
     assert post["parameters"][0]["name"] == "X-Request-Timeout"

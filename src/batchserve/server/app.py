@@ -1,17 +1,16 @@
-"""The application: lifecycle, routes, inference exchanges, the ASGI driver, drain.
+"""The application: lifecycle, inference exchanges, the ASGI driver, drain.
 
-Theory of operation
--------------------
-:class:`App` owns the served models (each behind its own batcher), the metrics and the
-drain. An inference request is an :class:`~batchserve.server.exchange.Exchange`: the app
-opens it from the request's head (:meth:`App.begin`), where everything that needs no body is
-decided (API key, media type, declared length, the deadline from the wire, the model, drain,
-readiness, and the batcher's verdict on one more item) and a refusal is answered before the
-body is read. Two drivers carry exchanges: the connection protocol
-(:mod:`batchserve.server.wire`), which runs them with no task per request, and this app's
-ASGI entry point, which runs them for any ASGI server or in-process client and serves every
-other route (health, metadata, metrics, docs). :meth:`App.inference_route` says which
-requests are exchanges.
+Theory of operation ------------------- :class:`App` owns the served models (each behind its
+own batcher), the metrics and the drain. An inference request is an
+:class:`~batchserve.server.exchange.Exchange`: the app opens it from the request's head
+(:meth:`App.begin`), where everything that needs no body is decided (API key, media type,
+declared length, the deadline from the wire, the model, drain, readiness, and the batcher's
+verdict on one more item) and a refusal is answered before the body is read. Two drivers
+carry exchanges: the connection protocol (:mod:`batchserve.server.wire`), which runs them
+with no task per request, and this app's ASGI entry point, which runs them for any ASGI
+server or in-process client and serves every other route (health, metadata, metrics, docs:
+:mod:`batchserve.server.routes`). :meth:`App.inference_route` says which requests are
+exchanges.
 
 The deadline of a request is the tightest of its headers' (see
 :mod:`batchserve.server.deadlines`) and KServe's ``parameters.timeout``, else the model's
@@ -29,14 +28,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from batchserve.batcher import BatchRecord
 from batchserve.models.loader import LoadedModel, load_model
 from batchserve.policy import ClassConfig, WorkClass
-from batchserve.server import kserve, openai, triton
+from batchserve.server import kserve, openai
 from batchserve.server.asgi import (
     ClientGone,
     Head,
@@ -48,21 +47,18 @@ from batchserve.server.asgi import (
     check_body_type,
     check_length,
     json_bytes,
-    load_json,
     read_body,
     read_head,
     send,
     watch_disconnect,
 )
 from batchserve.server.classes import TenantKeys, header_class, wire_tenant
-from batchserve.server.dashboard import DASHBOARD_HEADERS, dashboard_html
 from batchserve.server.deadlines import wire_deadline
 from batchserve.server.exchange import ARRIVAL, Endpoint, Exchange, Reply, passed
-from batchserve.server.metrics import CONTENT_TYPE, Metrics
-from batchserve.server.openapi import docs_html, openapi_spec
+from batchserve.server.metrics import Metrics
 from batchserve.server.registry import Registry, ServedModel
+from batchserve.server.routes import Routes
 from batchserve.server.settings import ServerSettings
-from batchserve.server.status import server_status
 from batchserve.server.statuses import ApiError, from_exception
 
 if TYPE_CHECKING:
@@ -71,11 +67,6 @@ if TYPE_CHECKING:
 __all__ = ["App", "create_app"]
 
 log = logging.getLogger("batchserve.server")
-
-Handler = Callable[..., Awaitable[None]]
-_HTML = b"text/html; charset=utf-8"
-#: The most a body to a route that is not inference may hold (the repository index's).
-_SMALL_BODY = 64 * 1024
 
 
 def create_app(
@@ -147,19 +138,11 @@ class App:
         self._drain_task: asyncio.Future[None] | None = None
         self._inflight = 0
         self._idle: asyncio.Event | None = None
-        self._spec: bytes | None = None
         self._embeddings = openai.EmbeddingsEndpoint(self.registry, self.limits)
         self._infer = kserve.InferEndpoint(self.limits)
         # With one model, an OpenAI request can only be for it: refusals need no body.
         self._only = self.registry.default if len(self.registry.models) == 1 else None
-        self._static = self._static_routes()
-        self._model_routes: dict[tuple[str, ...], dict[str, Handler]] = {
-            (): {"GET": self._kserve_model},
-            ("ready",): {"GET": self._kserve_model_ready},
-            ("config",): {"GET": self._triton_config},
-            ("stats",): {"GET": self._triton_stats},
-            ("infer",): {"POST": self._not_routed},
-        }
+        self.routes = Routes(self, self._key)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -359,7 +342,7 @@ class App:
             if route is not None:
                 await self._exchange(scope, receive, send_fn, *route)
                 return
-            handler, args = self._route(scope["method"], path)
+            handler, args = self.routes.resolve(scope["method"], path)
             await handler(scope, receive, send_fn, *args)
         except Exception as exc:
             error = from_exception(exc)
@@ -428,183 +411,6 @@ class App:
         else:
             body = json_bytes(openai.error_body(error))
         await send(send_fn, error.status, body, error.headers())
-
-    def _route(self, method: str, path: str) -> tuple[Handler, tuple[Any, ...]]:
-        methods: dict[str, Handler] | None = None
-        args: tuple[Any, ...] = ()
-        static = self._static
-        if path in static:
-            methods = static[path]
-        elif path.startswith("/v1/models/") and path.count("/") == 3:
-            methods, args = {"GET": self._openai_model}, (path[len("/v1/models/") :],)
-        elif path.startswith("/v2/models/"):
-            parts = path[len("/v2/models/") :].split("/")
-            name, rest = parts[0], parts[1:]
-            if len(rest) >= 2 and rest[0] == "versions":
-                if name in self.registry.models:  # else the handler's 404 names the models
-                    triton.check_version(name, rest[1])
-                rest = rest[2:]
-            methods, args = self._model_routes.get(tuple(rest)), (name,)
-        if methods is None:
-            raise ApiError("not_found", f"no route {path!r}; see /docs")
-        handler = methods.get(method)
-        if handler is None:
-            allowed = ", ".join(sorted(methods))
-            raise ApiError(
-                "method_not_allowed", f"{path} takes {allowed}, got {method}", allow=allowed
-            )
-        return handler, args
-
-    def _static_routes(self) -> dict[str, dict[str, Handler]]:
-        return {
-            "/v1/embeddings": {"POST": self._not_routed},
-            "/v1/models": {"GET": self._openai_models},
-            "/v2": {"GET": self._kserve_server},
-            "/v2/health/live": {"GET": self._live},
-            "/v2/health/ready": {"GET": self._ready},
-            "/v2/models/stats": {"GET": self._triton_all_stats},
-            "/v2/repository/index": {"POST": self._triton_index},
-            "/metrics": {"GET": self._metrics},
-            "/status": {"GET": self._status},
-            "/dashboard": {"GET": self._dashboard},
-            "/openapi.json": {"GET": self._openapi},
-            "/docs": {"GET": self._docs},
-            "/": {"GET": self._index},
-        }
-
-    async def _not_routed(self, scope: Scope, receive: Receive, send_fn: Send, *args: Any) -> None:
-        # Inference routes are exchanges (see inference_route); listed here for 405s only.
-        raise AssertionError(f"{scope['method']} {scope['path']} is an inference exchange")
-
-    # -- OpenAI ----------------------------------------------------------------------------
-
-    async def _openai_models(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        authorize(read_head(scope["headers"]), self._key)
-        await send(send_fn, 200, json_bytes(openai.models_response(list(self.registry.models))))
-
-    async def _openai_model(self, scope: Scope, receive: Receive, send_fn: Send, name: str) -> None:
-        authorize(read_head(scope["headers"]), self._key)
-        self.registry.require(name)
-        await send(send_fn, 200, json_bytes(openai.model_entry(name)))
-
-    # -- KServe v2 -------------------------------------------------------------------------
-
-    async def _kserve_server(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        await send(send_fn, 200, json_bytes(kserve.server_metadata()))
-
-    async def _live(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        await send(send_fn, 200, b'{"live":true}')
-
-    async def _ready(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        if self.draining:
-            raise ApiError("draining", "the server is draining")
-        if not self.registry.ready:
-            loading = [m.name for m in self.registry.models.values() if not m.ready]
-            raise ApiError("not_ready", f"models still loading: {', '.join(loading)}")
-        await send(send_fn, 200, b'{"ready":true}')
-
-    async def _kserve_model(self, scope: Scope, receive: Receive, send_fn: Send, name: str) -> None:
-        model = self.registry.require(name, param="name")
-        await send(send_fn, 200, json_bytes(kserve.model_metadata(name, model.loaded)))
-
-    async def _kserve_model_ready(
-        self, scope: Scope, receive: Receive, send_fn: Send, name: str
-    ) -> None:
-        model = self.registry.require(name, param="name")
-        if self.draining:
-            raise ApiError("draining", "the server is draining")
-        if not model.ready:
-            raise ApiError("not_ready", f"model {name!r} is {model.state}")
-        await send(send_fn, 200, json_bytes({"name": name, "ready": True}))
-
-    # -- Triton's extensions ---------------------------------------------------------------
-
-    async def _triton_config(
-        self, scope: Scope, receive: Receive, send_fn: Send, name: str
-    ) -> None:
-        model = self.registry.require(name, param="name")
-        await send(send_fn, 200, json_bytes(triton.model_config(model)))
-
-    async def _triton_stats(self, scope: Scope, receive: Receive, send_fn: Send, name: str) -> None:
-        self.registry.require(name, param="name")
-        entry = triton.model_statistics(name, self.metrics.account(name))
-        await send(send_fn, 200, json_bytes({"model_stats": [entry]}))
-
-    async def _triton_all_stats(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        entries = [
-            triton.model_statistics(n, self.metrics.account(n)) for n in self.registry.models
-        ]
-        await send(send_fn, 200, json_bytes({"model_stats": entries}))
-
-    async def _triton_index(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        head = read_head(scope["headers"])
-        check_length(head, _SMALL_BODY)
-        body = await read_body(receive, _SMALL_BODY, self.limits.read_timeout_s)
-        ready_only = False
-        if body.strip():
-            data = load_json(body)
-            if not isinstance(data, dict):
-                raise ApiError("invalid", "body must be a JSON object", param="body")
-            ready = data.get("ready", False)
-            if not isinstance(ready, bool):
-                raise ApiError("invalid", f"ready must be a boolean, got {ready!r}", param="ready")
-            ready_only = ready
-        models = list(self.registry.models.values())
-        await send(send_fn, 200, json_bytes(triton.repository_index(models, ready_only=ready_only)))
-
-    # -- operations and documentation ------------------------------------------------------
-
-    async def _status(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        body = server_status(
-            list(self.registry.models.values()),
-            self.metrics,
-            started_unix=self.started_unix,
-            draining=self.draining,
-        )
-        await send(send_fn, 200, json_bytes(body))
-
-    async def _dashboard(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        await send(send_fn, 200, dashboard_html(), DASHBOARD_HEADERS, content_type=_HTML)
-
-    async def _metrics(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        await send(send_fn, 200, self.metrics.exposition(), content_type=CONTENT_TYPE.encode())
-
-    def _openapi_spec(self) -> dict[str, Any]:
-        dimensions = [
-            m.loaded.dimension
-            for m in self.registry.models.values()
-            if m.loaded is not None and m.loaded.dimension is not None
-        ]
-        return openapi_spec(
-            list(self.registry.models),
-            secured=self._key is not None,
-            limits=self.limits,
-            dimensions=dimensions,
-        )
-
-    async def _openapi(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        spec = self._spec
-        if spec is None:
-            spec = json_bytes(self._openapi_spec())
-            if self.registry.ready:  # the models' dimensions are known: it will not change
-                self._spec = spec
-        await send(send_fn, 200, spec)
-
-    async def _docs(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        html = docs_html(self._openapi_spec())
-        await send(send_fn, 200, html.encode(), content_type=_HTML)
-
-    async def _index(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        body = {
-            "name": "batchserve",
-            "models": list(self.registry.models),
-            "docs": "/docs",
-            "openapi": "/openapi.json",
-            "dashboard": "/dashboard",
-            "status": "/status",
-            "metrics": "/metrics",
-        }
-        await send(send_fn, 200, json_bytes(body))
 
 
 async def _answered_or_gone(answered: asyncio.Future[Reply], receive: Receive) -> bool:

@@ -1,0 +1,254 @@
+"""The routes that are not inference: metadata, health, Triton's extensions, operations, docs.
+
+Theory of operation: the route table is data. :attr:`Routes.static` maps each fixed path
+to its handlers by method; ``/v1/models/{name}`` and ``/v2/models/{name}[/versions/{v}]/...``
+are resolved by shape, with the per-model table :attr:`Routes.model`. :meth:`Routes.resolve`
+answers 404 for an unknown path and 405 (with ``Allow``) for a method a path does not take.
+Inference routes are listed only for those 405s: the application carries them as exchanges
+(:meth:`batchserve.server.app.App.inference_route`). Each handler is a thin ASGI coroutine
+over its protocol module (:mod:`~batchserve.server.openai`, :mod:`~batchserve.server.kserve`,
+:mod:`~batchserve.server.triton`) or view (:mod:`~batchserve.server.status`,
+:mod:`~batchserve.server.dashboard`, :mod:`~batchserve.server.openapi`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from batchserve.server import kserve, openai, triton
+from batchserve.server.asgi import (
+    Receive,
+    Scope,
+    Send,
+    authorize,
+    check_length,
+    json_bytes,
+    load_json,
+    read_body,
+    read_head,
+    send,
+)
+from batchserve.server.dashboard import DASHBOARD_HEADERS, dashboard_html
+from batchserve.server.metrics import CONTENT_TYPE
+from batchserve.server.openapi import docs_html, openapi_spec
+from batchserve.server.status import server_status
+from batchserve.server.statuses import ApiError
+
+if TYPE_CHECKING:
+    from batchserve.server.app import App
+
+__all__ = ["Handler", "Routes"]
+
+Handler = Callable[..., Awaitable[None]]
+_HTML = b"text/html; charset=utf-8"
+#: The most a body to a route that is not inference may hold (the repository index's).
+_SMALL_BODY = 64 * 1024
+
+
+class Routes:
+    """The application's routes other than inference, and their handlers.
+
+    Args:
+        app: the application whose models, metrics and drain the handlers report.
+        key: the API key the OpenAI model listings require (None: none).
+    """
+
+    def __init__(self, app: App, key: bytes | None) -> None:
+        self.app = app
+        self._key = key
+        self._spec: bytes | None = None
+        #: Fixed paths, each to its handlers by method.
+        self.static = self._static_routes()
+        #: ``/v2/models/{name}[/versions/{v}]`` + these parts, each to its handlers.
+        self.model: dict[tuple[str, ...], dict[str, Handler]] = {
+            (): {"GET": self._kserve_model},
+            ("ready",): {"GET": self._kserve_model_ready},
+            ("config",): {"GET": self._triton_config},
+            ("stats",): {"GET": self._triton_stats},
+            ("infer",): {"POST": self._not_routed},
+        }
+
+    def resolve(self, method: str, path: str) -> tuple[Handler, tuple[Any, ...]]:
+        """The handler of ``method path`` and the arguments it takes from the path.
+
+        Raises:
+            ApiError: 404 ``not_found`` for an unknown path, 405 for a method it does not
+                take (naming those it does), 404 for a model version that is not served.
+        """
+        methods: dict[str, Handler] | None = None
+        args: tuple[Any, ...] = ()
+        static = self.static
+        if path in static:
+            methods = static[path]
+        elif path.startswith("/v1/models/") and path.count("/") == 3:
+            methods, args = {"GET": self._openai_model}, (path[len("/v1/models/") :],)
+        elif path.startswith("/v2/models/"):
+            parts = path[len("/v2/models/") :].split("/")
+            name, rest = parts[0], parts[1:]
+            if len(rest) >= 2 and rest[0] == "versions":
+                if name in self.app.registry.models:  # else the handler's 404 names the models
+                    triton.check_version(name, rest[1])
+                rest = rest[2:]
+            methods, args = self.model.get(tuple(rest)), (name,)
+        if methods is None:
+            raise ApiError("not_found", f"no route {path!r}; see /docs")
+        handler = methods.get(method)
+        if handler is None:
+            allowed = ", ".join(sorted(methods))
+            raise ApiError(
+                "method_not_allowed", f"{path} takes {allowed}, got {method}", allow=allowed
+            )
+        return handler, args
+
+    def _static_routes(self) -> dict[str, dict[str, Handler]]:
+        return {
+            "/v1/embeddings": {"POST": self._not_routed},
+            "/v1/models": {"GET": self._openai_models},
+            "/v2": {"GET": self._kserve_server},
+            "/v2/health/live": {"GET": self._live},
+            "/v2/health/ready": {"GET": self._ready},
+            "/v2/models/stats": {"GET": self._triton_all_stats},
+            "/v2/repository/index": {"POST": self._triton_index},
+            "/metrics": {"GET": self._metrics},
+            "/status": {"GET": self._status},
+            "/dashboard": {"GET": self._dashboard},
+            "/openapi.json": {"GET": self._openapi},
+            "/docs": {"GET": self._docs},
+            "/": {"GET": self._index},
+        }
+
+    async def _not_routed(self, scope: Scope, receive: Receive, send_fn: Send, *args: Any) -> None:
+        # Inference routes are exchanges (see inference_route); listed here for 405s only.
+        raise AssertionError(f"{scope['method']} {scope['path']} is an inference exchange")
+
+    # -- OpenAI ----------------------------------------------------------------------------
+
+    async def _openai_models(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        authorize(read_head(scope["headers"]), self._key)
+        await send(send_fn, 200, json_bytes(openai.models_response(list(self.app.registry.models))))
+
+    async def _openai_model(self, scope: Scope, receive: Receive, send_fn: Send, name: str) -> None:
+        authorize(read_head(scope["headers"]), self._key)
+        self.app.registry.require(name)
+        await send(send_fn, 200, json_bytes(openai.model_entry(name)))
+
+    # -- KServe v2 -------------------------------------------------------------------------
+
+    async def _kserve_server(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        await send(send_fn, 200, json_bytes(kserve.server_metadata()))
+
+    async def _live(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        await send(send_fn, 200, b'{"live":true}')
+
+    async def _ready(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        if self.app.draining:
+            raise ApiError("draining", "the server is draining")
+        if not self.app.registry.ready:
+            loading = [m.name for m in self.app.registry.models.values() if not m.ready]
+            raise ApiError("not_ready", f"models still loading: {', '.join(loading)}")
+        await send(send_fn, 200, b'{"ready":true}')
+
+    async def _kserve_model(self, scope: Scope, receive: Receive, send_fn: Send, name: str) -> None:
+        model = self.app.registry.require(name, param="name")
+        await send(send_fn, 200, json_bytes(kserve.model_metadata(name, model.loaded)))
+
+    async def _kserve_model_ready(
+        self, scope: Scope, receive: Receive, send_fn: Send, name: str
+    ) -> None:
+        model = self.app.registry.require(name, param="name")
+        if self.app.draining:
+            raise ApiError("draining", "the server is draining")
+        if not model.ready:
+            raise ApiError("not_ready", f"model {name!r} is {model.state}")
+        await send(send_fn, 200, json_bytes({"name": name, "ready": True}))
+
+    # -- Triton's extensions ---------------------------------------------------------------
+
+    async def _triton_config(
+        self, scope: Scope, receive: Receive, send_fn: Send, name: str
+    ) -> None:
+        model = self.app.registry.require(name, param="name")
+        await send(send_fn, 200, json_bytes(triton.model_config(model)))
+
+    async def _triton_stats(self, scope: Scope, receive: Receive, send_fn: Send, name: str) -> None:
+        self.app.registry.require(name, param="name")
+        entry = triton.model_statistics(name, self.app.metrics.account(name))
+        await send(send_fn, 200, json_bytes({"model_stats": [entry]}))
+
+    async def _triton_all_stats(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        entries = [
+            triton.model_statistics(n, self.app.metrics.account(n))
+            for n in self.app.registry.models
+        ]
+        await send(send_fn, 200, json_bytes({"model_stats": entries}))
+
+    async def _triton_index(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        head = read_head(scope["headers"])
+        check_length(head, _SMALL_BODY)
+        body = await read_body(receive, _SMALL_BODY, self.app.limits.read_timeout_s)
+        ready_only = False
+        if body.strip():
+            data = load_json(body)
+            if not isinstance(data, dict):
+                raise ApiError("invalid", "body must be a JSON object", param="body")
+            ready = data.get("ready", False)
+            if not isinstance(ready, bool):
+                raise ApiError("invalid", f"ready must be a boolean, got {ready!r}", param="ready")
+            ready_only = ready
+        models = list(self.app.registry.models.values())
+        await send(send_fn, 200, json_bytes(triton.repository_index(models, ready_only=ready_only)))
+
+    # -- operations and documentation ------------------------------------------------------
+
+    async def _status(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        body = server_status(
+            list(self.app.registry.models.values()),
+            self.app.metrics,
+            started_unix=self.app.started_unix,
+            draining=self.app.draining,
+        )
+        await send(send_fn, 200, json_bytes(body))
+
+    async def _dashboard(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        await send(send_fn, 200, dashboard_html(), DASHBOARD_HEADERS, content_type=_HTML)
+
+    async def _metrics(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        await send(send_fn, 200, self.app.metrics.exposition(), content_type=CONTENT_TYPE.encode())
+
+    def _openapi_spec(self) -> dict[str, Any]:
+        dimensions = [
+            m.loaded.dimension
+            for m in self.app.registry.models.values()
+            if m.loaded is not None and m.loaded.dimension is not None
+        ]
+        return openapi_spec(
+            list(self.app.registry.models),
+            secured=self._key is not None,
+            limits=self.app.limits,
+            dimensions=dimensions,
+        )
+
+    async def _openapi(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        spec = self._spec
+        if spec is None:
+            spec = json_bytes(self._openapi_spec())
+            if self.app.registry.ready:  # the models' dimensions are known: it will not change
+                self._spec = spec
+        await send(send_fn, 200, spec)
+
+    async def _docs(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        html = docs_html(self._openapi_spec())
+        await send(send_fn, 200, html.encode(), content_type=_HTML)
+
+    async def _index(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        body = {
+            "name": "batchserve",
+            "models": list(self.app.registry.models),
+            "docs": "/docs",
+            "openapi": "/openapi.json",
+            "dashboard": "/dashboard",
+            "status": "/status",
+            "metrics": "/metrics",
+        }
+        await send(send_fn, 200, json_bytes(body))
