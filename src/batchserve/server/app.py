@@ -1,7 +1,9 @@
 """The application: lifecycle, inference exchanges, the ASGI driver, drain.
 
-Theory of operation ------------------- :class:`App` owns the served models (each behind its
-own batcher), the metrics and the drain. An inference request is an
+Theory of operation
+-------------------
+:class:`App` owns the served models (each behind its own batcher), the metrics and the drain.
+An inference request is an
 :class:`~batchserve.server.exchange.Exchange`: the app opens it from the request's head
 (:meth:`App.begin`), where everything that needs no body is decided (API key, media type,
 declared length, the deadline from the wire, the model, drain, readiness, and the batcher's
