@@ -531,17 +531,8 @@ class Metrics:
             stats = stats_fn()
             if stats is None:
                 continue
-            c = stats.counters
-            for outcome, value in (
-                ("ok", c.ok),
-                ("late", c.late),
-                ("expired", c.expired),
-                ("cancelled", c.cancelled),
-                ("failed", c.failed),
-            ):
+            for outcome, value in _outcomes(stats.counters):
                 items.add_metric([name, outcome], value)
-            for reason, value in c.rejected.items():
-                items.add_metric([name, f"rejected_{reason}"], value)
             depth.add_metric([name], stats.queue_depth)
             running.add_metric([name], stats.running_items)
             fixed.add_metric([name], stats.cost.fixed_s)
@@ -570,17 +561,21 @@ class Metrics:
             by_class, depths = got
             for work_class, tenants in by_class.items():
                 for tenant, c in tenants.items():
-                    labels = [name, work_class, tenant]
-                    for outcome, value in (
-                        ("ok", c.ok),
-                        ("late", c.late),
-                        ("expired", c.expired),
-                        ("cancelled", c.cancelled),
-                        ("failed", c.failed),
-                    ):
-                        items.add_metric([*labels, outcome], value)
-                    for reason, value in c.rejected.items():
-                        items.add_metric([*labels, f"rejected_{reason}"], value)
+                    for outcome, value in _outcomes(c):
+                        items.add_metric([name, work_class, tenant, outcome], value)
             for work_class, n in depths.items():
                 depth.add_metric([name, work_class], n)
         yield from (items, depth)
+
+
+def _outcomes(c: Counters) -> Iterator[tuple[str, int]]:
+    """The items' ``outcome`` label values and counts: one per end, one per refusal reason."""
+    yield from (
+        ("ok", c.ok),
+        ("late", c.late),
+        ("expired", c.expired),
+        ("cancelled", c.cancelled),
+        ("failed", c.failed),
+    )
+    for reason, value in c.rejected.items():
+        yield f"rejected_{reason}", value
