@@ -1,0 +1,88 @@
+"""Where open-loop latency goes: the client's stopwatch beside the server's own account.
+
+Starts ``batchserve serve`` on the null model (max batch 32, wait 2 ms, queue 1024), warms it,
+then offers each ``--rates`` open loop with ``batchserve load`` for ``--seconds``, and prints
+per rate: the client's p50/p99 (from each request's scheduled send), the server's p50/p99
+(``Server-Timing``: from the request's first byte read to its answer), the connections the
+generator had to open, and the CPU the server and the generator used. When the client's
+figures run away from the server's, requests are waiting where the server's clock has not
+started: in socket buffers, for the one event loop to read them.
+
+Run: ``.venv/bin/python bench/open_loop_gap.py [--rates 1900,2850,4270] [--seconds 4]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import subprocess
+import sys
+
+from batchserve.loadgen import LoadConfig, run_load
+from batchserve.units import parse_rates
+from batchserve.workload.summary import percentile
+
+NULL = "m=synthetic:fixed=0ms,per_item=0ms,dim=8"
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rates", default="1900,2850,4270", help="requests per second")
+    parser.add_argument("--seconds", type=float, default=4.0, help="per rate")
+    args = parser.parse_args()
+    rates = parse_rates(args.rates, name="--rates")
+    server = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "batchserve", "serve", "--model", NULL, "--port", "0"),
+            *("--max-batch-size", "32", "--max-wait", "2ms", "--queue-size", "1024"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    try:
+        assert server.stdout is not None
+        url = ""
+        for line in server.stdout:
+            found = re.search(r"ready on (http://\S+)", line)
+            if found:
+                url = found.group(1)
+                break
+        if not url:
+            sys.exit("the server did not start")
+        run_load(LoadConfig(url=url, model="m", rate=min(rates), duration_s=1.0))  # warm-up
+        print(
+            f"{'rate/s':>7} {'ok/s':>7} | {'client p50':>10} {'p99':>8} | {'server p50':>10} "
+            f"{'p99':>8} ms | {'conns':>5} | server CPU  generator CPU"
+        )
+        for rate in rates:
+            before = _cpu_s(server.pid)
+            run = run_load(LoadConfig(url=url, model="m", rate=rate, duration_s=args.seconds))
+            used = (_cpu_s(server.pid) - before) / args.seconds
+            rec = run.records
+            client = sorted(x * 1e3 for x in rec.latency_s if not math.isnan(x))
+            own = sorted(x * 1e3 for x in rec.server_s if not math.isnan(x))
+            print(
+                f"{rate:7.0f} {run.report.summary.ok_per_s:7.0f} | "
+                f"{percentile(client, 0.5):10.1f} {percentile(client, 0.99):8.1f} | "
+                f"{percentile(own, 0.5):10.2f} {percentile(own, 0.99):8.2f}    | "
+                f"{run.report.connections.opened:5d} | {used:9.0%}  "
+                f"{run.report.cpu_core_percent:9.0f}%",
+                flush=True,
+            )
+    finally:
+        server.terminate()
+        server.wait()
+
+
+if __name__ == "__main__":
+    main()
