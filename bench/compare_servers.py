@@ -85,12 +85,14 @@ class Knobs:
         max_wait_ms: how long the oldest request may wait for a batch to fill.
         queue_size: requests that may wait (servers that have such a bound).
         timeout_ms: batchserve's default deadline (the generator also sends one per request).
+        extra: more flags for ``batchserve serve`` (peers ignore them).
     """
 
     max_batch: int
     max_wait_ms: float
     queue_size: int
     timeout_ms: float = 30_000.0
+    extra: tuple[str, ...] = ()
 
 
 def free_port() -> int:
@@ -122,6 +124,7 @@ def command(server: str, model: ModelSpec, knobs: Knobs, port: int, stats: Path)
             "127.0.0.1",
             "--port",
             "0",
+            *knobs.extra,
         ]
     return [
         str(VENVS / server / "bin" / "python"),

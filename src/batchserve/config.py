@@ -12,7 +12,10 @@ from dataclasses import dataclass
 
 from batchserve.errors import ConfigError
 
-__all__ = ["BatchConfig", "CostEstimate", "check_positive", "check_non_negative"]
+__all__ = ["BATCH_BY", "BatchConfig", "CostEstimate", "check_positive", "check_non_negative"]
+
+#: How a pass is formed: ``auto``, ``count`` or ``tokens`` (see :class:`BatchConfig`).
+BATCH_BY = ("auto", "count", "tokens")
 
 
 def _check_number(name: str, value: object) -> float:
@@ -82,6 +85,16 @@ class BatchConfig:
         max_bisect_calls: when a batch raises, at most this many extra model calls are spent
             splitting it to find the failing inputs; past that the remaining inputs fail.
             The default (``None``) allows ``2 * len(batch)``, enough to isolate any failures.
+        batch_by: ``count`` forms each pass from the oldest items, by count alone; ``tokens``
+            forms it by tokens (a padded pass costs its longest item times its count): texts
+            of similar length travel together and ``max_batch_tokens`` bounds a pass;
+            ``auto`` (the default) is ``tokens`` when the model counts its inputs' tokens
+            and ``count`` otherwise.
+        max_batch_tokens: with batches by tokens, a pass holds at most this many padded
+            tokens (its longest item times its count); one item longer than that still runs
+            alone. None: only ``max_batch_size`` bounds a pass.
+        length_window: with batches by tokens, a pass is chosen among the oldest
+            ``length_window * max_batch_size`` queued items (it always holds the oldest).
     """
 
     max_batch_size: int = 32
@@ -91,6 +104,9 @@ class BatchConfig:
     admission: bool = True
     initial_cost: CostEstimate = CostEstimate(fixed_s=0.0, per_item_s=0.0)
     max_bisect_calls: int | None = None
+    batch_by: str = "auto"
+    max_batch_tokens: int | None = None
+    length_window: int = 4
 
     def __post_init__(self) -> None:
         _check_int("max_batch_size", self.max_batch_size, 1)
@@ -103,3 +119,15 @@ class BatchConfig:
             raise ConfigError(f"initial_cost must be a CostEstimate, got {self.initial_cost!r}")
         if self.max_bisect_calls is not None:
             _check_int("max_bisect_calls", self.max_bisect_calls, 0)
+        if self.batch_by not in BATCH_BY:
+            raise ConfigError(
+                f"batch_by must be one of {', '.join(BATCH_BY)}, got {self.batch_by!r}"
+            )
+        if self.max_batch_tokens is not None:
+            _check_int("max_batch_tokens", self.max_batch_tokens, 1)
+            if self.batch_by == "count":
+                raise ConfigError(
+                    "max_batch_tokens needs batches by tokens: batch_by must be tokens or "
+                    "auto, got 'count'"
+                )
+        _check_int("length_window", self.length_window, 1)

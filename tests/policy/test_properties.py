@@ -1,19 +1,20 @@
-"""Hypothesis: the policy's invariants hold for any sequence of events."""
+"""Hypothesis: the policy's invariants hold for any sequence of events, by count or by tokens."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.errors import Rejected
-from batchserve.policy import Batch, Entry, Policy
+from batchserve.policy import Batch, Entry, Policy, TokenPolicy
 
 
 @dataclass
 class Offer:
     dt: float
     timeout: float | None
+    size: int
 
 
 @dataclass
@@ -36,7 +37,12 @@ class Tick:
 times = st.floats(min_value=0.0, max_value=0.02, allow_nan=False)
 events = st.lists(
     st.one_of(
-        st.builds(Offer, times, st.one_of(st.none(), st.floats(min_value=0.001, max_value=0.1))),
+        st.builds(
+            Offer,
+            times,
+            st.one_of(st.none(), st.floats(min_value=0.001, max_value=0.1)),
+            st.integers(1, 300),
+        ),
         st.builds(Cancel, st.integers(0, 50)),
         st.builds(Finish, times, st.integers(0, 5), st.booleans()),
         st.builds(Tick, times),
@@ -58,10 +64,27 @@ configs = st.builds(
 )
 
 
+# Passes by tokens: None (by count), or (max_batch_tokens or None, length_window).
+by_tokens = st.one_of(
+    st.none(), st.tuples(st.one_of(st.none(), st.integers(50, 600)), st.integers(1, 3))
+)
+
+
 @settings(max_examples=300, deadline=None)
-@given(configs, events, st.booleans())
-def test_invariants(config: BatchConfig, script: list[object], close_at_end: bool) -> None:
-    p: Policy[int] = Policy(config)
+@given(configs, events, st.booleans(), by_tokens)
+def test_invariants(
+    config: BatchConfig,
+    script: list[object],
+    close_at_end: bool,
+    tokens: tuple[int | None, int] | None,
+) -> None:
+    p: Policy[int]
+    if tokens is None:
+        p = Policy(config)
+    else:
+        config = replace(config, max_batch_tokens=tokens[0], length_window=tokens[1])
+        p = TokenPolicy(config)
+    limit = config.max_batch_tokens
     now = 0.0
     admitted: list[Entry[int]] = []
     running: list[Batch[int]] = []
@@ -79,7 +102,10 @@ def test_invariants(config: BatchConfig, script: list[object], close_at_end: boo
         for b in s.dispatch:
             assert 1 <= len(b.entries) <= config.max_batch_size
             ids = [e.id for e in b.entries]
-            assert ids == sorted(ids), "FIFO order within a batch"
+            assert ids == sorted(ids), "queue order within a batch"
+            if limit is not None and len(b.entries) > 1:
+                padded = max(e.size for e in b.entries) * len(b.entries)
+                assert padded <= limit, "a pass of several items within max_batch_tokens"
             for e in b.entries:
                 assert e.id not in dispatched, "dispatched once"
                 assert e.deadline is None or e.deadline > now, "never after its deadline"
@@ -93,7 +119,8 @@ def test_invariants(config: BatchConfig, script: list[object], close_at_end: boo
         if isinstance(ev, Offer):
             now += ev.dt
             try:
-                e = p.offer(now, len(admitted), None if ev.timeout is None else now + ev.timeout)
+                deadline = None if ev.timeout is None else now + ev.timeout
+                e = p.offer(now, len(admitted), deadline, ev.size)
             except Rejected:
                 rejected += 1
             else:
@@ -115,9 +142,13 @@ def test_invariants(config: BatchConfig, script: list[object], close_at_end: boo
         elif isinstance(ev, Tick):
             now += ev.dt
         step()
-        c = p.statistics().counters
+        stats = p.statistics()
+        c = stats.counters
         assert c.received == c.resolved + c.pending
         assert c.rejected_total == rejected
+        if stats.tokens is not None:
+            assert stats.tokens.queued == sum(e.size for e in p.queued())
+            assert stats.tokens.padded >= stats.tokens.real
 
     if close_at_end:
         p.close()

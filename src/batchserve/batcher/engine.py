@@ -34,6 +34,12 @@ With ``classes`` (:class:`~batchserve.policy.ClassConfig`) the batcher drives a
 :meth:`Batcher.offer`). Without, it drives the plain policy and an item's path is what it
 always was: one attribute test decides which.
 
+A model that counts its inputs' tokens (a ``token_estimate(input) -> int`` method, or the
+``sizer`` argument) gets a :class:`~batchserve.policy.TokenPolicy` by default
+(``batch_by="auto"``): each item is offered with its tokens, and passes are formed by tokens
+(texts of similar length together, ``max_batch_tokens``). Mixed traffic forms its passes by
+count.
+
 All methods must be called from the event loop thread that runs the batcher.
 """
 
@@ -69,7 +75,9 @@ from batchserve.policy import (
     MixedPolicy,
     Policy,
     PolicyStats,
+    TokenPolicy,
     WorkClass,
+    make_policy,
 )
 
 __all__ = ["Batcher"]
@@ -89,6 +97,12 @@ class Batcher(Generic[Out]):
         on_batch: called on the loop with a :class:`BatchRecord` after each forward pass.
         classes: classes of work and tenants (None: one FIFO queue); a class's own
             ``timeout_s`` replaces ``timeout_s`` for its submissions.
+        sizer: an input's tokens, for passes formed by tokens (default: the model's
+            ``token_estimate`` method, if it has one).
+
+    Raises:
+        ConfigError: ``batch_by`` is ``tokens`` but nothing sizes the inputs, or with
+            ``classes``.
 
     Use it as ``async with Batcher(model) as b: out = await b.submit(x)``; leaving the block
     drains (finishes every accepted item).
@@ -103,6 +117,7 @@ class Batcher(Generic[Out]):
         timeout_s: float | None = None,
         on_batch: Callable[[BatchRecord], None] | None = None,
         classes: ClassConfig | None = None,
+        sizer: Callable[[Any], int] | None = None,
     ) -> None:
         self.config = config if config is not None else BatchConfig()
         if timeout_s is not None:
@@ -116,7 +131,19 @@ class Batcher(Generic[Out]):
         self._mixed: MixedPolicy[Item] | None = (
             None if classes is None else MixedPolicy(self.config, classes)
         )
-        self._policy: Policy[Item] = self._mixed if self._mixed is not None else Policy(self.config)
+        if sizer is None:
+            sizer = getattr(model, "token_estimate", None)
+        if classes is not None and (
+            self.config.batch_by == "tokens" or self.config.max_batch_tokens is not None
+        ):
+            raise ConfigError("batches by tokens are not offered with classes of work")
+        self._policy: Policy[Item] = (
+            self._mixed
+            if self._mixed is not None
+            else make_policy(self.config, sized=sizer is not None)
+        )
+        # None unless the policy forms passes by tokens: then every item is sized.
+        self._sizer = sizer if isinstance(self._policy, TokenPolicy) else None
         self._on_batch = on_batch
         self._threads: Threads[Batch[Item], _Pass] | None = None
         self._timer: TimerHandle | None = None
@@ -312,7 +339,13 @@ class Batcher(Generic[Out]):
         """
         mixed = self._mixed
         if mixed is None:
-            entry = self._policy.offer(self._clock.now(), Item(item, waiter, index), deadline)
+            sizer = self._sizer
+            entry = self._policy.offer(
+                self._clock.now(),
+                Item(item, waiter, index),
+                deadline,
+                1 if sizer is None else sizer(item),
+            )
         else:
             entry = mixed.offer_to(
                 self._clock.now(), Item(item, waiter, index), deadline, work_class, tenant

@@ -36,6 +36,7 @@ from batchserve.loadgen import (
 )
 from batchserve.loadgen.config import APIS
 from batchserve.loadgen.runner import run_mix
+from batchserve.loadgen.texts import parse_words
 from batchserve.sim.mix import parse_stream
 from batchserve.units import parse_rates
 from batchserve.workload.arrivals import ARRIVAL_MODES
@@ -72,10 +73,10 @@ def add_parser(sub: Any) -> None:
     w.add_argument("--texts", metavar="FILE", help="input texts, one per line (cycled)")
     w.add_argument(
         "--text-words",
-        metavar="N",
-        type=positive_int,
+        metavar="N|LOW:HIGH",
+        type=_words,
         default=12,
-        help="words per generated text (12)",
+        help="words per generated text, or a range drawn uniformly, e.g. 3:200 (12)",
     )
     w.add_argument(
         "--text-count",
@@ -356,3 +357,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _title(cfg: LoadConfig) -> str:
     return f"batchserve load: {cfg.url} ({cfg.api}, {cfg.model}), {cfg.arrivals} arrivals"
+
+
+def _words(text: str) -> int | tuple[int, int]:
+    """Argparse type of ``--text-words``: ``N`` or ``LOW:HIGH``."""
+    try:
+        return parse_words(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

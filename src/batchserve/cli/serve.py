@@ -23,10 +23,13 @@ The same settings can come from ``--config FILE`` (TOML)::
     workers = 1
     timeout = "30s"
     admission = true
+    batch_by = "auto"         # or "count", "tokens"
+    length_window = 4
 
     [models.all-MiniLM-L6-v2] # one table per model, in serving order
     spec = "minilm"
     max_batch_size = 64
+    max_batch_tokens = 4096
     backend = "onnx-int8"     # runtime keys: backend, device, dtype, threads, cache_dir
 
 Precedence, lowest first: built-in defaults, the file's ``[defaults]``, the file's
@@ -93,6 +96,9 @@ _MODEL_KEYS: dict[str, tuple[str, str | None]] = {
     "queue_size": ("int", "queue_size"),
     "workers": ("int", "workers"),
     "admission": ("bool", "admission"),
+    "batch_by": ("str", "batch_by"),
+    "max_batch_tokens": ("int", "max_batch_tokens"),
+    "length_window": ("int", "length_window"),
     "timeout": ("duration", None),
     # The runtime of minilm or a model folder: options of its SPEC (field None).
     "backend": ("str", None),
@@ -144,6 +150,12 @@ def add_parser(sub: Any) -> None:
         "workers": "forward passes at once (default 1)",
         "timeout": "deadline of a request that states none (default 30s)",
         "admission": "on/off: refuse at once what cannot meet its deadline (default on)",
+        "batch_by": "count, tokens or auto: form passes by tokens, texts of similar length "
+        "together (default auto: tokens for a model that counts them, such as minilm)",
+        "max_batch_tokens": "by tokens: a pass holds at most this many padded tokens "
+        "(longest x count; default: no bound but max-batch-size)",
+        "length_window": "by tokens: a pass is chosen among the oldest N x max-batch-size "
+        "queued items (default 4)",
         "backend": "minilm/folder: torch, onnx, onnx-int8, openvino, openvino-int8 "
         "(default torch; int8 only if it passed its quality gate)",
         "device": "minilm/folder: auto, cpu, cuda, cuda:N, mps (default auto: a GPU if any)",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from batchserve.errors import ConfigError
 
-__all__ = ["generate_texts", "read_texts"]
+__all__ = ["generate_texts", "parse_words", "read_texts"]
 
 _WORD_TEXT = (
     "the of and to in is was for that on as with by he at from his an were are which this "
@@ -31,18 +31,44 @@ _WORD_TEXT = (
 _WORDS = tuple(sorted(set(_WORD_TEXT.split())))
 
 
-def generate_texts(count: int, *, words: int, seed: int = 0) -> tuple[str, ...]:
+def generate_texts(count: int, *, words: int | tuple[int, int], seed: int = 0) -> tuple[str, ...]:
     """``count`` texts of ``words`` words each, the same for the same arguments.
 
+    ``words`` is a number, or a range ``(low, high)``: each text's length is drawn uniformly
+    from it, both ends included (a mix of short queries and passages).
+
     Raises:
-        ConfigError: ``count`` or ``words`` is below 1.
+        ConfigError: ``count`` or a length is below 1, or a range runs backwards.
     """
     if count < 1:
         raise ConfigError(f"count must be >= 1, got {count}")
-    if words < 1:
-        raise ConfigError(f"words must be >= 1, got {words}")
+    low, high = words if isinstance(words, tuple) else (words, words)
+    if low < 1:
+        raise ConfigError(f"words must be >= 1, got {low}")
+    if high < low:
+        raise ConfigError(f"words must be LOW:HIGH with LOW <= HIGH, got {low}:{high}")
     rng = random.Random(seed)
-    return tuple(" ".join(rng.choices(_WORDS, k=words)) for _ in range(count))
+    return tuple(
+        " ".join(rng.choices(_WORDS, k=rng.randint(low, high) if high > low else low))
+        for _ in range(count)
+    )
+
+
+def parse_words(text: str, *, name: str = "--text-words") -> int | tuple[int, int]:
+    """``N`` or ``LOW:HIGH`` (words per generated text) from a flag.
+
+    Raises:
+        ConfigError: not a positive integer or a range of them; the message names ``name``.
+    """
+    low_text, sep, high_text = text.partition(":")
+    try:
+        low = int(low_text)
+        high = int(high_text) if sep else low
+    except ValueError:
+        raise ConfigError(f"{name} must be N or LOW:HIGH, got {text!r}") from None
+    if low < 1 or high < low:
+        raise ConfigError(f"{name} must be >= 1, and LOW <= HIGH in LOW:HIGH, got {text!r}")
+    return (low, high) if sep else low
 
 
 def read_texts(path: str | Path) -> tuple[str, ...]:

@@ -39,7 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from batchserve.models.runtime import Runtime, default_threads, resolve_device, resolve_dtype
-from batchserve.models.token_counts import TokenCounts
+from batchserve.models.token_counts import TokenCounts, estimate_tokens
 
 __all__ = ["EXTRA_HINT", "SentenceEmbedder", "builtin_path", "load_sentence_transformer"]
 
@@ -226,6 +226,10 @@ class SentenceEmbedder:
 
     def _remember(self, texts: list[str], counts: list[int]) -> None:
         self._counts.remember(texts, counts)
+
+    def token_estimate(self, text: str) -> int:
+        """About how many tokens ``text`` takes in a pass, before it is tokenized (cheap)."""
+        return estimate_tokens(text, self.max_seq_length)
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Tokens per text as the model sees them (special tokens included, truncated).

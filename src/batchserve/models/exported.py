@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from batchserve.errors import ConfigError
 from batchserve.models.runtime import Runtime, default_threads, resolve_device
-from batchserve.models.token_counts import TokenCounts
+from batchserve.models.token_counts import TokenCounts, estimate_tokens
 
 __all__ = ["ExportedEmbedder"]
 
@@ -218,6 +218,10 @@ class ExportedEmbedder:
         vectors = out / np.maximum(norms, 1e-12)
         self._counts.remember(list(texts), counts)
         return np.ascontiguousarray(vectors, dtype=np.float32), counts
+
+    def token_estimate(self, text: str) -> int:
+        """About how many tokens ``text`` takes in a pass, before it is tokenized (cheap)."""
+        return estimate_tokens(text, self.max_seq_length)
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Tokens per text as the model sees them (special tokens included, truncated)."""

@@ -3,7 +3,8 @@
 from batchserve.policy.classes import ClassConfig, Tenant, WorkClass
 from batchserve.policy.core import Actions, Batch, Entry, Policy
 from batchserve.policy.mixed import MixedEntry, MixedPolicy
-from batchserve.policy.outcomes import REJECT_REASONS, Counters, PolicyStats
+from batchserve.policy.outcomes import REJECT_REASONS, Counters, PolicyStats, TokenStats
+from batchserve.policy.tokens import TokenPolicy, make_policy
 
 __all__ = [
     "REJECT_REASONS",
@@ -17,5 +18,8 @@ __all__ = [
     "Policy",
     "PolicyStats",
     "Tenant",
+    "TokenPolicy",
+    "TokenStats",
     "WorkClass",
+    "make_policy",
 ]

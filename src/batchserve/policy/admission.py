@@ -12,8 +12,6 @@ from __future__ import annotations
 import heapq
 import math
 
-from batchserve.config import CostEstimate
-
 __all__ = ["drain_rate", "predict_finish_at"]
 
 
@@ -70,11 +68,13 @@ def predict_finish_at(
     return max(free[0], last_ready) + last_cost
 
 
-def drain_rate(*, queue_depth: int, workers: int, max_batch_size: int, cost: CostEstimate) -> float:
+def drain_rate(
+    *, queue_depth: int, workers: int, max_batch_size: int, fixed_s: float, per_item_s: float
+) -> float:
     """Items per second the workers clear at the batch size the queue supports.
 
     Returns ``math.inf`` when the cost model predicts free passes (no measurement yet).
     """
     n = max(1, min(max_batch_size, queue_depth))
-    t = cost.fixed_s + n * cost.per_item_s
+    t = fixed_s + n * per_item_s
     return math.inf if t <= 0 else workers * n / t

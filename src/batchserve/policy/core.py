@@ -74,15 +74,24 @@ class Entry(Generic[PayloadT]):
         state: 0 queued, 1 running, 2 done.
         withdrawn: no caller waits for its result any more (it left, or was answered at its
             deadline during the pass); a running entry withdrawn is skipped before the pass.
+        size: its tokens, for a policy that forms batches by tokens (1 otherwise).
     """
 
-    __slots__ = ("arrival", "deadline", "id", "payload", "state", "withdrawn")
+    __slots__ = ("arrival", "deadline", "id", "payload", "size", "state", "withdrawn")
 
-    def __init__(self, id: int, payload: PayloadT, arrival: float, deadline: float | None) -> None:
+    def __init__(
+        self,
+        id: int,
+        payload: PayloadT,
+        arrival: float,
+        deadline: float | None,
+        size: int = 1,
+    ) -> None:
         self.id = id
         self.payload = payload
         self.arrival = arrival
         self.deadline = deadline
+        self.size = size
         self.state = QUEUED
         self.withdrawn = False
 
@@ -228,11 +237,13 @@ class Policy(Generic[PayloadT]):
         ``offer`` from the predicted lateness.
         """
         cfg = self.config
+        fixed_s, per_item_s = self._costs()
         rate = drain_rate(
             queue_depth=len(self._queue),
             workers=cfg.workers,
             max_batch_size=cfg.max_batch_size,
-            cost=self.cost_model.estimate,
+            fixed_s=fixed_s,
+            per_item_s=per_item_s,
         )
         if reason == "draining":
             items = len(self._queue) + sum(len(b.entries) for b in self._running.values())
@@ -244,9 +255,7 @@ class Policy(Generic[PayloadT]):
         """When an item admitted now would finish, by the cost model."""
         # This runs for every admitted item: plain locals, positional calls, no copies.
         cfg = self.config
-        cost = self.cost_model.estimate
-        fixed_s = cost.fixed_s
-        per_item_s = cost.per_item_s
+        fixed_s, per_item_s = self._costs()
         queue = self._queue
         position = len(queue)
         head = now
@@ -276,7 +285,7 @@ class Policy(Generic[PayloadT]):
     # -- events ----------------------------------------------------------------------------
 
     def offer(
-        self, now: float, payload: PayloadT, deadline: float | None = None
+        self, now: float, payload: PayloadT, deadline: float | None = None, size: int = 1
     ) -> Entry[PayloadT]:
         """Admit an item or refuse it at once.
 
@@ -284,6 +293,7 @@ class Policy(Generic[PayloadT]):
             now: the current time.
             payload: the driver's data for this item.
             deadline: absolute time by which the item must finish, or None.
+            size: its tokens (read by a policy that forms batches by tokens).
 
         Returns:
             The queued entry.
@@ -299,7 +309,7 @@ class Policy(Generic[PayloadT]):
         if refusal is not None:
             self._rejected[refusal.reason] += 1
             raise refusal
-        entry: Entry[PayloadT] = Entry(next(self._ids), payload, now, deadline)
+        entry: Entry[PayloadT] = Entry(next(self._ids), payload, now, deadline, size)
         queue = self._queue
         tail_min = self._tail_min
         if len(queue) % self.config.max_batch_size == 0:
@@ -349,7 +359,7 @@ class Policy(Generic[PayloadT]):
             # A margin for the noise of a real machine: two standard errors of the passes
             # ahead, plus 2% of the predicted wait for drift the fit has not caught up with.
             margin = _DRIFT_MARGIN * (finish - now)
-            spread = self.cost_model.spread_s
+            spread = self._spread_s()
             if spread:
                 passes = depth // cfg.max_batch_size + 1 + len(self._running)
                 margin += 2.0 * spread * math.sqrt(passes)
@@ -374,6 +384,15 @@ class Policy(Generic[PayloadT]):
             f"{whose} deadline is in {limit - now:.4f}s",
             retry_after_s=max(_MIN_RETRY_S, finish - limit),
         )
+
+    def _costs(self) -> tuple[float, float]:
+        """``(fixed_s, per_item_s)`` of a pass of the queued items, as admission predicts it."""
+        est = self.cost_model.estimate
+        return est.fixed_s, est.per_item_s
+
+    def _spread_s(self) -> float:
+        """The error of one pass's prediction, for admission's margin."""
+        return self.cost_model.spread_s
 
     def _probe_ok(self, depth: int) -> bool:
         # A refusal on belief alone when nothing waits and a worker is idle would rest on a

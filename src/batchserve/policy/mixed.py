@@ -164,9 +164,12 @@ class MixedPolicy(Policy[PayloadT]):
     # -- events ----------------------------------------------------------------------------
 
     def offer(
-        self, now: float, payload: PayloadT, deadline: float | None = None
+        self, now: float, payload: PayloadT, deadline: float | None = None, size: int = 1
     ) -> Entry[PayloadT]:
-        """Admit an item of the default class with no tenant (see :meth:`offer_to`)."""
+        """Admit an item of the default class with no tenant (see :meth:`offer_to`).
+
+        ``size`` is not read: mixed traffic forms its passes by count.
+        """
         return self.offer_to(now, payload, deadline)
 
     def offer_to(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from batchserve.config import CostEstimate
 
-__all__ = ["REJECT_REASONS", "Counters", "PolicyStats"]
+__all__ = ["REJECT_REASONS", "Counters", "PolicyStats", "TokenStats"]
 
 #: The machine-readable reasons a policy refuses an item, in a stable order.
 REJECT_REASONS = ("queue_full", "infeasible", "draining")
@@ -58,6 +58,30 @@ class Counters:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TokenStats:
+    """The tokens of a policy that forms batches by tokens.
+
+    Attributes:
+        padded: tokens the dispatched passes held, padding included (longest x count each).
+        real: the dispatched items' own tokens.
+        queued: tokens of the items waiting now.
+        cost: the fitted cost in padded tokens (``per_item_s`` is per padded token).
+        cost_samples: passes the token cost model has been fitted on.
+    """
+
+    padded: int
+    real: int
+    queued: int
+    cost: CostEstimate
+    cost_samples: int
+
+    @property
+    def waste(self) -> float:
+        """Padded tokens per real token (1.0: no padding; 0.0 before the first pass)."""
+        return self.padded / self.real if self.real else 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PolicyStats:
     """A frozen snapshot of a policy's state.
 
@@ -72,6 +96,7 @@ class PolicyStats:
         cost: the fitted cost model.
         cost_samples: passes the cost model has been fitted on.
         draining: whether new items are refused because the policy is closing.
+        tokens: the tokens' figures of a policy that forms batches by tokens (else None).
     """
 
     counters: Counters
@@ -84,6 +109,7 @@ class PolicyStats:
     cost: CostEstimate
     cost_samples: int
     draining: bool
+    tokens: TokenStats | None = None
 
     @property
     def avg_batch(self) -> float:

@@ -52,6 +52,9 @@ batchserve_cost_fixed_seconds              gauge      fitted fixed cost per pass
 batchserve_cost_per_item_seconds           gauge      fitted cost per item
 batchserve_cost_samples                    gauge      passes the cost model learned from
 batchserve_model_ready                     gauge      1 when the model serves
+batchserve_batch_tokens_total              counter    tokens of passes, ``kind``: padded or real
+batchserve_padding_waste_ratio             gauge      padded tokens / real tokens, since start
+batchserve_cost_per_token_seconds          gauge      fitted cost per padded token
 batchserve_class_items_total               counter    items by ``class``, ``tenant``, ``outcome``
 batchserve_class_queue_depth               gauge      items waiting now, by ``class``
 batchserve_queue_capacity                  gauge      items the queue holds at most (setting)
@@ -59,7 +62,8 @@ batchserve_max_batch_size                  gauge      items a pass holds at most
 batchserve_default_deadline_seconds        gauge      deadline of a request stating none
 =========================================  =========  ======================================
 
-The two ``class`` metrics exist for models with classes of work. Their ``tenant`` label is a
+The three token metrics exist for models whose passes are formed by tokens. The two
+``class`` metrics exist for models with classes of work. Their ``tenant`` label is a
 configured tenant's name, or ``""`` for every other tenant, so the label set stays bounded.
 """
 
@@ -508,6 +512,21 @@ class Metrics:
         ready = GaugeMetricFamily(
             "batchserve_model_ready", "1 when the model serves.", labels=["model"]
         )
+        tokens = CounterMetricFamily(
+            "batchserve_batch_tokens",
+            "Tokens of the dispatched passes: padded (longest x count) and real.",
+            labels=["model", "kind"],
+        )
+        waste = GaugeMetricFamily(
+            "batchserve_padding_waste_ratio",
+            "Padded tokens per real token of the dispatched passes (1: no padding).",
+            labels=["model"],
+        )
+        per_token = GaugeMetricFamily(
+            "batchserve_cost_per_token_seconds",
+            "Fitted cost model: seconds per padded token.",
+            labels=["model"],
+        )
         capacity = GaugeMetricFamily(
             "batchserve_queue_capacity", "Items the queue holds at most.", labels=["model"]
         )
@@ -539,7 +558,14 @@ class Metrics:
             per_item.add_metric([name], stats.cost.per_item_s)
             samples.add_metric([name], stats.cost_samples)
             bisect_calls.add_metric([name], stats.bisect_calls)
+            if stats.tokens is not None:
+                tok = stats.tokens
+                tokens.add_metric([name, "padded"], tok.padded)
+                tokens.add_metric([name, "real"], tok.real)
+                waste.add_metric([name], tok.waste)
+                per_token.add_metric([name], tok.cost.per_item_s)
         yield from (items, depth, running, fixed, per_item, samples, ready, bisect_calls)
+        yield from (tokens, waste, per_token)
         if self._class_sources:
             yield from self._classes()
 

@@ -15,7 +15,10 @@ nothing: the request counters and pass accounting of :class:`~batchserve.server.
 * ``queue_wait_s`` and ``forward_s``: p50 and p99 over the latest items and passes (a
   bounded window: how it is now, not since the start), with the window's size;
 * ``cost``: the cost model's current fit ``fixed_s + n * per_item_s`` and the passes it was
-  fitted on, beside the measured mean forward time of each batch size.
+  fitted on, beside the measured mean forward time of each batch size;
+* ``tokens`` (None unless passes are formed by tokens): padded and real tokens of the
+  dispatched passes, their ratio ``waste``, the tokens queued now, the token cost model's
+  fit ``fixed_s + padded tokens * per_token_s``.
 
 Requests whose model was never known (a 404, a body that did not parse) are counted in the
 server's ``requests`` only.
@@ -27,6 +30,7 @@ import time
 from typing import Any
 
 from batchserve import __version__
+from batchserve.policy import PolicyStats
 from batchserve.server.metrics import (
     OUTCOME_OF_REASON,
     REQUEST_OUTCOMES,
@@ -70,6 +74,8 @@ def model_status(model: ServedModel, metrics: Metrics) -> dict[str, Any]:
             "workers": batch.workers,
             "timeout_s": model.settings.timeout_s,
             "admission": batch.admission,
+            "batch_by": "count" if stats is None or stats.tokens is None else "tokens",
+            "max_batch_tokens": batch.max_batch_tokens,
         },
         "requests": requests,
         "refusals": refusals,
@@ -85,6 +91,7 @@ def model_status(model: ServedModel, metrics: Metrics) -> dict[str, Any]:
             "mean_size": account.items / account.passes if account.passes else 0.0,
             "sizes": {str(n): c for n, c in sizes.items()},
         },
+        "tokens": _tokens(stats),
         "queue_wait_s": _window(account.recent_queue_wait_s),
         "forward_s": _window(account.recent_forward_s),
         "cost": {
@@ -96,6 +103,20 @@ def model_status(model: ServedModel, metrics: Metrics) -> dict[str, Any]:
                 for n, (passes, seconds) in account.by_size.items()
             ],
         },
+    }
+
+
+def _tokens(stats: PolicyStats | None) -> dict[str, Any] | None:
+    tok = stats.tokens if stats is not None else None
+    if tok is None:
+        return None
+    return {
+        "padded": tok.padded,
+        "real": tok.real,
+        "queued": tok.queued,
+        "waste": tok.waste,
+        "fixed_s": tok.cost.fixed_s,
+        "per_token_s": tok.cost.per_item_s,
     }
 
 

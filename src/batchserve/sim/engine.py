@@ -11,11 +11,17 @@ same events the Batcher does, at virtual times:
   counted by reason and nothing else happens, as in ``Batcher.submit_nowait``;
 * a **timer** at the ``wake_at`` the policy asked for last (one timer, re-armed when
   ``wake_at`` changes, stale ones ignored);
-* a **finished pass** at ``batch.start + fixed_s + n * per_item_s + overhead_s``:
-  ``finish(now, batch)``. The policy's own cost model learns ``now - batch.start``, which
-  here is exactly that. ``overhead_s`` (0 by default: a server with no overhead of its own)
-  stands for what a real driver adds to each pass: handing the batch to a worker thread and
-  the answer back to the event loop, the timer slack of the model's own waits.
+* a **finished pass** at ``batch.start + fixed_s + n * per_item_s + per_token_s * n * L +
+  overhead_s`` (``L``: the pass's longest item, in tokens, when ``sizes`` are given; a padded
+  model's cost): ``finish(now, batch)``. The policy's own cost model learns
+  ``now - batch.start``, which here is exactly that. ``overhead_s`` (0 by default: a server
+  with no overhead of its own) stands for what a real driver adds to each pass: handing the
+  batch to a worker thread and the answer back to the event loop, the timer slack of the
+  model's own waits.
+
+With ``sizes`` (each request's tokens) the policy is the server's for a model that counts
+tokens (:func:`~batchserve.policy.make_policy`: by tokens unless ``batch_by`` is ``count``),
+and every arrival is offered with its size, as the Batcher does.
 
 After each event it calls ``poll(now)`` and carries the answer out at once: expired items
 are answered at ``now``, each dispatched batch gets its finish event, the timer is re-armed.
@@ -43,8 +49,15 @@ from heapq import heappop, heappush
 from typing import Any, NamedTuple
 
 from batchserve.config import BatchConfig, CostEstimate, check_non_negative, check_positive
-from batchserve.errors import Rejected
-from batchserve.policy import REJECT_REASONS, Batch, Policy, PolicyStats
+from batchserve.errors import ConfigError, Rejected
+from batchserve.policy import (
+    REJECT_REASONS,
+    Batch,
+    Policy,
+    PolicyStats,
+    TokenPolicy,
+    make_policy,
+)
 from batchserve.workload.summary import LoadSummary, summarize
 
 __all__ = ["SimResult", "TraceEvent", "simulate"]
@@ -100,6 +113,8 @@ class SimResult:
             fitted_fixed_s=self.stats.cost.fixed_s,
             fitted_per_item_s=self.stats.cost.per_item_s,
         )
+        if self.stats.tokens is not None:
+            out.update(padding_waste=self.stats.tokens.waste)
         return out
 
 
@@ -114,6 +129,8 @@ def simulate(
     overhead_s: float = 0.0,
     name: str = "simulated",
     trace: bool = False,
+    sizes: Sequence[int] | None = None,
+    per_token_s: float = 0.0,
 ) -> SimResult:
     """Run the batching policy against an arrival schedule on virtual time.
 
@@ -131,13 +148,19 @@ def simulate(
         overhead_s: seconds the driver adds to every pass, on top of ``cost``.
         name: the summary's label.
         trace: record every event in :attr:`SimResult.trace`.
+        sizes: each request's tokens, by index in ``arrivals`` (None: not sized, passes by
+            count).
+        per_token_s: the true cost of each padded token of a pass (its longest item's size
+            times its count), on top of ``cost``; needs ``sizes``.
 
     Returns:
         The prediction. It depends only on the arguments.
 
     Raises:
-        ConfigError: ``timeout_s`` is not > 0, or ``duration_s`` or ``overhead_s`` is
-            negative.
+        ConfigError: ``timeout_s`` is not > 0; ``duration_s``, ``overhead_s`` or
+            ``per_token_s`` is negative; ``sizes`` is not one size >= 1 per arrival;
+            ``per_token_s`` without ``sizes``; or ``config`` asks for passes by tokens
+            without ``sizes``.
         ValueError: the arrivals are not sorted or one is negative.
     """
     if timeout_s is not None:
@@ -145,12 +168,15 @@ def simulate(
     if duration_s is not None:
         check_non_negative("duration_s", duration_s)
     check_non_negative("overhead_s", overhead_s)
+    check_non_negative("per_token_s", per_token_s)
     _check_sorted(arrivals)
     n = len(arrivals)
+    _check_sizes(sizes, n, per_token_s)
     if duration_s is None:
         duration_s = arrivals[-1] if n else 0.0
 
-    policy: Policy[int] = Policy(config)
+    policy: Policy[int] = make_policy(config, sized=sizes is not None)
+    by_tokens = sizes is not None and isinstance(policy, TokenPolicy)
     fixed = cost.fixed_s + overhead_s
     per_item = cost.per_item_s
     # (time, seq, batch): a finish event; batch None is a timer, valid only if seq matches.
@@ -178,7 +204,11 @@ def simulate(
             # Arrivals at one instant arrive together: all are offered, then one poll.
             while True:
                 try:
-                    offer(now, i, deadline)
+                    if by_tokens:
+                        assert sizes is not None
+                        offer(now, i, deadline, sizes[i])
+                    else:
+                        offer(now, i, deadline)
                 except Rejected as exc:
                     rejected[exc.reason] = rejected.get(exc.reason, 0) + 1
                     if events is not None:
@@ -236,7 +266,11 @@ def simulate(
             batches += 1
             items += size
             seq += 1
-            heappush(heap, (now + fixed + size * per_item, seq, b))
+            took = fixed + size * per_item
+            if per_token_s:
+                assert sizes is not None
+                took += per_token_s * size * max(sizes[e.payload] for e in b.entries)
+            heappush(heap, (now + took, seq, b))
             if events is not None:
                 events.append(TraceEvent(now, "dispatch", tuple(e.payload for e in b.entries)))
         wake = todo.wake_at
@@ -275,6 +309,18 @@ def simulate(
         stats=policy.statistics(),
         trace=tuple(events) if events is not None else (),
     )
+
+
+def _check_sizes(sizes: Sequence[int] | None, n: int, per_token_s: float) -> None:
+    if sizes is None:
+        if per_token_s:
+            raise ConfigError("per_token_s needs sizes: each request's tokens")
+        return
+    if len(sizes) != n:
+        raise ConfigError(f"sizes must hold one size per arrival ({n}), got {len(sizes)}")
+    for i, size in enumerate(sizes):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ConfigError(f"sizes[{i}] must be an integer >= 1, got {size!r}")
 
 
 def _check_sorted(arrivals: Sequence[float]) -> None:

@@ -1,0 +1,162 @@
+"""Passes formed by tokens: which items go together, the token bound, the cost in tokens."""
+
+import pytest
+
+from batchserve.config import BatchConfig
+from batchserve.errors import ConfigError
+from batchserve.policy import Batch, Policy, TokenPolicy, make_policy
+
+FIXED_S = 0.010
+PER_TOKEN_S = 0.0004
+
+
+def pass_cost(batch: Batch[int]) -> float:
+    """A padded model's pass: a fixed cost plus every padded token."""
+    return FIXED_S + PER_TOKEN_S * max(e.size for e in batch.entries) * len(batch.entries)
+
+
+def trained(config: BatchConfig) -> tuple[TokenPolicy[int], float]:
+    """A policy whose token model has learned the cost above from passes of mixed sizes."""
+    p: TokenPolicy[int] = TokenPolicy(config)
+    now = 0.0
+    for size in (10, 100, 40, 200, 20, 150):
+        p.offer(now, 0, None, size)
+        (batch,) = p.poll(now + config.max_wait_s).dispatch
+        now += config.max_wait_s + pass_cost(batch)
+        p.finish(now, batch)
+    return p, now
+
+
+def sizes_of(batch: Batch[int]) -> list[int]:
+    return [e.size for e in batch.entries]
+
+
+def test_the_token_model_learns_the_padded_cost() -> None:
+    p, _ = trained(BatchConfig(max_batch_size=8))
+    tokens = p.statistics().tokens
+    assert tokens is not None
+    assert tokens.cost.fixed_s == pytest.approx(FIXED_S, rel=0.01)
+    assert tokens.cost.per_item_s == pytest.approx(PER_TOKEN_S, rel=0.01)
+    assert tokens.cost_samples == 6
+
+
+def test_the_oldest_goes_with_texts_of_its_length_and_the_others_wait_their_own_pass() -> None:
+    p, now = trained(BatchConfig(max_batch_size=4, max_wait_s=0.002))
+    before = p.statistics().tokens
+    assert before is not None
+    for size in (10, 200, 12, 190, 11, 205, 9, 195):
+        p.offer(now, 0, None, size)
+    (first,) = p.poll(now).dispatch  # 8 queued >= 4: full
+    assert sizes_of(first) == [10, 12, 11, 9]
+    p.finish(now + pass_cost(first), first)
+    (second,) = p.poll(now + pass_cost(first)).dispatch
+    assert sizes_of(second) == [200, 190, 205, 195]
+    tokens = p.statistics().tokens
+    assert tokens is not None
+    # 12 x 4 + 205 x 4 = 868 padded tokens for 832 real ones; by count, [10, 200, 12, 190]
+    # and [11, 205, 9, 195] would pad 1,620 for the same items.
+    assert tokens.padded - before.padded == 868
+    assert tokens.real - before.real == 832
+    assert tokens.queued == 0
+
+
+def test_a_short_text_rides_with_a_long_one_only_when_the_fixed_cost_is_worth_more() -> None:
+    p, now = trained(BatchConfig(max_batch_size=4, max_wait_s=0.002))
+    # The fixed cost is worth 25 tokens here: a 20-token text joins a 40-token pass (it adds
+    # 40 padded tokens, it would cost 20 + 25 alone), a 5-token text does not join a
+    # 100-token pass (it adds 100, it would cost 5 + 25 alone).
+    for size in (40, 20):
+        p.offer(now, 0, None, size)
+    (batch,) = p.poll(now + 0.002).dispatch
+    assert sizes_of(batch) == [40, 20]
+    now += 0.002 + pass_cost(batch)
+    p.finish(now, batch)
+    for size in (100, 5):
+        p.offer(now, 0, None, size)
+    (batch,) = p.poll(now + 0.002).dispatch
+    assert sizes_of(batch) == [100]
+
+
+def test_an_item_of_another_length_is_not_starved_it_goes_when_it_is_the_oldest() -> None:
+    p, now = trained(BatchConfig(max_batch_size=2, max_wait_s=0.002))
+    long_one = p.offer(now, 0, None, 200)
+    shorts = [p.offer(now + 0.001 * (i + 1), 0, None, 10) for i in range(6)]
+    (first,) = p.poll(now + 0.01).dispatch
+    assert first.entries[0] is long_one, "the oldest always goes"
+    assert all(e.state == 0 for e in shorts[1:])
+
+
+def test_max_batch_tokens_bounds_a_pass_and_a_longer_item_still_runs_alone() -> None:
+    p, now = trained(BatchConfig(max_batch_size=8, max_batch_tokens=100, max_wait_s=0.002))
+    for size in (60, 60, 30, 500):
+        p.offer(now, 0, None, size)
+    passes = []
+    for _ in range(4):
+        (batch,) = p.poll(now + 0.01).dispatch
+        passes.append(sizes_of(batch))
+        now += 0.01 + pass_cost(batch)
+        p.finish(now, batch)
+    # 60 + 60 or 60 + 30 would pad 120 > 100; the 500-token text runs alone.
+    assert passes == [[60], [60], [30], [500]]
+
+
+def test_a_queue_full_by_tokens_goes_before_max_wait() -> None:
+    p, now = trained(BatchConfig(max_batch_size=32, max_batch_tokens=100, max_wait_s=1.0))
+    p.offer(now, 0, None, 40)
+    p.offer(now, 0, None, 40)
+    assert p.poll(now).dispatch == []
+    p.offer(now, 0, None, 40)  # 120 queued tokens >= 100: a pass is full
+    (batch,) = p.poll(now).dispatch
+    assert sizes_of(batch) == [40, 40]
+
+
+def test_cancelled_and_expired_items_give_their_tokens_back() -> None:
+    p, now = trained(BatchConfig(max_batch_size=8, max_wait_s=1.0))
+    a = p.offer(now, 0, now + 0.5, 70)
+    b = p.offer(now, 0, None, 30)
+    p.offer(now, 0, None, 5)
+    assert p.cancel(now, b)
+    p.poll(now + 0.6)  # a expires in the queue
+    assert a.state == 2
+    tokens = p.statistics().tokens
+    assert tokens is not None
+    assert tokens.queued == 5
+
+
+def test_admission_predicts_with_the_queued_tokens() -> None:
+    # 20 long texts queued: one more item waits for their padded cost, which the token
+    # model knows, so a deadline shorter than that is refused at once.
+    p, now = trained(BatchConfig(max_batch_size=4, max_wait_s=0.002))
+    for _ in range(20):
+        p.offer(now, 0, None, 200)
+    ahead_s = 5 * (FIXED_S + PER_TOKEN_S * 200 * 4)
+    assert p.screen(now, now + ahead_s / 2) is not None
+    assert p.screen(now, now + ahead_s * 1.5) is None
+
+
+def test_make_policy_by_count_or_tokens() -> None:
+    assert type(make_policy(BatchConfig(), sized=False)) is Policy
+    assert type(make_policy(BatchConfig(), sized=True)) is TokenPolicy
+    assert type(make_policy(BatchConfig(batch_by="count"), sized=True)) is Policy
+    assert type(make_policy(BatchConfig(batch_by="tokens"), sized=True)) is TokenPolicy
+    with pytest.raises(ConfigError, match="counts its inputs' tokens"):
+        make_policy(BatchConfig(batch_by="tokens"), sized=False)
+    with pytest.raises(ConfigError, match="counts its inputs' tokens"):
+        make_policy(BatchConfig(max_batch_tokens=512), sized=False)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"batch_by": "words"}, "batch_by must be one of auto, count, tokens, got 'words'"),
+        ({"max_batch_tokens": 0}, "max_batch_tokens must be >= 1, got 0"),
+        (
+            {"max_batch_tokens": 512, "batch_by": "count"},
+            "max_batch_tokens needs batches by tokens",
+        ),
+        ({"length_window": 0}, "length_window must be >= 1, got 0"),
+    ],
+)
+def test_config_names_the_field_and_the_rule(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        BatchConfig(**fields)  # type: ignore[arg-type]
