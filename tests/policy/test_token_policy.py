@@ -160,3 +160,23 @@ def test_make_policy_by_count_or_tokens() -> None:
 def test_config_names_the_field_and_the_rule(fields: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         BatchConfig(**fields)  # type: ignore[arg-type]
+
+
+def test_when_passes_do_not_vary_the_fixed_cost_is_unknown_and_everything_joins() -> None:
+    # Passes of 100 or 102 padded tokens cannot tell a fixed cost from a per-token one (here
+    # the fit puts it all on the tokens, a fixed cost of 0): grouping would rest on noise,
+    # so a short text still joins a long one, as by count.
+    p: TokenPolicy[int] = TokenPolicy(BatchConfig(max_batch_size=4, max_wait_s=0.002))
+    now = 0.0
+    for i in range(6):
+        p.offer(now, 0, None, 100 + 2 * (i % 2))
+        (batch,) = p.poll(now + 0.002).dispatch
+        now += 0.002 + PER_TOKEN_S * batch.entries[0].size
+        p.finish(now, batch)
+    tokens = p.statistics().tokens
+    assert tokens is not None
+    assert tokens.cost.fixed_s == pytest.approx(0.0, abs=1e-9)
+    for size in (100, 10):
+        p.offer(now, 0, None, size)
+    (batch,) = p.poll(now + 0.002).dispatch
+    assert sizes_of(batch) == [100, 10]
