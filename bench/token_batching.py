@@ -10,7 +10,8 @@ and lays side by side, in one run:
    batch sizes and at the server's thread count and torch's default: the ceiling.
 2. **served**: ``batchserve serve`` by tokens (``--batch-by tokens``, the default for MiniLM),
    by count (``--batch-by count``) at the same settings, by count at a small batch (the
-   best count-only setting for this mix on a CPU), and Infinity (``infinity-emb``, which sorts
+   best count-only setting for this mix on a CPU), by tokens with two model threads
+   (``--threads 2``; the default is one on two cores), and Infinity (``infinity-emb``, which sorts
    its queue by length) when its venv is there (``python bench/peers/setup.py --peers
    infinity``). Each on ``mixed`` texts (3 to 200 words, uniformly: queries to passages) and,
    for batchserve, on uniform ``short`` texts (8 words), where passes by tokens must lose
@@ -333,6 +334,8 @@ def summary(rows: list[dict[str, Any]], best_encode: float) -> str:
         "  by tokens / infinity: " + ratio(tokens, ok("infinity", "mixed")),
         f"  by tokens / best encode alone ({best_encode:.1f}/s): "
         + ratio(tokens, [best_encode] * len(tokens)),
+        "  by tokens with 2 threads / best encode alone: "
+        + ratio(ok("by tokens, 2 threads", "mixed"), [best_encode] * len(tokens)),
         "short texts (8 words):",
         "  by tokens / by count: " + ratio(ok("by tokens", "short"), ok("by count", "short")),
     ]

@@ -111,3 +111,51 @@ def test_simulate_replicas_prints_the_fleet_and_json(capsys: pytest.CaptureFixtu
     assert sum(r["ok"] for r in row["per_replica"]) == row["ok"]
     assert main([*args, "--routing", "round_robin", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == row
+
+
+def test_simulate_a_padded_model_by_tokens_and_by_count(capsys: pytest.CaptureFixture[str]) -> None:
+    args = [
+        "simulate",
+        "--fixed",
+        "10ms",
+        "--per-item",
+        "0ms",
+        "--per-token",
+        "0.37ms",
+        "--tokens",
+        "5:202",
+        "--rate",
+        "40",
+        "--duration",
+        "30s",
+        "--arrivals",
+        "poisson",
+        "--timeout",
+        "1s",
+        "--queue-size",
+        "1024",
+    ]
+    rows = {}
+    for by in ("tokens", "count"):
+        assert main([*args, "--batch-by", by, "--json"]) == 0
+        rows[by] = json.loads(capsys.readouterr().out)
+    assert rows["tokens"]["ok_per_s"] > 1.3 * rows["count"]["ok_per_s"]
+    assert 1.0 <= rows["tokens"]["padding_waste"] < 1.2
+    assert "padding_waste" not in rows["count"]
+    assert rows["tokens"]["tokens"] == [5, 202]
+    assert main([*args]) == 0
+    assert "padding waste" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--per-token", "1ms"], "--per-token needs --tokens"),
+        (["--tokens", "5:10", "--replicas", "2"], "need one server"),
+    ],
+)
+def test_simulate_token_flags_say_what_they_need(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", *extra]) == 1
+    assert message in capsys.readouterr().err

@@ -11,12 +11,16 @@ Go seed's scenario, so ``batchserve simulate`` predicts a row of ``batchserve de
 ``--mix CLASS:rate=R,...`` (repeated) runs mixed traffic instead, one stream per class and
 tenant, on the classes ``--class`` describes (none: today's single FIFO queue), and reports
 each stream, as :func:`~batchserve.sim.mix.simulate_mix` does.
+``--tokens N|LOW:HIGH`` sizes every request (tokens drawn uniformly, seeded by ``--seed``) for
+a padded model whose pass also costs ``--per-token`` per padded token (longest x count);
+``--batch-by`` and ``--max-batch-tokens`` are the server's flags.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 from typing import Any
 
 from batchserve.cli._common import duration, positive_int
@@ -133,6 +137,41 @@ def add_batch_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--max-batch-size", type=positive_int, default=32, help="(32)")
     s.add_argument("--max-wait", type=duration, default=0.002, help="(2ms)")
     s.add_argument("--workers", type=positive_int, default=1, help="(1)")
+    t = p.add_argument_group("a padded model: tokens per request (one open-loop server only)")
+    t.add_argument(
+        "--tokens",
+        type=_tokens,
+        metavar="N|LOW:HIGH",
+        help="each request's tokens, drawn uniformly from LOW:HIGH (none: not sized)",
+    )
+    t.add_argument(
+        "--per-token",
+        type=duration,
+        default=0.0,
+        help="cost of each padded token of a pass, on top of --fixed/--per-item (0)",
+    )
+    t.add_argument(
+        "--batch-by",
+        choices=("auto", "count", "tokens"),
+        default="auto",
+        help="as `serve --batch-by` (auto: tokens when --tokens is given)",
+    )
+    t.add_argument(
+        "--max-batch-tokens",
+        type=positive_int,
+        help="as `serve --max-batch-tokens`: padded tokens a pass holds at most",
+    )
+
+
+def _tokens(text: str) -> tuple[int, int]:
+    """Argparse type of ``--tokens``: ``N`` or ``LOW:HIGH``."""
+    from batchserve.loadgen.texts import parse_words
+
+    try:
+        value = parse_words(text, name="--tokens")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value if isinstance(value, tuple) else (value, value)
 
 
 def add_fleet_args(p: argparse.ArgumentParser) -> None:
@@ -229,6 +268,8 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         admission=args.admission,
         initial_cost=initial_cost_from_args(args, cost),
+        batch_by=args.batch_by,
+        max_batch_tokens=args.max_batch_tokens,
     )
     schedule = (
         []
@@ -240,8 +281,18 @@ def run(args: argparse.Namespace) -> int:
         return _run_mix(args, config, cost, classes)
     if classes is not None:
         raise ConfigError("--class needs --mix (the traffic of each class)")
+    sized = args.tokens is not None or args.per_token or args.max_batch_tokens is not None
+    if sized and (args.replicas is not None or args.mix):
+        raise ConfigError("--tokens, --per-token and --max-batch-tokens need one server")
     if args.replicas is not None:
         return _run_fleet(args, config, cost, schedule)
+    if args.per_token and args.tokens is None:
+        raise ConfigError("--per-token needs --tokens (each request's tokens)")
+    sizes = None
+    if args.tokens is not None:
+        rng = random.Random(args.seed)
+        low, high = args.tokens
+        sizes = [rng.randint(low, high) for _ in schedule]
     result = simulate(
         config=config,
         cost=cost,
@@ -250,6 +301,8 @@ def run(args: argparse.Namespace) -> int:
         duration_s=duration_s,
         overhead_s=args.overhead,
         name=args.name or batch_label(args.max_batch_size, args.max_wait, args.workers),
+        sizes=sizes,
+        per_token_s=args.per_token,
     )
     scenario = _scenario(args, cost)
     if args.json:
@@ -275,6 +328,9 @@ def _scenario(args: argparse.Namespace, cost: CostEstimate) -> dict[str, Any]:
         "fixed_s": cost.fixed_s,
         "per_item_s": cost.per_item_s,
         "overhead_s": args.overhead,
+        "tokens": getattr(args, "tokens", None),
+        "per_token_s": getattr(args, "per_token", 0.0),
+        "batch_by": getattr(args, "batch_by", "auto"),
     }
 
 
@@ -364,6 +420,10 @@ def _header(sc: dict[str, Any], duration_s: float) -> str:
     deadline = "none" if sc["timeout_s"] is None else format_duration(sc["timeout_s"])
     seed = f", seed {sc['seed']}" if sc["arrivals"] == "poisson" else ""
     overhead = f" + {format_duration(sc['overhead_s'])} overhead" if sc["overhead_s"] else ""
+    tokens = sc.get("tokens")
+    if tokens is not None:
+        per_token = format_duration(sc["per_token_s"])
+        overhead += f" + {per_token} per padded token ({tokens[0]}-{tokens[1]} tokens each)"
     return (
         f"simulated: {format_duration(sc['fixed_s'])} per call + "
         f"{format_duration(sc['per_item_s'])} per item{overhead}. Offered load: {sc['rate']:g} "
@@ -376,8 +436,15 @@ def _header(sc: dict[str, Any], duration_s: float) -> str:
 def _details(result: SimResult) -> str:
     s = result.summary
     reasons = ", ".join(f"{k} {v}" for k, v in sorted(s.rejected_by_reason.items())) or "none"
-    return (
+    out = (
         f"  sent {s.sent}, ok {s.ok}, late {result.late}, expired {result.expired}, "
         f"rejected {s.rejected} ({reasons}); {result.batches} passes, last answer at "
         f"{result.end_s:.4f}s of virtual time"
     )
+    tokens = result.stats.tokens
+    if tokens is not None:
+        out += (
+            f"\n  passes by tokens: {tokens.padded} padded tokens for {tokens.real} real "
+            f"(padding waste {tokens.waste:.2f}x)"
+        )
+    return out
