@@ -306,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"p99 {row['p99_ms']:7.1f} ms  rejected {row['rejected']:5}  timed out "
                     f"{row['timed_out']:4}  batch {row.get('server_avg_batch') or 0:4.1f}  "
                     f"waste {row.get('padding_waste', '-')}"
+                    + (f"  fit {row['token_cost']}" if "token_cost" in row else "")
                     + (f"  predicted {row['predicted']}" if "predicted" in row else ""),
                     flush=True,
                 )
