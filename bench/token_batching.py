@@ -7,7 +7,9 @@ and lays side by side, in one run:
 
 1. **encode alone**: ``SentenceTransformer.encode`` over the whole text set in this machine's
    best way (it sorts all texts by length, then batches: no padding to speak of), at several
-   batch sizes and at the server's thread count and torch's default: the ceiling.
+   batch sizes and at the server's thread count and torch's default: the ceiling. Beside
+   it, fastembed (ONNX Runtime in process, on batchserve's ONNX export of the same weights;
+   ``python bench/peers/setup.py --peers fastembed``), as given and sorted by length.
 2. **served**: ``batchserve serve`` by tokens (``--batch-by tokens``, the default for MiniLM),
    by count (``--batch-by count``) at the same settings, by count at a small batch (the
    best count-only setting for this mix on a CPU), by tokens with two model threads
@@ -130,6 +132,42 @@ def encode_alone(texts: Path) -> dict[str, float]:
         capture_output=True,
         text=True,
         timeout=900,
+        check=True,
+    )
+    data: dict[str, float] = json.loads(res.stdout.strip().splitlines()[-1])
+    return data
+
+
+def fastembed_alone(texts: Path) -> dict[str, float] | None:
+    """fastembed's texts/s on the same texts, in its venv, on batchserve's ONNX export."""
+    python = ROOT / "bench" / ".venvs" / "fastembed" / "bin" / "python"
+    if not python.exists():
+        return None
+    from batchserve.models.embeddings import builtin_path
+    from batchserve.models.export import ensure_exported
+    from batchserve.models.runtime import default_cache_dir
+
+    exported = ensure_exported(builtin_path(), "onnx", default_cache_dir())
+    res = subprocess.run(
+        [
+            str(python),
+            str(ROOT / "bench" / "peers" / "fastembed_encode.py"),
+            "--model-file",
+            str(exported.model_file),
+            "--source",
+            str(builtin_path()),
+            "--texts",
+            str(texts),
+            "--batch-sizes",
+            ",".join(map(str, ENCODE_BATCHES)),
+            "--threads",
+            ",".join(map(str, sorted({1, os.cpu_count() or 1}))),
+        ],
+        cwd=ROOT,
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        timeout=1800,
         check=True,
     )
     data: dict[str, float] = json.loads(res.stdout.strip().splitlines()[-1])
@@ -270,6 +308,16 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "encode alone, mixed texts, items/s: "
         + (", ".join(f"{k}: {v:.1f}" for k, v in encode.items()) or "not measured"),
+        flush=True,
+    )
+    fastembed = None if args.no_encode else fastembed_alone(files["mixed"])
+    print(
+        "fastembed alone (ONNX), mixed texts, items/s: "
+        + (
+            ", ".join(f"{k}: {v:.1f}" for k, v in fastembed.items())
+            if fastembed
+            else "not measured (python bench/peers/setup.py --peers fastembed)"
+        ),
         flush=True,
     )
     rows: list[dict[str, Any]] = []

