@@ -59,6 +59,22 @@ def test_batcher_flags_for_every_model_and_for_one() -> None:
     assert (a.batch.admission, b.batch.admission) == (False, True)
 
 
+def test_batches_by_tokens_flags() -> None:
+    s = settings(
+        [
+            "--model", "a=minilm",
+            "--model", "b=minilm",
+            "--batch-by", "b=count",
+            "--max-batch-tokens", "a=4096",
+            "--length-window", "2",
+        ]
+    )  # fmt: skip
+    a, b = s.models
+    assert (a.batch.batch_by, b.batch.batch_by) == ("auto", "count")
+    assert (a.batch.max_batch_tokens, b.batch.max_batch_tokens) == (4096, None)
+    assert a.batch.length_window == b.batch.length_window == 2
+
+
 def test_config_file_and_precedence(tmp_path: pathlib.Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text(
@@ -98,6 +114,8 @@ def test_api_key_from_flag_or_environment() -> None:
         (["--model", "a=synthetic", "--model", "a=synthetic"], "unique"),
         (["--port", "70000"], "port must be in 0..65535"),
         (["--max-inputs", "0"], "max_inputs must be an integer >= 1"),
+        (["--batch-by", "words"], "batch_by must be one of auto, count, tokens"),
+        (["--batch-by", "count", "--max-batch-tokens", "512"], "needs batches by tokens"),
     ],
 )
 def test_bad_settings_name_the_setting(argv: list[str], words: str) -> None:

@@ -98,3 +98,34 @@ def test_the_readme_curl_line_gets_an_embedding(minilm_server: ServerProcess) ->
     assert out.returncode == 0, out.stderr
     body = json.loads(out.stdout)
     assert len(body["data"][0]["embedding"]) == 384
+
+
+def test_minilm_forms_its_passes_by_tokens_and_reports_the_padding(
+    minilm_server: ServerProcess,
+) -> None:
+    import urllib.request
+
+    def fetch(path: str, body: dict[str, Any] | None = None) -> bytes:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(minilm_server.url + path, data=data)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            out: bytes = resp.read()
+            return out
+
+    with ThreadPoolExecutor(6) as pool:
+        list(
+            pool.map(
+                lambda t: fetch("/v1/embeddings", {"model": "all-MiniLM-L6-v2", "input": t}), TEXTS
+            )
+        )
+    model = json.loads(fetch("/status"))["models"]["all-MiniLM-L6-v2"]
+    assert model["settings"]["batch_by"] == "tokens"
+    tokens = model["tokens"]
+    assert tokens["real"] > 0
+    assert tokens["padded"] >= tokens["real"]
+    assert tokens["waste"] == pytest.approx(tokens["padded"] / tokens["real"])
+    metrics = fetch("/metrics").decode()
+    assert 'batchserve_padding_waste_ratio{model="all-MiniLM-L6-v2"}' in metrics
+    assert 'batchserve_batch_tokens_total{kind="padded",model="all-MiniLM-L6-v2"}' in metrics
