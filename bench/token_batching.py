@@ -122,20 +122,22 @@ def write_texts(words: str) -> Path:
     return path
 
 
-def encode_alone(texts: Path) -> dict[str, float]:
-    """items/s of ``encode`` over the whole set, by threads and batch size."""
-    threads = sorted({1, os.cpu_count() or 1})
+THREADS = sorted({1, os.cpu_count() or 1})
+
+
+def json_of(argv: list[str]) -> dict[str, float]:
+    """Run a measuring script to its end; the JSON object it prints last."""
     res = subprocess.run(
-        [str(MAIN_PYTHON), "-c", ENCODE, str(texts), json.dumps(ENCODE_BATCHES), str(threads)],
-        cwd=ROOT,
-        env=server_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=True,
+        argv, cwd=ROOT, env=server_env(), capture_output=True, text=True, timeout=1800, check=True
     )
     data: dict[str, float] = json.loads(res.stdout.strip().splitlines()[-1])
     return data
+
+
+def encode_alone(texts: Path) -> dict[str, float]:
+    """items/s of ``encode`` over the whole set, by threads and batch size."""
+    batches = json.dumps(ENCODE_BATCHES)
+    return json_of([str(MAIN_PYTHON), "-c", ENCODE, str(texts), batches, str(THREADS)])
 
 
 def fastembed_alone(texts: Path) -> dict[str, float] | None:
@@ -148,10 +150,11 @@ def fastembed_alone(texts: Path) -> dict[str, float] | None:
     from batchserve.models.runtime import default_cache_dir
 
     exported = ensure_exported(builtin_path(), "onnx", default_cache_dir())
-    res = subprocess.run(
+    script = ROOT / "bench" / "peers" / "fastembed_encode.py"
+    return json_of(
         [
             str(python),
-            str(ROOT / "bench" / "peers" / "fastembed_encode.py"),
+            str(script),
             "--model-file",
             str(exported.model_file),
             "--source",
@@ -161,17 +164,9 @@ def fastembed_alone(texts: Path) -> dict[str, float] | None:
             "--batch-sizes",
             ",".join(map(str, ENCODE_BATCHES)),
             "--threads",
-            ",".join(map(str, sorted({1, os.cpu_count() or 1}))),
-        ],
-        cwd=ROOT,
-        env=server_env(),
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=True,
+            ",".join(map(str, THREADS)),
+        ]
     )
-    data: dict[str, float] = json.loads(res.stdout.strip().splitlines()[-1])
-    return data
 
 
 def status(url: str) -> dict[str, Any]:
