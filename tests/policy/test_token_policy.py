@@ -180,3 +180,13 @@ def test_when_passes_do_not_vary_the_fixed_cost_is_unknown_and_everything_joins(
         p.offer(now, 0, None, size)
     (batch,) = p.poll(now + 0.002).dispatch
     assert sizes_of(batch) == [100, 10]
+
+
+def test_an_empty_text_counts_one_token() -> None:
+    p: TokenPolicy[int] = TokenPolicy(BatchConfig(max_batch_size=4, max_wait_s=0.002))
+    p.offer(0.0, 0, None, 0)
+    (batch,) = p.poll(0.002).dispatch
+    assert sizes_of(batch) == [1]
+    tokens = p.statistics().tokens
+    assert tokens is not None
+    assert tokens.waste == 1.0

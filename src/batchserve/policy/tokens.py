@@ -124,7 +124,12 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
     def offer(
         self, now: float, payload: PayloadT, deadline: float | None = None, size: int = 1
     ) -> Entry[PayloadT]:
-        """Admit an item of ``size`` tokens or refuse it at once (see ``Policy.offer``)."""
+        """Admit an item of ``size`` tokens or refuse it at once (see ``Policy.offer``).
+
+        A size below 1 (an empty text) counts 1: every item takes a place in its pass.
+        """
+        if size < 1:
+            size = 1
         entry = super().offer(now, payload, deadline, size)
         self._queued_tokens += size
         return entry
