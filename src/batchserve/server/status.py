@@ -74,7 +74,10 @@ def model_status(model: ServedModel, metrics: Metrics) -> dict[str, Any]:
             "workers": batch.workers,
             "timeout_s": model.settings.timeout_s,
             "admission": batch.admission,
-            "batch_by": "count" if stats is None or stats.tokens is None else "tokens",
+            # In force once the model is loaded; the setting (auto: by the model) before.
+            "batch_by": batch.batch_by
+            if stats is None
+            else ("count" if stats.tokens is None else "tokens"),
             "max_batch_tokens": batch.max_batch_tokens,
         },
         "requests": requests,
