@@ -6,7 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from batchserve.batcher import BatchRecord
-from batchserve.server.metrics import Metrics, _Window, quantile
+from batchserve.server.account import Window, quantile
+from batchserve.server.metrics import Metrics
 
 
 @given(
@@ -14,7 +15,7 @@ from batchserve.server.metrics import Metrics, _Window, quantile
     chunks=st.lists(st.lists(st.floats(0, 1), max_size=30), max_size=8),
 )
 def test_the_window_holds_exactly_the_latest_values(size: int, chunks: list[list[float]]) -> None:
-    window, seen = _Window(size), []
+    window, seen = Window(size), []
     for chunk in chunks:
         window.extend(tuple(chunk))
         seen.extend(chunk)

@@ -73,7 +73,6 @@ import asyncio
 import bisect
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -88,15 +87,14 @@ from prometheus_client.utils import floatToGoString
 from batchserve.batcher import BatchRecord
 from batchserve.config import BatchConfig
 from batchserve.policy import Counters, PolicyStats
+from batchserve.server.account import Account, Passes
 
 __all__ = [
     "CONTENT_TYPE",
     "OUTCOME_OF_REASON",
     "REQUEST_OUTCOMES",
     "UNKNOWN_MODEL",
-    "Account",
     "Metrics",
-    "quantile",
 ]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -138,105 +136,6 @@ _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 StatsSource = Callable[[], PolicyStats | None]
 #: Counters by class then tenant label, and queue depth by class (None while loading).
 ClassStatsSource = Callable[[], tuple[dict[str, dict[str, Counters]], dict[str, int]] | None]
-
-#: The latest this many forward passes, and this many items' queue waits, make the window
-#: the live quantiles are taken over.
-FORWARD_WINDOW = 512
-QUEUE_WAIT_WINDOW = 2048
-
-
-class _Window:
-    """The latest ``size`` values, overwritten in a ring: adding one is a store and an add."""
-
-    __slots__ = ("count", "values")
-
-    def __init__(self, size: int) -> None:
-        self.values = [0.0] * size
-        self.count = 0
-
-    def add(self, value: float) -> None:
-        values = self.values
-        values[self.count % len(values)] = value
-        self.count += 1
-
-    def extend(self, new: tuple[float, ...]) -> None:
-        # In slices, not one call per value: a pass's items are added at once.
-        values, n = self.values, len(new)
-        size = len(values)
-        if n >= size:
-            start = (self.count + n - size) % size
-            values[start:] = new[n - size : n - start]
-            values[:start] = new[n - start :]
-        else:
-            start = self.count % size
-            first = min(n, size - start)
-            values[start : start + first] = new[:first]
-            values[: n - first] = new[first:]
-        self.count += n
-
-    def latest(self) -> tuple[float, ...]:
-        return tuple(self.values[: min(self.count, len(self.values))])
-
-
-class _Passes:
-    """One model's forward passes: by batch size, the latest ones, the last one's time."""
-
-    __slots__ = ("by_size", "forward", "item_forward_s", "last_unix", "queue_wait")
-
-    def __init__(self) -> None:
-        #: batch size -> [passes, seconds of forward time].
-        self.by_size: dict[int, list[float]] = {}
-        #: sum over passes of forward time x items: each item's pass time, added up.
-        self.item_forward_s = 0.0
-        self.last_unix: float | None = None
-        self.forward = _Window(FORWARD_WINDOW)
-        self.queue_wait = _Window(QUEUE_WAIT_WINDOW)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Account:
-    """A frozen snapshot of one model's accounting, for the views built on the metrics.
-
-    Attributes:
-        requests: (outcome, reason) -> requests that ended so.
-        success_s: seconds of the successful requests, arrival to answer, added up.
-        other_s: outcome -> seconds of the requests that ended so (every outcome but ``ok``).
-        items: items that ran in a forward pass.
-        passes: forward passes.
-        queue_wait_s: the items' seconds from admission to their pass, added up.
-        forward_s: the passes' seconds, added up.
-        item_forward_s: each item's pass time, added up (forward time x items per pass).
-        by_size: batch size -> (passes, seconds of forward time).
-        last_pass_unix: when the last pass ended (Unix seconds), None before the first.
-        recent_forward_s: the latest passes' forward times (at most FORWARD_WINDOW).
-        recent_queue_wait_s: the latest items' queue waits (at most QUEUE_WAIT_WINDOW).
-    """
-
-    requests: dict[tuple[str, str], int]
-    success_s: float
-    other_s: dict[str, float]
-    items: int
-    passes: int
-    queue_wait_s: float
-    forward_s: float
-    item_forward_s: float
-    by_size: dict[int, tuple[int, float]]
-    last_pass_unix: float | None
-    recent_forward_s: tuple[float, ...]
-    recent_queue_wait_s: tuple[float, ...]
-
-    def count(self, outcome: str) -> int:
-        """Requests that ended in ``outcome``, whatever the reason."""
-        return sum(n for (o, _), n in self.requests.items() if o == outcome)
-
-
-def quantile(values: tuple[float, ...] | list[float], q: float) -> float | None:
-    """The ``q`` quantile (0..1) of ``values`` by the nearest rank; None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))
-    return ordered[rank]
 
 
 class _Histogram:
@@ -291,7 +190,7 @@ class Metrics:
         self._forward: dict[str, _Histogram] = {}
         #: (model, outcome) -> seconds of the requests that ended so (all but ``ok``).
         self._other_s: dict[tuple[str, str], float] = {}
-        self._passes: dict[str, _Passes] = {}
+        self._passes: dict[str, Passes] = {}
         self._settings: dict[str, tuple[BatchConfig | None, float | None]] = {}
         self._sources: dict[str, tuple[StatsSource, Callable[[], bool]]] = {}
         self._class_sources: dict[str, ClassStatsSource] = {}
@@ -317,7 +216,7 @@ class Metrics:
         self._queue_wait[name] = _Histogram(_LATENCY_BUCKETS)
         self._batch_size[name] = _Histogram(_SIZE_BUCKETS)
         self._forward[name] = _Histogram(_LATENCY_BUCKETS)
-        self._passes[name] = _Passes()
+        self._passes[name] = Passes()
 
     def add_classes(self, name: str, stats: ClassStatsSource) -> None:
         """Report ``name``'s outcomes and queue by class and tenant at each scrape.

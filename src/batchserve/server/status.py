@@ -31,12 +31,12 @@ from typing import Any
 
 from batchserve import __version__
 from batchserve.policy import PolicyStats
+from batchserve.server.account import quantile
 from batchserve.server.metrics import (
     OUTCOME_OF_REASON,
     REQUEST_OUTCOMES,
     UNKNOWN_MODEL,
     Metrics,
-    quantile,
 )
 from batchserve.server.registry import ServedModel
 

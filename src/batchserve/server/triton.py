@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from batchserve.server.account import Account
 from batchserve.server.kserve import model_metadata
-from batchserve.server.metrics import Account
 from batchserve.server.registry import ServedModel
 from batchserve.server.statuses import ApiError
 
