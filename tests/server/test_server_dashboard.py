@@ -11,6 +11,7 @@ load with no console error and no request leaving the server, and show the same 
 from __future__ import annotations
 
 import concurrent.futures
+import io
 import os
 import pathlib
 import re
@@ -167,3 +168,30 @@ def test_top_renders_the_same_figures_once(loaded: tuple[ServerProcess, dict[int
     assert full.group(1) == str(m["refusals"]["queue_full"])
     assert f"{m['forward_s']['p50'] * 1e3:.2f}" in out
     assert f"{m['queue_wait_s']['p99'] * 1e3:.2f}" in out
+
+
+def test_top_shows_the_padding_of_passes_by_tokens(
+    loaded: tuple[ServerProcess, dict[int, int]],
+) -> None:
+    from rich.console import Console
+
+    from batchserve.cli.top import render
+
+    server, _ = loaded
+    status = httpx.get(server.url + "/status").json()
+    m = status["models"][MODEL]
+    assert m["tokens"] is None  # the synthetic model counts no tokens: by count
+    m["settings"]["batch_by"] = "tokens"
+    m["tokens"] = {
+        "padded": 1100,
+        "real": 1000,
+        "queued": 0,
+        "waste": 1.1,
+        "fixed_s": 0.0174,
+        "per_token_s": 0.00031,
+    }
+    console = Console(width=160, record=True, file=io.StringIO())
+    console.print(render(status, None, server.url))
+    out = console.export_text()
+    assert "by tokens: padding waste 1.10x, 17.40 ms + 310 us/padded token" in out
+    assert "by tokens" in out.split(MODEL, 1)[1]

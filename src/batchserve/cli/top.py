@@ -92,6 +92,15 @@ def _model(name: str, m: dict[str, Any], rates: dict[str, float] | None) -> Any:
         else f"{_ms(cost['fixed_s'])} ms + {_ms(cost['per_item_s'])} ms/item"
     )
     measured = sorted(cost["measured"], key=lambda p: -p["passes"])[:6]
+    tokens = m.get("tokens")
+    by_tokens = (
+        Text(
+            f"by tokens: padding waste {tokens['waste']:.2f}x, "
+            f"{_ms(tokens['fixed_s'])} ms + {tokens['per_token_s'] * 1e6:.0f} us/padded token"
+        )
+        if tokens
+        else Text("")
+    )
     right = Group(
         Text(f"queue {queue['depth']} / {queue['size']} waiting, {queue['running_items']} running"),
         Text(""),
@@ -105,6 +114,7 @@ def _model(name: str, m: dict[str, Any], rates: dict[str, float] | None) -> Any:
             "measured "
             + (", ".join(f"{p['size']}: {_ms(p['mean_forward_s'])} ms" for p in measured) or "-")
         ),
+        by_tokens,
     )
     grid = Table.grid(padding=(0, 4))
     grid.add_column()
@@ -112,7 +122,8 @@ def _model(name: str, m: dict[str, Any], rates: dict[str, float] | None) -> Any:
     grid.add_row(Group(requests, Text(""), reasons), right)
     settings = (
         f"max batch {s['max_batch_size']} · max wait {_ms(s['max_wait_s'])} ms · queue "
-        f"{s['queue_size']} · workers {s['workers']} · timeout {s['timeout_s']:g} s"
+        f"{s['queue_size']} · workers {s['workers']} · timeout {s['timeout_s']:g} s · "
+        f"by {s.get('batch_by', 'count')}"
     )
     return Group(Rule(f"[bold]{name}[/] {m['state']}"), Text(settings, style="dim"), grid)
 
