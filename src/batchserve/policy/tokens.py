@@ -17,7 +17,8 @@ of short queries makes every query pay for 200 words. So the policy changes thre
   expressed in tokens (``fixed / per_token``, from the token model; everything joins until
   that is measured). So texts of similar length travel together: on a CPU, where a pass's
   fixed cost is worth a few dozen tokens, a short query does not ride with a long passage;
-  on a GPU, where it is worth thousands, nearly everything rides together, as by count.
+  where it is worth thousands of tokens (a GPU, by the usual shape of its cost), nearly
+  everything rides together, as by count.
   The oldest goes even if it alone is over ``max_batch_tokens``.
 
   No item is starved: every pass takes the oldest, so an item waits at most as many passes
