@@ -1,8 +1,10 @@
 """The simulator with passes formed by tokens, on a padded model's cost (MiniLM's on this CPU).
 
-The cost is what ``bench/token_batching.py`` measures for all-MiniLM-L6-v2 on one thread of
-a 2-core machine: about 10 ms per pass plus 0.37 ms per padded token (a pass pads every text
-to its longest). Texts of 5 to 202 tokens, uniformly, past saturation with a 1 s deadline.
+The cost is about what all-MiniLM-L6-v2 costs on one thread of a 2-core machine: 10 ms per
+pass plus 0.37 ms per padded token (a pass pads every text to its longest; measured in
+process at 13 ms for one 8-token text and 0.36-0.42 ms per padded token from 8 to 200
+tokens; one served run of ``bench/token_batching.py`` fitted 17 ms + 0.31 ms). Texts of 5 to
+202 tokens, uniformly, past saturation with a 1 s deadline.
 """
 
 import random
