@@ -52,23 +52,18 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Collection
-from typing import Generic, TypeVar
+from typing import Generic
 
 from batchserve.config import BatchConfig
 from batchserve.costmodel import CostModel
 from batchserve.errors import ConfigError, DeadlineInfeasible, QueueFull, Rejected, ShuttingDown
 from batchserve.policy.admission import predict_finish_at
 from batchserve.policy.classes import ClassConfig, WorkClass
-from batchserve.policy.core import Batch, Entry, Policy
+from batchserve.policy.core import _DRIFT_MARGIN, _MIN_RETRY_S, Batch, Entry, PayloadT, Policy
 from batchserve.policy.lanes import ClassQueue, Lane
 from batchserve.policy.outcomes import Counters
 
 __all__ = ["MixedEntry", "MixedPolicy"]
-
-PayloadT = TypeVar("PayloadT")
-
-_MIN_RETRY_S = 0.001
-_DRIFT_MARGIN = 0.02
 
 
 class MixedEntry(Entry[PayloadT], Generic[PayloadT]):
@@ -275,15 +270,12 @@ class MixedPolicy(Policy[PayloadT]):
         finish = now
         if cfg.admission:
             passes_ahead = math.floor(len(lane.items) / self._lane_rate(cq, lane))
-            size = depth
-            if passes_ahead == 0:
+            finish = self._predict(now, passes_ahead, depth, cq)
+            if passes_ahead == 0 and finish > deadline:
                 # Its pass is cut short for its deadline if need be (see ``_fill``): it is
                 # sure to hold the items of its own and more urgent classes, the rest may go.
                 urgent = sum(len(c.items) for c in self._order if c.rank <= cq.rank)
-                full = self._predict(now, 0, depth, cq)
-                if full > deadline:
-                    size = urgent
-            finish = self._predict(now, passes_ahead, size, cq)
+                finish = self._predict(now, 0, urgent, cq)
             margin = _DRIFT_MARGIN * (finish - now)
             spread = self.cost_model.spread_s
             if spread:

@@ -14,11 +14,13 @@ of short queries makes every query pay for 200 words. So the policy changes thre
   oldest first, skipping any item that would break a bound (``max_batch_size`` items,
   ``max_batch_tokens`` padded tokens) or that would add more padded tokens to the pass than
   it would cost in a pass of its own: its own tokens plus the fixed cost of a pass
-  expressed in tokens (``fixed / per_token``, from the token model; everything joins until
-  that is measured). So texts of similar length travel together: on a CPU, where a pass's
-  fixed cost is worth a few dozen tokens, a short query does not ride with a long passage;
-  where it is worth thousands of tokens (a GPU, by the usual shape of its cost), nearly
-  everything rides together, as by count.
+  expressed in tokens (``fixed / per_token``, from the token model). Everything joins until
+  that is measured, and whenever the recent passes' padded sizes vary by less than 20% of
+  their mean: then a fixed cost cannot be told from a per-token one (the fit's split is
+  noise), and uniform texts need no grouping anyway. So texts of similar length travel
+  together: on a CPU, where a pass's fixed cost is worth a few dozen tokens, a short query
+  does not ride with a long passage; where it is worth thousands of tokens (a GPU, by the
+  usual shape of its cost), nearly everything rides together, as by count.
   The oldest goes even if it alone is over ``max_batch_tokens``.
 
   No item is starved: every pass takes the oldest, so an item waits at most as many passes
@@ -56,7 +58,7 @@ from batchserve.policy.outcomes import PolicyStats, TokenStats
 
 __all__ = ["TokenPolicy", "make_policy"]
 
-#: Weight kept by the padded-tokens-per-item average at each pass.
+#: Weight kept by the recent padded tokens per item and the recent padding waste at each pass.
 _TOKENS_DECAY = 0.9
 #: Weight kept by the mean and mean square of the passes' padded tokens (the cost model's).
 _SPREAD_DECAY = 0.97
