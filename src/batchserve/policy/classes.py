@@ -166,13 +166,6 @@ class ClassConfig:
             )
         return self.classes[level - 1]
 
-    def tenant_weight(self, tenant: str | None) -> float:
-        """A tenant's weight (1 for one not named here)."""
-        for t in self.tenants:
-            if t.name == tenant:
-                return t.weight
-        return 1.0
-
     def tenant_label(self, tenant: str | None) -> str:
         """The tenant's name in metrics: a configured tenant's name, else ``""``."""
         for t in self.tenants:

@@ -58,7 +58,7 @@ from batchserve.config import BatchConfig
 from batchserve.costmodel import CostModel
 from batchserve.errors import ConfigError, DeadlineInfeasible, QueueFull, Rejected, ShuttingDown
 from batchserve.policy.admission import predict_finish_at
-from batchserve.policy.classes import ClassConfig, WorkClass
+from batchserve.policy.classes import ClassConfig
 from batchserve.policy.core import _DRIFT_MARGIN, _MIN_RETRY_S, Batch, Entry, PayloadT, Policy
 from batchserve.policy.lanes import ClassQueue, Lane
 from batchserve.policy.outcomes import Counters
@@ -81,11 +81,6 @@ class MixedEntry(Entry[PayloadT], Generic[PayloadT]):
     ) -> None:
         super().__init__(id, payload, arrival, deadline)
         self.lane = lane
-
-    @property
-    def work_class(self) -> str:
-        """The name of its class."""
-        return self.lane.owner.spec.name
 
 
 class MixedPolicy(Policy[PayloadT]):
@@ -121,14 +116,6 @@ class MixedPolicy(Policy[PayloadT]):
                 cq.tally(t.name)
 
     # -- queries ---------------------------------------------------------------------------
-
-    def work_class(self, name: str | None) -> WorkClass:
-        """The class named ``name`` (None: the default).
-
-        Raises:
-            ConfigError: no such class (the message lists the classes).
-        """
-        return self._queue_of(name).spec
 
     def class_depth(self, name: str) -> int:
         """Live entries of class ``name`` waiting now."""

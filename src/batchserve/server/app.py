@@ -275,15 +275,12 @@ class App:
             classes = model.classes
             if classes is None:
                 refusal = batcher.screen(
-                    deadline if deadline is not None else arrival + model.settings.timeout_s
+                    deadline if deadline is not None else model.deadline_for(None, arrival)
                 )
             else:
                 work_class = self.classify(exchange, classes)
                 if deadline is None:
-                    timeout_s = work_class.timeout_s
-                    deadline = arrival + (
-                        timeout_s if timeout_s is not None else model.settings.timeout_s
-                    )
+                    deadline = model.deadline_for(work_class.timeout_s, arrival)
                 refusal = batcher.screen(deadline, work_class.name, exchange.tenant)
             if refusal is not None:
                 raise refusal

@@ -218,10 +218,8 @@ class Exchange:
             work_class = None if model.classes is None else app.classify(self, model.classes)
             deadline = self.deadline
             if deadline is None:
-                timeout_s = model.settings.timeout_s
-                if work_class is not None and work_class.timeout_s is not None:
-                    timeout_s = work_class.timeout_s
-                deadline = self.deadline = self.arrival + timeout_s
+                timeout_s = None if work_class is None else work_class.timeout_s
+                deadline = self.deadline = model.deadline_for(timeout_s, self.arrival)
             if deadline <= now:
                 raise passed(now - self.arrival)
             self.results = [None] * len(items)

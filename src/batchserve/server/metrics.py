@@ -238,7 +238,7 @@ class Metrics:
         model: str | None,
         protocol: str,
         reason: str,
-        seconds: float | None,
+        seconds: float,
         *,
         outcome: str | None = None,
     ) -> None:
@@ -259,8 +259,6 @@ class Metrics:
         requests = self.requests
         requests[key] = requests.get(key, 0) + 1
         self.in_flight -= 1
-        if seconds is None:
-            return
         if outcome == "ok":
             series = self._latency.get((key[0], protocol))
             if series is None:

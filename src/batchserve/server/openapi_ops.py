@@ -195,19 +195,7 @@ def operation_schemas() -> dict[str, Any]:
                             "last_inference": _INT,
                             "inference_count": _INT,
                             "execution_count": _INT,
-                            "inference_stats": _object(
-                                dict.fromkeys(
-                                    (
-                                        "success",
-                                        "fail",
-                                        "queue",
-                                        "compute_input",
-                                        "compute_infer",
-                                        "compute_output",
-                                    ),
-                                    _DURATION,
-                                )
-                            ),
+                            "inference_stats": _object(dict.fromkeys(_DURATIONS, _DURATION)),
                             "batch_stats": {"type": "array"},
                         }
                     ),

@@ -8,9 +8,9 @@ request is answered ``not_ready`` (503, Retry-After); a model that failed to loa
 1 and of a few texts, so the batcher's cost model (and deadline-aware admission) starts from
 this machine's figures instead of from zero; a synthetic model states its cost exactly.
 
-:meth:`ServedModel.infer` submits a request's inputs as separate items (they may land in
-different batches) and answers when all are done, in input order. If one input is refused
-at admission, the ones already admitted are withdrawn, so the request is refused whole.
+:meth:`ServedModel.deadline_for` is a request's deadline when the wire states none: its
+class's default, else the model's. A request's inputs are offered to the batcher by its
+:class:`~batchserve.server.exchange.Exchange`, each as its own item.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from batchserve.batcher import Batcher, BatchRecord, Served, Ticket
+from batchserve.batcher import Batcher, BatchRecord
 from batchserve.config import CostEstimate
-from batchserve.errors import NotReady, Rejected
+from batchserve.errors import NotReady
 from batchserve.models.base import is_async_model
 from batchserve.models.loader import LoadedModel, load_model
 from batchserve.server.settings import ModelSettings
@@ -124,56 +124,6 @@ class ServedModel:
                 retry_after_s=1.0,
             )
         return self.batcher
-
-    async def infer(
-        self,
-        inputs: Sequence[Any],
-        deadline: float | None,
-        *,
-        priority: str | int | None = None,
-        tenant: str | None = None,
-    ) -> list[Served[Any]]:
-        """Run every input through the batcher; answers in input order.
-
-        Args:
-            inputs: one item per input; each may land in a different batch.
-            deadline: absolute time on the batcher's clock (None: its class's default, else
-                the model's).
-            priority: its class of work (a name or a level; ignored by a model without
-                classes, as the server ignores ``X-Priority``).
-            tenant: its tenant (models with classes).
-
-        Raises:
-            NotReady: the model is still loading.
-            QueueFull, DeadlineInfeasible, ShuttingDown: refused at admission (whole).
-            ConfigError: ``priority`` names no class of a model with classes.
-            DeadlineExceeded, ModelError: an input missed its deadline or made the model
-                raise; the request's other inputs are withdrawn.
-
-        On cancellation every input is withdrawn: queued ones never reach the model.
-        """
-        batcher = self.require_batcher()
-        tickets: list[Ticket[Any]] = []
-        try:
-            for item in inputs:
-                if self.classes is None:
-                    tickets.append(batcher.submit_nowait(item, deadline=deadline))
-                else:
-                    tickets.append(
-                        batcher.submit_nowait(
-                            item, deadline=deadline, priority=priority, tenant=tenant
-                        )
-                    )
-        except Rejected:
-            for t in tickets:
-                t.cancel()
-            raise
-        try:
-            return [await t for t in tickets]
-        except BaseException:
-            for t in tickets:
-                t.cancel()
-            raise
 
     def deadline_for(self, timeout_s: float | None, start: float) -> float:
         """The absolute deadline of a request that arrived at ``start`` (batcher clock)."""
