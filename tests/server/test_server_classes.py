@@ -201,3 +201,14 @@ def test_serve_flags_and_the_config_file_configure_classes(tmp_path: pathlib.Pat
     config.write_text('[models.m]\nspec = "synthetic"\nclasses = [{name = "x", speed = 1}]\n')
     with pytest.raises(ConfigError, match=r"classes\[0\]: unknown key 'speed'"):
         settings(["--config", str(config)])
+
+
+async def test_tenant_keys_guard_the_model_listings_and_the_spec_as_they_guard_inference() -> None:
+    keys = (("alice", "alice-secret"),)
+    async with client_for(app_with(embedding_model(Recorder()), tenant_keys=keys)) as c:
+        for path in ("/v1/models", "/v1/models/m"):
+            assert (await c.get(path)).status_code == 401, path
+            good = {"Authorization": "Bearer alice-secret"}
+            assert (await c.get(path, headers=good)).status_code == 200, path
+        spec = (await c.get("/openapi.json")).json()
+        assert spec["paths"]["/v1/models"]["get"]["security"] == [{"bearer": []}]

@@ -144,7 +144,7 @@ class App:
         self._infer = kserve.InferEndpoint(self.limits)
         # With one model, an OpenAI request can only be for it: refusals need no body.
         self._only = self.registry.default if len(self.registry.models) == 1 else None
-        self.routes = Routes(self, self._key)
+        self.routes = Routes(self, secured=self._key is not None or self._tenant_keys is not None)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -226,6 +226,18 @@ class App:
                 return self._infer, parts[0]
         return None
 
+    def authorize(self, head: Head) -> str | None:
+        """The tenant the request's key names (None: the server's own key, or no keys set).
+
+        Raises:
+            ApiError: 401 ``unauthorized`` when keys are set and it carries none of them.
+        """
+        tenant_keys = self._tenant_keys
+        if tenant_keys is None:
+            authorize(head, self._key)
+            return None
+        return tenant_keys.tenant(head)
+
     def begin(
         self,
         endpoint: Endpoint,
@@ -251,11 +263,7 @@ class App:
         self._inflight += 1
         exchange = self._exchange_type(self, endpoint, head, arrival, respond)
         try:
-            tenant_keys = self._tenant_keys
-            if tenant_keys is None:
-                authorize(head, self._key)
-            else:
-                exchange.tenant = tenant_keys.tenant(head)
+            exchange.tenant = self.authorize(head)
             model = self._only
             if model_name is not None:
                 model = exchange.model = self.registry.require(model_name, param="name")

@@ -45,6 +45,8 @@ __all__ = [
     "Scope",
     "Send",
     "authorize",
+    "bearer",
+    "unauthorized",
     "check_body_type",
     "check_length",
     "json_bytes",
@@ -106,15 +108,26 @@ def authorize(head: Head, key: bytes | None) -> None:
     """
     if key is None:
         return
+    given, token = bearer(head)
+    if token is None or not hmac.compare_digest(token, key):
+        raise unauthorized(given)
+
+
+def bearer(head: Head) -> tuple[str, bytes | None]:
+    """The ``Authorization`` header as given, and its bearer token (None: not a bearer)."""
     given = _text(head, b"authorization") or ""
     scheme, _, token = given.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key):
-        raise ApiError(
-            "unauthorized",
-            "this endpoint needs the header 'Authorization: Bearer <api key>'"
-            + (" (the key given is wrong)" if given else ""),
-            param="Authorization",
-        )
+    return given, token.strip().encode("latin-1") if scheme.lower() == "bearer" else None
+
+
+def unauthorized(given: str) -> ApiError:
+    """The 401 of a request that carries no accepted key (``given``: its header, if any)."""
+    return ApiError(
+        "unauthorized",
+        "this endpoint needs the header 'Authorization: Bearer <api key>'"
+        + (" (the key given is wrong)" if given else ""),
+        param="Authorization",
+    )
 
 
 def check_body_type(head: Head, accepted: Collection[str]) -> None:

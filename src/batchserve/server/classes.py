@@ -18,7 +18,7 @@ import hmac
 
 from batchserve.errors import ConfigError
 from batchserve.policy import ClassConfig, WorkClass
-from batchserve.server.asgi import Head
+from batchserve.server.asgi import Head, bearer, unauthorized
 from batchserve.server.statuses import ApiError
 
 __all__ = [
@@ -86,22 +86,15 @@ class TenantKeys:
         Raises:
             ApiError: 401 ``unauthorized`` when it carries none of the keys.
         """
-        given = head.get(b"authorization", b"").decode("latin-1")
-        scheme, _, token = given.partition(" ")
-        raw = token.strip().encode("latin-1")
+        given, raw = bearer(head)
         found: str | None = None
         matched = False
         # Every key is compared (in constant time each), whichever matches.
         for name, key in self._keys:
-            if hmac.compare_digest(raw, key):
+            if raw is not None and hmac.compare_digest(raw, key):
                 found, matched = name, True
-        if self._api_key is not None and hmac.compare_digest(raw, self._api_key):
-            matched = True
-        if scheme.lower() != "bearer" or not matched:
-            raise ApiError(
-                "unauthorized",
-                "this endpoint needs the header 'Authorization: Bearer <api key>'"
-                + (" (the key given is wrong)" if given else ""),
-                param="Authorization",
-            )
+        if raw is not None and self._api_key is not None:
+            matched = hmac.compare_digest(raw, self._api_key) or matched
+        if not matched:
+            raise unauthorized(given)
         return found

@@ -21,7 +21,6 @@ from batchserve.server.asgi import (
     Receive,
     Scope,
     Send,
-    authorize,
     check_length,
     json_bytes,
     load_json,
@@ -50,13 +49,14 @@ class Routes:
     """The application's routes other than inference, and their handlers.
 
     Args:
-        app: the application whose models, metrics and drain the handlers report.
-        key: the API key the OpenAI model listings require (None: none).
+        app: the application whose models, metrics and drain the handlers report; its
+            ``authorize`` guards the OpenAI model listings, as it guards inference.
+        secured: whether that takes a key (the OpenAPI document says so).
     """
 
-    def __init__(self, app: App, key: bytes | None) -> None:
+    def __init__(self, app: App, *, secured: bool) -> None:
         self.app = app
-        self._key = key
+        self._secured = secured
         self._spec: bytes | None = None
         #: Fixed paths, each to its handlers by method.
         self.static = self._static_routes()
@@ -125,11 +125,11 @@ class Routes:
     # -- OpenAI ----------------------------------------------------------------------------
 
     async def _openai_models(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        authorize(read_head(scope["headers"]), self._key)
+        self.app.authorize(read_head(scope["headers"]))
         await send(send_fn, 200, json_bytes(openai.models_response(list(self.app.registry.models))))
 
     async def _openai_model(self, scope: Scope, receive: Receive, send_fn: Send, name: str) -> None:
-        authorize(read_head(scope["headers"]), self._key)
+        self.app.authorize(read_head(scope["headers"]))
         self.app.registry.require(name)
         await send(send_fn, 200, json_bytes(openai.model_entry(name)))
 
@@ -224,7 +224,7 @@ class Routes:
         ]
         return openapi_spec(
             list(self.app.registry.models),
-            secured=self._key is not None,
+            secured=self._secured,
             limits=self.app.limits,
             dimensions=dimensions,
         )
