@@ -151,7 +151,10 @@ def test_simulate_a_padded_model_by_tokens_and_by_count(capsys: pytest.CaptureFi
     ("extra", "message"),
     [
         (["--per-token", "1ms"], "--per-token needs --tokens"),
-        (["--tokens", "5:10", "--replicas", "2"], "need one server"),
+        (["--tokens", "5:10", "--replicas", "2"], "--tokens needs one server"),
+        (["--max-batch-tokens", "64"], "--max-batch-tokens needs --tokens"),
+        (["--batch-by", "tokens"], "--batch-by tokens needs --tokens"),
+        (["--tokens", "5:10", "--mix", "a:rate=5"], "--tokens needs one server"),
     ],
 )
 def test_simulate_token_flags_say_what_they_need(

@@ -149,3 +149,27 @@ def test_tune_cli_takes_per_class_targets(capsys: pytest.CaptureFixture[str]) ->
     assert out["best"]["max_batch_size"] == 64
     assert main([*argv, "--target", "interactive=1ms", "--max-batch-limit", "2"]) == 1
     assert json.loads(capsys.readouterr().out)["best"] is None
+
+
+def test_tune_mix_applies_the_default_deadline_to_streams_that_state_none() -> None:
+    # A class and a stream with no timeout of their own take timeout_s, as simulate --mix
+    # does: a deadline shorter than one pass leaves nothing served in time.
+    classes = ClassConfig(classes=(WorkClass(name="a"),))
+
+    def tune(timeout_s: float | None):  # type: ignore[no-untyped-def]
+        return tune_mix(
+            config=CONFIG,
+            cost=COST,
+            streams=[parse_stream("a:rate=100")],
+            classes=classes,
+            targets_s={"a": 1.0},
+            duration_s=1.0,
+            waits_s=(0.002,),
+            max_batch_size=8,
+            timeout_s=timeout_s,
+        )
+
+    assert tune(None).met
+    short = tune(0.005)
+    assert not short.met
+    assert all(e.loss["a"] > 0.9 for e in short.ranked)

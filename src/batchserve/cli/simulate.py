@@ -271,23 +271,15 @@ def run(args: argparse.Namespace) -> int:
         batch_by=args.batch_by,
         max_batch_tokens=args.max_batch_tokens,
     )
-    schedule = (
-        []
-        if args.mix
-        else arrival_times(rate=args.rate, duration_s=duration_s, arrivals=mode, seed=args.seed)
-    )
+    _check_token_flags(args)
     classes = classes_from_args(args)
     if args.mix:
         return _run_mix(args, config, cost, classes)
     if classes is not None:
         raise ConfigError("--class needs --mix (the traffic of each class)")
-    sized = args.tokens is not None or args.per_token or args.max_batch_tokens is not None
-    if sized and (args.replicas is not None or args.mix):
-        raise ConfigError("--tokens, --per-token and --max-batch-tokens need one server")
+    schedule = arrival_times(rate=args.rate, duration_s=duration_s, arrivals=mode, seed=args.seed)
     if args.replicas is not None:
         return _run_fleet(args, config, cost, schedule)
-    if args.per_token and args.tokens is None:
-        raise ConfigError("--per-token needs --tokens (each request's tokens)")
     sizes = None
     if args.tokens is not None:
         rng = random.Random(args.seed)
@@ -315,6 +307,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_token_flags(args: argparse.Namespace) -> None:
+    # Every token flag needs --tokens (the requests' sizes) and one open-loop server.
+    given = [
+        flag
+        for flag, on in (
+            ("--per-token", bool(args.per_token)),
+            ("--max-batch-tokens", args.max_batch_tokens is not None),
+            ("--batch-by tokens", args.batch_by == "tokens"),
+        )
+        if on
+    ]
+    if args.tokens is not None:
+        given.insert(0, "--tokens")
+    elif given:
+        raise ConfigError(f"{given[0]} needs --tokens (each request's tokens)")
+    if given and (args.replicas is not None or args.mix):
+        raise ConfigError(f"{given[0]} needs one server: not with --replicas or --mix")
+
+
 def _scenario(args: argparse.Namespace, cost: CostEstimate) -> dict[str, Any]:
     return {
         "mode": "open_loop",
@@ -328,9 +339,9 @@ def _scenario(args: argparse.Namespace, cost: CostEstimate) -> dict[str, Any]:
         "fixed_s": cost.fixed_s,
         "per_item_s": cost.per_item_s,
         "overhead_s": args.overhead,
-        "tokens": getattr(args, "tokens", None),
-        "per_token_s": getattr(args, "per_token", 0.0),
-        "batch_by": getattr(args, "batch_by", "auto"),
+        "tokens": args.tokens,
+        "per_token_s": args.per_token,
+        "batch_by": args.batch_by,
     }
 
 

@@ -146,6 +146,7 @@ def _run_mix(args: argparse.Namespace) -> int:
         max_loss=args.max_loss,
         max_batch_size=args.max_batch_limit,
         overhead_s=args.overhead,
+        timeout_s=args.timeout,
     )
     if args.json:
         best = result.best

@@ -96,6 +96,7 @@ def tune_mix(
     max_batch_size: int = 256,
     waits_s: Sequence[float] = _WAITS_S,
     overhead_s: float = 0.0,
+    timeout_s: float | None = None,
 ) -> MixTuneResult:
     """Search max batch size and max wait for the most goodput within per-class targets.
 
@@ -110,6 +111,8 @@ def tune_mix(
         max_batch_size: the largest batch searched (powers of two from 1, and this).
         waits_s: the max waits searched.
         overhead_s: seconds the server adds to every pass.
+        timeout_s: the deadline of a stream that states none and whose class has none (as
+            :func:`~batchserve.sim.mix.simulate_mix` takes it).
 
     Raises:
         ConfigError: no target, a target for a class that does not exist, or a bad value.
@@ -137,6 +140,7 @@ def tune_mix(
                 duration_s=duration_s,
                 classes=classes,
                 overhead_s=overhead_s,
+                timeout_s=timeout_s,
             )
             evals.append(_evaluate(n, wait, result, targets_s, max_loss))
     top = max((e.ok_per_s for e in evals if e.met), default=0.0)
