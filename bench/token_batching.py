@@ -113,11 +113,12 @@ print(json.dumps(out))
 
 def write_texts(words: str) -> Path:
     """The load's texts, written for the generator (the project's generator, seed 0)."""
-    from batchserve.loadgen.texts import generate_texts, parse_words
+    from batchserve.loadgen.texts import generate_texts
+    from batchserve.units import parse_int_range
 
     path = OUT / f"texts-{words.replace(':', '-')}.txt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    texts = generate_texts(TEXT_COUNT, words=parse_words(words), seed=0)
+    texts = generate_texts(TEXT_COUNT, words=parse_int_range(words, name="words"), seed=0)
     path.write_text("\n".join(texts) + "\n")
     return path
 

@@ -87,3 +87,13 @@ def test_rates_are_a_number_a_list_or_an_inclusive_range() -> None:
     for bad in ("", "0", "-5", "abc", "inf", "1:2", "5:1:1", "1:5:0"):
         with pytest.raises(ConfigError, match="--sweep must be a rate > 0"):
             parse_rates(bad, name="--sweep")
+
+
+def test_int_range_is_n_or_low_high() -> None:
+    from batchserve.units import parse_int_range
+
+    assert parse_int_range("12") == (12, 12)
+    assert parse_int_range("3:200") == (3, 200)
+    for bad in ("0", "5:1", "a", "3:x"):
+        with pytest.raises(ConfigError, match="--tokens must be"):
+            parse_int_range(bad, name="--tokens")

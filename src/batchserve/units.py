@@ -13,7 +13,13 @@ import re
 
 from batchserve.errors import ConfigError
 
-__all__ = ["POSITIVE_DURATION_PATTERN", "format_duration", "parse_duration", "parse_rates"]
+__all__ = [
+    "POSITIVE_DURATION_PATTERN",
+    "format_duration",
+    "parse_duration",
+    "parse_int_range",
+    "parse_rates",
+]
 
 _UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zµ]*)\s*$")
@@ -87,3 +93,20 @@ def parse_rates(text: str, *, name: str = "rates") -> list[float]:
     if not rates or not all(0 < r < math.inf for r in rates):
         raise ConfigError(f"{rule}, got {text!r}")
     return rates
+
+
+def parse_int_range(text: str, *, name: str = "range") -> tuple[int, int]:
+    """``N`` (as ``N:N``) or ``LOW:HIGH``: positive integers, both ends included.
+
+    Raises:
+        ConfigError: not a positive integer or a range of them; the message names ``name``.
+    """
+    low_text, sep, high_text = text.partition(":")
+    try:
+        low = int(low_text)
+        high = int(high_text) if sep else low
+    except ValueError:
+        raise ConfigError(f"{name} must be N or LOW:HIGH, got {text!r}") from None
+    if low < 1 or high < low:
+        raise ConfigError(f"{name} must be >= 1, and LOW <= HIGH in LOW:HIGH, got {text!r}")
+    return low, high

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from batchserve.errors import ConfigError
-from batchserve.units import parse_duration, parse_rates
+from batchserve.units import parse_duration, parse_int_range, parse_rates
 
-__all__ = ["duration", "positive_int", "rates"]
+__all__ = ["duration", "int_range", "positive_int", "rates"]
 
 
 def duration(text: str) -> float:
@@ -35,3 +35,11 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def int_range(text: str) -> tuple[int, int]:
+    """Argparse type: ``N`` or ``LOW:HIGH``, positive integers (``N`` is ``N:N``)."""
+    try:
+        return parse_int_range(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from batchserve.cli._common import duration, positive_int
+from batchserve.cli._common import duration, int_range, positive_int
 from batchserve.errors import ConfigError
 from batchserve.loadgen import (
     DEFAULT_MODEL,
@@ -36,7 +36,6 @@ from batchserve.loadgen import (
 )
 from batchserve.loadgen.config import APIS
 from batchserve.loadgen.runner import run_mix
-from batchserve.loadgen.texts import parse_words
 from batchserve.sim.mix import parse_stream
 from batchserve.units import parse_rates
 from batchserve.workload.arrivals import ARRIVAL_MODES
@@ -74,7 +73,7 @@ def add_parser(sub: Any) -> None:
     w.add_argument(
         "--text-words",
         metavar="N|LOW:HIGH",
-        type=_words,
+        type=int_range,
         default=12,
         help="words per generated text, or a range drawn uniformly, e.g. 3:200 (12)",
     )
@@ -357,11 +356,3 @@ def run(args: argparse.Namespace) -> int:
 
 def _title(cfg: LoadConfig) -> str:
     return f"batchserve load: {cfg.url} ({cfg.api}, {cfg.model}), {cfg.arrivals} arrivals"
-
-
-def _words(text: str) -> int | tuple[int, int]:
-    """Argparse type of ``--text-words``: ``N`` or ``LOW:HIGH``."""
-    try:
-        return parse_words(text)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -23,7 +23,7 @@ import json
 import random
 from typing import Any
 
-from batchserve.cli._common import duration, positive_int
+from batchserve.cli._common import duration, int_range, positive_int
 from batchserve.cli.classes import add_class_args, classes_from_args
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.errors import ConfigError
@@ -140,7 +140,7 @@ def add_batch_args(p: argparse.ArgumentParser) -> None:
     t = p.add_argument_group("a padded model: tokens per request (one open-loop server only)")
     t.add_argument(
         "--tokens",
-        type=_tokens,
+        type=int_range,
         metavar="N|LOW:HIGH",
         help="each request's tokens, drawn uniformly from LOW:HIGH (none: not sized)",
     )
@@ -161,17 +161,6 @@ def add_batch_args(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         help="as `serve --max-batch-tokens`: padded tokens a pass holds at most",
     )
-
-
-def _tokens(text: str) -> tuple[int, int]:
-    """Argparse type of ``--tokens``: ``N`` or ``LOW:HIGH``."""
-    from batchserve.loadgen.texts import parse_words
-
-    try:
-        value = parse_words(text, name="--tokens")
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return value if isinstance(value, tuple) else (value, value)
 
 
 def add_fleet_args(p: argparse.ArgumentParser) -> None:

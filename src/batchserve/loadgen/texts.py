@@ -12,7 +12,7 @@ from pathlib import Path
 
 from batchserve.errors import ConfigError
 
-__all__ = ["generate_texts", "parse_words", "read_texts"]
+__all__ = ["generate_texts", "read_texts"]
 
 _WORD_TEXT = (
     "the of and to in is was for that on as with by he at from his an were are which this "
@@ -52,23 +52,6 @@ def generate_texts(count: int, *, words: int | tuple[int, int], seed: int = 0) -
         " ".join(rng.choices(_WORDS, k=rng.randint(low, high) if high > low else low))
         for _ in range(count)
     )
-
-
-def parse_words(text: str, *, name: str = "--text-words") -> int | tuple[int, int]:
-    """``N`` or ``LOW:HIGH`` (words per generated text) from a flag.
-
-    Raises:
-        ConfigError: not a positive integer or a range of them; the message names ``name``.
-    """
-    low_text, sep, high_text = text.partition(":")
-    try:
-        low = int(low_text)
-        high = int(high_text) if sep else low
-    except ValueError:
-        raise ConfigError(f"{name} must be N or LOW:HIGH, got {text!r}") from None
-    if low < 1 or high < low:
-        raise ConfigError(f"{name} must be >= 1, and LOW <= HIGH in LOW:HIGH, got {text!r}")
-    return (low, high) if sep else low
 
 
 def read_texts(path: str | Path) -> tuple[str, ...]:
