@@ -27,6 +27,12 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, interval_s: floa
         time.sleep(interval_s)
 
 
+async def settle(turns: int = 20) -> None:
+    """Let the event loop run ``turns`` iterations: callbacks and tasks that are ready run."""
+    for _ in range(turns):
+        await asyncio.sleep(0)
+
+
 async def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
     """:func:`wait_until` on an event loop: polls between loop iterations, never blocks it."""
     end = time.monotonic() + timeout_s

@@ -1,6 +1,5 @@
 """The Batcher with a model that counts tokens: each item is sized, passes form by tokens."""
 
-import asyncio
 from collections.abc import Sequence
 
 import pytest
@@ -10,11 +9,7 @@ from batchserve.clock import ManualClock
 from batchserve.config import BatchConfig
 from batchserve.errors import ConfigError
 from batchserve.policy import ClassConfig, WorkClass
-
-
-async def settle() -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
+from support import settle
 
 
 class Padded:

@@ -1,6 +1,5 @@
 """The Batcher with classes of work, on a manual clock: it drives the mixed policy."""
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +10,7 @@ from batchserve.clock import ManualClock
 from batchserve.config import BatchConfig
 from batchserve.errors import ConfigError, QueueFull
 from batchserve.policy import ClassConfig, WorkClass
+from support import settle
 
 CLASSES = ClassConfig(
     classes=(
@@ -18,11 +18,6 @@ CLASSES = ClassConfig(
         WorkClass(name="bulk", queue_share=0.5, timeout_s=30.0),
     ),
 )
-
-
-async def settle() -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
 
 
 async def test_a_query_overtakes_the_bulk_queue_and_outcomes_are_counted_per_class() -> None:

@@ -10,13 +10,9 @@ from batchserve.batcher import Batcher, Served
 from batchserve.clock import ManualClock
 from batchserve.config import BatchConfig
 from batchserve.errors import DeadlineExceeded, ShuttingDown
+from support import settle
 
 T = TypeVar("T")
-
-
-async def settle() -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
 
 
 class Recorder:

@@ -47,5 +47,9 @@ def test_streams_start_together_and_are_reported_apart() -> None:
     assert {
         s.headers.get("x-tenant") for s in srv.seen if s.headers.get("x-priority") == "bulk"
     } == {"b"}
-    # One start: both streams' first requests went out together.
-    assert abs(runs[0].start_at - runs[1].start_at) < 0.01
+    # One start for both streams, and each stream's first request reached the server soon
+    # after it (both are due at the start; 250 ms allows for a busy machine).
+    assert runs[0].start_at == runs[1].start_at
+    for name in ("interactive", "bulk"):
+        first = min(s.arrived for s in srv.seen if s.headers.get("x-priority") == name)
+        assert 0.0 <= first - runs[0].start_at < 0.25, name

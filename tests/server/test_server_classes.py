@@ -98,16 +98,13 @@ async def test_a_full_bulk_class_refuses_bulk_but_not_queries() -> None:
         # Two run (held at the gate), four wait: the bulk class's share of 8.
         bulk = [asyncio.create_task(post("bulk", f"b{i}", "alice")) for i in range(6)]
         await asyncio.to_thread(gate.entered.wait, 5)
-        for _ in range(50):
-            await asyncio.sleep(0.01)
-            if (await _depths(c))["bulk"] == 4:
-                break
+        await _until_depth(c, "bulk", 4)
         refused = await post("bulk", "b-more")
         assert refused.status_code == 429
         assert "class bulk is full" in refused.json()["error"]["message"]
         assert float(refused.headers["Retry-After"]) > 0
         query = asyncio.create_task(post("interactive", "q"))
-        await asyncio.sleep(0.05)
+        await _until_depth(c, "interactive", 1)
         gate.release()
         assert (await query).status_code == 200
         assert [r.status_code for r in await asyncio.gather(*bulk)] == [200] * 6
@@ -119,6 +116,15 @@ async def test_a_full_bulk_class_refuses_bulk_but_not_queries() -> None:
         # "bob" is not a configured tenant: counted under tenant="" (bounded labels).
         full = {"class": "bulk", "outcome": "rejected_queue_full", "tenant": ""}
         assert sample(metrics, "batchserve_class_items_total", **full) == 1
+
+
+async def _until_depth(c: httpx.AsyncClient, work_class: str, n: int) -> None:
+    """Wait until ``n`` items of ``work_class`` are queued (fails after 10 s)."""
+    for _ in range(1000):
+        if (await _depths(c))[work_class] == n:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{work_class} never reached a depth of {n}: {await _depths(c)}")
 
 
 async def _depths(c: httpx.AsyncClient) -> dict[str, float]:

@@ -85,7 +85,9 @@ def test_status_counts_the_known_load(loaded: tuple[ServerProcess, dict[int, int
     assert m["forward_s"]["n"] == m["batches"]["passes"]
     assert 0.040 <= m["forward_s"]["p50"] <= m["forward_s"]["p99"]
     assert m["cost"]["samples"] >= m["batches"]["passes"]
-    assert m["cost"]["fixed_s"] > 0.03  # the model's 40 ms a pass, as fitted
+    # The model's 40 ms a pass, as fitted at one item (oversleeping only adds to it; the
+    # split between fixed and per-item cost of passes of one and two items is noise).
+    assert m["cost"]["fixed_s"] + m["cost"]["per_item_s"] >= 0.035
 
 
 def _resolve(status: dict[str, Any], field: str) -> Any:

@@ -14,6 +14,7 @@ from batchserve.config import BatchConfig, CostEstimate
 from batchserve.errors import DeadlineExceeded, Rejected
 from batchserve.sim import simulate
 from batchserve.workload.arrivals import arrival_times
+from support import settle
 
 COST = CostEstimate(fixed_s=0.008, per_item_s=0.00025)
 Outcome = tuple[str, float]
@@ -25,11 +26,6 @@ def advance_exactly(clock: ManualClock, when: float) -> None:
     while clock.now() + dt < when:
         dt = math.nextafter(dt, math.inf)
     clock.advance(dt)
-
-
-async def settle() -> None:
-    for _ in range(10):
-        await asyncio.sleep(0)
 
 
 async def run_batcher(
@@ -54,9 +50,9 @@ async def run_batcher(
     async def step_to(when: float) -> None:
         while (t := clock.next_timer()) is not None and t < when:
             advance_exactly(clock, t)
-            await settle()
+            await settle(10)
         advance_exactly(clock, when)
-        await settle()
+        await settle(10)
 
     batcher: Batcher[object] = Batcher(model, config, clock=clock)
     tasks = []
@@ -68,7 +64,7 @@ async def run_batcher(
             outcomes[i] = ("rejected:" + exc.reason, 0.0)
             continue
         tasks.append(asyncio.ensure_future(wait(i, ticket, at)))
-        await settle()
+        await settle(10)
     # Until every caller has its answer and every pass (even a late one) has ended.
     while not all(t.done() for t in tasks) or batcher.statistics().running_batches:
         t = clock.next_timer()

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
-from test_agrees_with_batcher import advance_exactly, settle
+from test_agrees_with_batcher import advance_exactly
 
 from batchserve.batcher import Batcher, Ticket
 from batchserve.clock import ManualClock
@@ -16,6 +16,7 @@ from batchserve.policy import ClassConfig, WorkClass
 from batchserve.sim.mix import Stream, simulate_mix
 from batchserve.workload.arrivals import arrival_times
 from batchserve.workload.summary import percentile
+from support import settle
 
 COST = CostEstimate(fixed_s=0.008, per_item_s=0.00025)
 CLASSES = ClassConfig(
@@ -60,9 +61,9 @@ async def run_batcher(config: BatchConfig) -> list[tuple[int, int, dict[str, int
     async def step_to(when: float) -> None:
         while (t := clock.next_timer()) is not None and t < when:
             advance_exactly(clock, t)
-            await settle()
+            await settle(10)
         advance_exactly(clock, when)
-        await settle()
+        await settle(10)
 
     batcher: Batcher[object] = Batcher(model, config, clock=clock, classes=CLASSES)
     tasks = []
@@ -78,7 +79,7 @@ async def run_batcher(config: BatchConfig) -> list[tuple[int, int, dict[str, int
             rejected[k][exc.reason] = rejected[k].get(exc.reason, 0) + 1
             continue
         tasks.append(asyncio.ensure_future(wait(k, ticket, at)))
-        await settle()
+        await settle(10)
     while not all(t.done() for t in tasks) or batcher.statistics().running_batches:
         t = clock.next_timer()
         assert t is not None
