@@ -8,37 +8,73 @@ generator had to open, and the CPU the server and the generator used. When the c
 figures run away from the server's, requests are waiting where the server's clock has not
 started: in socket buffers, for the one event loop to read them.
 
-Run: ``.venv/bin/python bench/open_loop_gap.py [--rates 1900,2850,4270] [--seconds 4]``
+``--server rsgi`` runs the same on ``bench/rsgi_app.py`` (the same application driven by
+Granian's RSGI interface, one Rust runtime thread; started as ``bench/request_path.py``
+starts it, max batch 64).
+
+Run: ``.venv/bin/python bench/open_loop_gap.py [--rates 1900,2850,4270] [--seconds 4]
+[--server batchserve|rsgi]``
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+
+from request_path import NULL, cpu_s, running
 
 from batchserve.loadgen import LoadConfig, run_load
 from batchserve.units import parse_rates
 from batchserve.workload.summary import percentile
-
-NULL = "m=synthetic:fixed=0ms,per_item=0ms,dim=8"
-
-
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="1900,2850,4270", help="requests per second")
     parser.add_argument("--seconds", type=float, default=4.0, help="per rate")
+    parser.add_argument("--server", choices=("batchserve", "rsgi"), default="batchserve")
     args = parser.parse_args()
     rates = parse_rates(args.rates, name="--rates")
+    with _server(args.server) as (url, pid):
+        run_load(LoadConfig(url=url, model="m", rate=min(rates), duration_s=1.0))  # warm-up
+        print(
+            f"{'rate/s':>7} {'ok/s':>7} | {'client p50':>10} {'p99':>8} | {'server p50':>10} "
+            f"{'p99':>8} ms | {'conns':>5} | server CPU  generator CPU"
+        )
+        for rate in rates:
+            before = cpu_s(pid)
+            run = run_load(LoadConfig(url=url, model="m", rate=rate, duration_s=args.seconds))
+            used = (cpu_s(pid) - before) / args.seconds
+            rec = run.records
+            client = sorted(x * 1e3 for x in rec.latency_s if not math.isnan(x))
+            own = sorted(x * 1e3 for x in rec.server_s if not math.isnan(x))
+            print(
+                f"{rate:7.0f} {run.report.summary.ok_per_s:7.0f} | "
+                f"{_p(client, 0.5):>10} {_p(client, 0.99):>8} | "
+                f"{_p(own, 0.5):>10} {_p(own, 0.99):>8}    | "
+                f"{run.report.connections.opened:5d} | {used:9.0%}  "
+                f"{run.report.cpu_core_percent:9.0f}%",
+                flush=True,
+            )
+
+
+def _p(values: list[float], q: float) -> str:
+    return f"{percentile(values, q):.2f}" if values else "-"
+
+
+@contextlib.contextmanager
+def _server(name: str) -> Iterator[tuple[str, int]]:
+    """The server under test: its URL and process id."""
+    if name == "rsgi":
+        with running("batchserve-rsgi") as (port, pid):
+            yield f"http://127.0.0.1:{port}", pid
+        return
     server = subprocess.Popen(
         [
             *(sys.executable, "-m", "batchserve", "serve", "--model", NULL, "--port", "0"),
@@ -59,26 +95,7 @@ def main() -> None:
                 break
         if not url:
             sys.exit("the server did not start")
-        run_load(LoadConfig(url=url, model="m", rate=min(rates), duration_s=1.0))  # warm-up
-        print(
-            f"{'rate/s':>7} {'ok/s':>7} | {'client p50':>10} {'p99':>8} | {'server p50':>10} "
-            f"{'p99':>8} ms | {'conns':>5} | server CPU  generator CPU"
-        )
-        for rate in rates:
-            before = _cpu_s(server.pid)
-            run = run_load(LoadConfig(url=url, model="m", rate=rate, duration_s=args.seconds))
-            used = (_cpu_s(server.pid) - before) / args.seconds
-            rec = run.records
-            client = sorted(x * 1e3 for x in rec.latency_s if not math.isnan(x))
-            own = sorted(x * 1e3 for x in rec.server_s if not math.isnan(x))
-            print(
-                f"{rate:7.0f} {run.report.summary.ok_per_s:7.0f} | "
-                f"{percentile(client, 0.5):10.1f} {percentile(client, 0.99):8.1f} | "
-                f"{percentile(own, 0.5):10.2f} {percentile(own, 0.99):8.2f}    | "
-                f"{run.report.connections.opened:5d} | {used:9.0%}  "
-                f"{run.report.cpu_core_percent:9.0f}%",
-                flush=True,
-            )
+        yield url, server.pid
     finally:
         server.terminate()
         server.wait()

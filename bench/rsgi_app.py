@@ -9,10 +9,9 @@ runs it as ``batchserve-rsgi``, embedded in one event loop with the null model (
 one Rust runtime thread).
 
 Measured on this machine (2 cores), side by side with ``wrk -t1 -c64``: 0.74x the yardstick
-vs 0.58x for the uvicorn connection protocol (quiet; 5.8-8.0k vs 5.2-5.5k req/s busy); open
-loop with the load generator, the same at 1,900/s, no better at 2,850/s, and at 4,270/s
-Granian's single runtime thread collapsed under ~3,900 connections while uvicorn served the
-load. Not clearly faster, so it
+vs 0.58x for the uvicorn connection protocol (quiet; 5.8-8.0k vs 5.2-5.5k req/s busy). Open
+loop (``bench/open_loop_gap.py --server rsgi``) it is worse: client p99 8.3, 7.8 and 29 ms at
+1,900, 2,850 and 4,270 requests/s against 3.9, 4.0 and 10.5 ms, at more server CPU. So it
 is not offered; it also would not see a client that disconnects while its request waits
 (RSGI reports a disconnect only to a task awaiting it: a task per request).
 
