@@ -154,8 +154,10 @@ def capacity_per_s(
 # ---------------------------------------------------------------- the generator
 
 
-def generator_argv(url: str, load: Load, seed: int) -> list[str]:
-    """The ``batchserve load`` command line of one run."""
+def generator_argv(
+    url: str, load: Load, seed: int, *, texts: Path = TEXTS_FILE, arrivals: str = "constant"
+) -> list[str]:
+    """The ``batchserve load`` command line of one run (``texts``: one per line, cycled)."""
     return [
         str(MAIN_PYTHON),
         "-m",
@@ -167,7 +169,9 @@ def generator_argv(url: str, load: Load, seed: int) -> list[str]:
         "--model",
         MODEL_NAME,
         "--texts",
-        str(TEXTS_FILE),
+        str(texts),
+        "--arrivals",
+        arrivals,
         "--rate",
         f"{load.rate:g}",
         "--duration",
@@ -183,13 +187,15 @@ def generator_argv(url: str, load: Load, seed: int) -> list[str]:
     ]
 
 
-def drive(url: str, load: Load, seed: int) -> dict[str, Any]:
+def drive(
+    url: str, load: Load, seed: int, *, texts: Path = TEXTS_FILE, arrivals: str = "constant"
+) -> dict[str, Any]:
     """Run the generator once against ``url``; its JSON summary.
 
     Raises:
         RuntimeError: the generator failed or printed no JSON object.
     """
-    argv = generator_argv(url, load, seed)
+    argv = generator_argv(url, load, seed, texts=texts, arrivals=arrivals)
     limit = load.duration_s + load.deadline_ms / 1e3 + 120
     res = subprocess.run(
         argv, cwd=ROOT, env=server_env(), capture_output=True, text=True, timeout=limit, check=False

@@ -48,6 +48,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import compare
+from compare import Load
 from compare_servers import (
     MAIN_PYTHON,
     ROOT,
@@ -177,41 +179,9 @@ def status(url: str) -> dict[str, Any]:
 
 
 def drive(url: str, texts: Path, rate: float, seconds: float, seed: int) -> dict[str, Any]:
-    argv = [
-        str(MAIN_PYTHON),
-        "-m",
-        "batchserve",
-        "load",
-        url,
-        "--api",
-        "openai",
-        "--model",
-        "bench",
-        "--texts",
-        str(texts),
-        "--rate",
-        f"{rate:g}",
-        "--duration",
-        f"{seconds:g}s",
-        "--arrivals",
-        "poisson",
-        "--timeout",
-        f"{DEADLINE_MS:g}ms",
-        "--client-timeout",
-        f"{DEADLINE_MS:g}ms",
-        "--seed",
-        str(seed),
-        "--json",
-        "--quiet",
-    ]
-    res = subprocess.run(
-        argv, cwd=ROOT, env=server_env(), capture_output=True, text=True, timeout=seconds + 180
-    )
-    for line in reversed(res.stdout.strip().splitlines()):
-        if line.startswith("{"):
-            out: dict[str, Any] = json.loads(line)
-            return out
-    raise RuntimeError(f"generator exited {res.returncode}: {describe(argv)}\n{res.stderr[-2000:]}")
+    """One open-loop run (poisson arrivals, the deadline sent and kept by the client)."""
+    load = Load(rate=rate, duration_s=seconds, deadline_ms=DEADLINE_MS)
+    return compare.drive(url, load, seed, texts=texts, arrivals="poisson")
 
 
 def serve_and_drive(
