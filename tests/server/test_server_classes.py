@@ -218,3 +218,12 @@ async def test_tenant_keys_guard_the_model_listings_and_the_spec_as_they_guard_i
             assert (await c.get(path, headers=good)).status_code == 200, path
         spec = (await c.get("/openapi.json")).json()
         assert spec["paths"]["/v1/models"]["get"]["security"] == [{"bearer": []}]
+
+
+async def test_triton_config_gives_the_classes_as_priority_levels() -> None:
+    async with client_for(app_with(embedding_model(Recorder()))) as c:
+        batching = (await c.get("/v2/models/m/config")).json()["dynamic_batching"]
+        assert (batching["priority_levels"], batching["default_priority_level"]) == (2, 2)
+    async with client_for(app_with(embedding_model(Recorder()), classes=None)) as c:
+        batching = (await c.get("/v2/models/m/config")).json()["dynamic_batching"]
+        assert (batching["priority_levels"], batching["default_priority_level"]) == (0, 0)

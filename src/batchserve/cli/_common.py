@@ -7,7 +7,7 @@ import argparse
 from batchserve.errors import ConfigError
 from batchserve.units import parse_duration, parse_int_range, parse_rates
 
-__all__ = ["duration", "int_range", "positive_int", "rates"]
+__all__ = ["duration", "int_range", "positive_duration", "positive_int", "rates"]
 
 
 def duration(text: str) -> float:
@@ -16,6 +16,14 @@ def duration(text: str) -> float:
         return parse_duration(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_duration(text: str) -> float:
+    """Argparse type: a duration with a unit, > 0."""
+    value = duration(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return value
 
 
 def rates(text: str) -> list[float]:

@@ -272,7 +272,7 @@ def _run_mix(args: argparse.Namespace) -> int:
                 priority=s.work_class,
                 tenant=s.tenant if s.tenant is not None else base.tenant,
                 processes=1,
-                name=args.name or s.label,
+                name=f"{args.name} {s.label}" if args.name else s.label,
             )
         )
     if not (args.json or args.csv):

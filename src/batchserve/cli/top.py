@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from batchserve.cli._common import duration, positive_int
+from batchserve.cli._common import positive_duration, positive_int
 
 __all__ = ["add_parser", "render"]
 
@@ -41,7 +41,7 @@ def add_parser(sub: Any) -> None:
         description="The live dashboard in a terminal: polls URL/status and redraws.",
     )
     p.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8000")
-    p.add_argument("--interval", type=duration, default=1.0, help="between readings (1s)")
+    p.add_argument("--interval", type=positive_duration, default=1.0, help="between readings (1s)")
     p.add_argument("--once", action="store_true", help="print one reading and exit")
     p.add_argument("--width", type=positive_int, default=None, help="columns (the terminal's)")
     p.set_defaults(run=run)

@@ -28,14 +28,14 @@ from batchserve.cli.simulate import (
     cost_from_args,
     initial_cost_from_args,
 )
-from batchserve.config import BatchConfig
+from batchserve.config import BatchConfig, check_positive
 from batchserve.errors import ConfigError
 from batchserve.sim import ROUTINGS
 from batchserve.sim.mix import parse_stream
 from batchserve.sim.mixtune import MixTuneResult, tune_mix
 from batchserve.sim.sizing import FleetPlan, size_fleet
 from batchserve.sim.tuning import Evaluation, Scenario, TuneResult, tune
-from batchserve.units import format_duration
+from batchserve.units import format_duration, parse_duration
 
 __all__ = ["add_parser"]
 
@@ -123,7 +123,10 @@ def _targets(texts: list[str]) -> dict[str, float]:
         name, eq, value = text.partition("=")
         if not eq or not name.strip():
             raise ConfigError(f"--target must be CLASS=P99 such as interactive=80ms, got {text!r}")
-        out[name.strip()] = duration(value.strip())
+        out[name.strip()] = check_positive(
+            f"--target {name.strip()}",
+            parse_duration(value.strip(), name=f"--target {name.strip()}"),
+        )
     return out
 
 

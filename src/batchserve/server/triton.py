@@ -104,6 +104,7 @@ def model_config(model: ServedModel) -> dict[str, Any]:
     """``GET /v2/models/{name}/config``: Triton's model configuration, as served now."""
     meta = model_metadata(model.name, model.loaded)
     batch = model.settings.batch
+    classes = model.classes
     return {
         "name": model.name,
         "platform": "batchserve",
@@ -119,8 +120,12 @@ def model_config(model: ServedModel) -> dict[str, Any]:
             "max_queue_delay_microseconds": round(batch.max_wait_s * 1e6),
             # One worker answers passes in the order they were formed, oldest first.
             "preserve_ordering": batch.workers == 1,
-            "priority_levels": 0,
-            "default_priority_level": 0,
+            # Levels are the classes of work, most urgent first (X-Priority or
+            # parameters.priority: 1 = the first); none without classes.
+            "priority_levels": 0 if classes is None else len(classes.classes),
+            "default_priority_level": 0
+            if classes is None
+            else classes.names.index(classes.default_class.name) + 1,
             "default_queue_policy": {
                 "timeout_action": "REJECT",
                 "default_timeout_microseconds": round(model.settings.timeout_s * 1e6),
