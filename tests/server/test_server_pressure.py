@@ -20,22 +20,30 @@ from server_helpers import build_app, client_for, embedding_model
 from batchserve.config import BatchConfig
 from batchserve.models.loader import LoadedModel
 from batchserve.server import App, ModelSettings, ServerSettings
+from support import wait_for
 
 ONE_AT_A_TIME = BatchConfig(max_batch_size=1, max_wait_s=0.0, queue_size=1, admission=False)
 
 
 async def until(predicate: Any, what: str) -> None:
-    for _ in range(2000):
-        if predicate():
-            return
-        await asyncio.sleep(0.001)
-    raise AssertionError(f"never happened: {what}")
+    """Wait for ``predicate`` (support.wait_for), failing with ``what`` after 10 s."""
+    assert await wait_for(predicate), f"never happened: {what}"
 
 
 def queue_depth(app: App, name: str = "g") -> int:
     batcher = app.registry.models[name].batcher
     assert batcher is not None
     return batcher.statistics().queue_depth
+
+
+async def hold_and_queue_one(
+    c: httpx.AsyncClient, gate: Gate, app: App
+) -> tuple[asyncio.Task[httpx.Response], asyncio.Future[httpx.Response]]:
+    """A request held in the model (one worker) and one queued behind it: the queue is full."""
+    holder = await hold_worker(c, gate)
+    queued = asyncio.ensure_future(c.post("/v1/embeddings", json={"input": "queued"}))
+    await until(lambda: queue_depth(app) == 1, "one item queued")
+    return holder, queued
 
 
 async def hold_worker(c: httpx.AsyncClient, gate: Gate) -> asyncio.Task[httpx.Response]:
@@ -59,9 +67,7 @@ async def test_queue_full_is_429_with_retry_after() -> None:
     gate = Gate()
     app = build_app({"g": embedding_model(gate)}, batch={"g": ONE_AT_A_TIME})
     async with client_for(app) as c:
-        holder = await hold_worker(c, gate)
-        queued = asyncio.ensure_future(c.post("/v1/embeddings", json={"input": "queued"}))
-        await until(lambda: queue_depth(app) == 1, "one item queued")
+        holder, queued = await hold_and_queue_one(c, gate, app)
         r = await c.post("/v1/embeddings", json={"input": "refused"})
         check_refusal(r, 429, "queue_full")
         gate.release()
@@ -74,9 +80,7 @@ async def test_a_refusal_is_decided_from_the_head_without_reading_the_body() -> 
     gate = Gate()
     app = build_app({"g": embedding_model(gate)}, batch={"g": ONE_AT_A_TIME})
     async with client_for(app) as c:
-        holder = await hold_worker(c, gate)
-        queued = asyncio.ensure_future(c.post("/v1/embeddings", json={"input": "queued"}))
-        await until(lambda: queue_depth(app) == 1, "one item queued")
+        holder, queued = await hold_and_queue_one(c, gate, app)
         read: list[str] = []
 
         async def receive() -> dict[str, Any]:
@@ -171,9 +175,7 @@ async def test_draining_is_503_and_accepted_work_finishes() -> None:
     cfg = BatchConfig(max_batch_size=1, max_wait_s=0.0, queue_size=8, admission=False)
     app = build_app({"g": embedding_model(gate)}, batch={"g": cfg})
     async with client_for(app) as c:
-        holder = await hold_worker(c, gate)
-        queued = asyncio.ensure_future(c.post("/v1/embeddings", json={"input": "queued"}))
-        await until(lambda: queue_depth(app) == 1, "one item queued")
+        holder, queued = await hold_and_queue_one(c, gate, app)
         app.begin_drain()  # what SIGTERM does at once; the drain itself is a task
         drain = asyncio.ensure_future(app.drain(5.0))
         check_refusal(await c.post("/v1/embeddings", json={"input": "late"}), 503, "draining")
