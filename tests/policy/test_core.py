@@ -239,3 +239,62 @@ def test_a_deadline_that_passes_during_a_pass_is_reported_at_the_deadline() -> N
     counters = p.statistics().counters
     assert (counters.late, counters.ok) == (1, 1)
     assert p.poll(1.0).wake_at is None
+
+
+class CountingPolicy(Policy[str]):
+    """Counts admission's predictions."""
+
+    predictions = 0
+
+    def predict_finish(self, now: float) -> float:
+        self.predictions += 1
+        return super().predict_finish(now)
+
+
+def counting(**kw: object) -> CountingPolicy:
+    return CountingPolicy(BatchConfig(**kw))  # type: ignore[arg-type]
+
+
+def test_offer_after_a_passed_screen_predicts_no_more() -> None:
+    cost = CostEstimate(fixed_s=0.010, per_item_s=0.001)
+    p = counting(max_batch_size=4, max_wait_s=0.002, initial_cost=cost)
+    assert p.screen(0.0, 1.0) is None
+    p.offer(0.0001, "a", deadline=1.0)  # its head's verdict stands: predicted once
+    assert p.predictions == 1
+    # Another event since the screen (the offer itself): the next offer predicts again.
+    p.offer(0.0002, "b", deadline=1.0)
+    assert p.predictions == 2
+    # A different deadline than the screen's is predicted again.
+    assert p.screen(0.0003, 1.0) is None
+    p.offer(0.0003, "c", deadline=0.9)
+    assert p.predictions == 4
+    assert p.statistics().counters.received == 3
+
+
+def test_a_screen_is_not_reused_past_its_slack_or_after_a_change() -> None:
+    cost = CostEstimate(fixed_s=0.010, per_item_s=0.0)
+    p = counting(max_batch_size=1, max_wait_s=0.0, initial_cost=cost)
+    # Alone, the item would finish at 10 ms: 5 ms of slack before its 15 ms deadline.
+    assert p.screen(0.0, 0.015) is None
+    # 6 ms later the same prediction says 16 ms: late. The screen's verdict is not reused.
+    with pytest.raises(DeadlineInfeasible):
+        p.offer(0.006, "late", deadline=0.015)
+    assert p.predictions == 2
+    # A change between screen and offer (another item admitted) is seen by the offer.
+    assert p.screen(0.0, 0.015) is None
+    p.offer(0.0, "first", deadline=1.0)
+    with pytest.raises(DeadlineInfeasible):
+        p.offer(0.0, "second", deadline=0.015)  # behind "first": 20 ms
+    counters = p.statistics().counters
+    assert (counters.received, counters.rejected["infeasible"]) == (3, 2)
+
+
+def test_a_probe_screen_is_reused_only_at_the_same_instant() -> None:
+    # Admitted as a probe (nothing queued, a worker idle, a measured model predicting late),
+    # not by a prediction that fits: there is no slack to carry to a later offer.
+    p = counting(max_batch_size=1, max_wait_s=0.0)
+    p.cost_model.observe(1, 1.0)
+    assert p.screen(0.0, 0.5) is None
+    p.offer(0.0, "probe", deadline=0.5)
+    assert p.predictions == 1
+    assert p.screen(0.0, 0.5) is not None  # a second one is not a probe (the first queued)

@@ -18,12 +18,13 @@ by_tokens = st.one_of(
 
 
 @settings(max_examples=300, deadline=None)
-@given(configs(max_queue=12), scripts, st.booleans(), by_tokens)
+@given(configs(max_queue=12), scripts, st.booleans(), by_tokens, st.booleans())
 def test_invariants(
     config: BatchConfig,
     script: list[object],
     close_at_end: bool,
     tokens: tuple[int | None, int] | None,
+    screen_heads: bool,
 ) -> None:
     p: Policy[int]
     if tokens is None:
@@ -73,11 +74,22 @@ def test_invariants(
     def offer(ev: Offer) -> Entry[int] | None:
         nonlocal rejected
         deadline = None if ev.timeout is None else run.now + ev.timeout
+        fresh = None
+        if screen_heads:
+            # As the server does: its head screened when it came (half the gap earlier),
+            # its body offered now. An offer that reuses the screen's verdict must agree
+            # with a prediction made afresh.
+            if p.screen(run.now - ev.dt / 2, deadline) is not None:
+                rejected += 1
+                return None
+            fresh = p._refusal(run.now, deadline)
         try:
-            return p.offer(run.now, len(run.admitted), deadline, ev.size)
+            entry = p.offer(run.now, len(run.admitted), deadline, ev.size)
         except Rejected:
             rejected += 1
             return None
+        assert fresh is None, "an offer admitted what a fresh prediction refuses"
+        return entry
 
     run.play(script, offer, step_and_count)
     run.drain(step, close=close_at_end)

@@ -22,7 +22,11 @@ Events, each handed the current time ``now`` by the driver:
   of being refused forever.
 * ``screen(now, deadline)`` asks the same question as ``offer`` for one more item before
   the item exists (a server refusing a request from its head, before reading its body): it
-  returns the refusal, counted as one refused item, or None and changes nothing.
+  returns the refusal, counted as one refused item, or None and changes nothing. An
+  ``offer`` that follows a passed screen with the same deadline, while no other event has
+  changed the policy and within the slack the screen found, takes its verdict instead of
+  predicting again (the prediction can only have moved by the time that passed): a server
+  that screens each request's head and offers its body pays for one prediction, not two.
 * ``cancel(now, entry)`` removes a queued entry (its caller left). A running entry is only
   marked, so the driver can skip it just before the forward pass.
 * ``poll(now)`` returns the actions due now: entries whose deadline has passed while queued
@@ -183,6 +187,15 @@ class Policy(Generic[PayloadT]):
         self._batches = 0
         self._batch_sizes: dict[int, int] = {}
         self._bisect_calls = 0
+        # Bumped by every event that can change admission's verdict (offer, cancel, poll
+        # that expires or dispatches, finish, close); a passed screen is reused by the next
+        # offer only while it is unchanged (see ``screen``).
+        self._changes = 0
+        self._screened_at = -1  # ``_changes`` when the last screen passed (-1: none)
+        self._screened_deadline: float | None = None
+        self._screened_until = -math.inf  # its verdict holds until then
+        self._fits_until = -math.inf  # written by ``_refusal`` when a prediction fits
+        self._steady_until = math.inf  # written by ``predict_finish``
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -265,12 +278,21 @@ class Policy(Generic[PayloadT]):
                 head = arrival
         # When each worker is predicted to be free: now if idle, else at the end of its pass.
         free = [now] * cfg.workers
+        steady = math.inf
         for i, batch in enumerate(self._running.values()):
             start = batch.start
             expected = start + fixed_s + len(batch.entries) * per_item_s
-            # A pass already over its prediction is assumed to last as long again as it has
-            # run so far: a stuck model makes admission stricter instead of optimistic.
-            free[i] = expected if expected >= now else now + (now - start)
+            if expected >= now:
+                free[i] = expected
+                if expected < steady:
+                    steady = expected
+            else:
+                # A pass already over its prediction is assumed to last as long again as it
+                # has run so far: a stuck model makes admission stricter, not optimistic.
+                free[i] = now + (now - start)
+                steady = now
+        # Until then the prediction moves no faster than the clock (for ``screen``).
+        self._steady_until = steady
         return predict_finish_at(
             now,
             position,
@@ -305,10 +327,16 @@ class Policy(Generic[PayloadT]):
                 (or its deadline has already passed).
         """
         self._received += 1
-        refusal = self._refusal(now, deadline)
-        if refusal is not None:
-            self._rejected[refusal.reason] += 1
-            raise refusal
+        if (
+            self._screened_at != self._changes
+            or deadline != self._screened_deadline
+            or now > self._screened_until
+        ):
+            refusal = self._refusal(now, deadline)
+            if refusal is not None:
+                self._rejected[refusal.reason] += 1
+                raise refusal
+        self._changes += 1
         entry: Entry[PayloadT] = Entry(next(self._ids), payload, now, deadline, size)
         queue = self._queue
         tail_min = self._tail_min
@@ -329,10 +357,20 @@ class Policy(Generic[PayloadT]):
             The refusal, counted as one received and refused item; or None (nothing counted,
             nothing admitted: the item is offered later, when it exists).
         """
+        self._fits_until = -math.inf
         refusal = self._refusal(now, deadline)
         if refusal is not None:
             self._received += 1
             self._rejected[refusal.reason] += 1
+        elif deadline is not None:
+            # Held for the offer of this item: with nothing changed, a later prediction is
+            # at most later by the time passed (every term moves with ``now`` or stays), and
+            # the margin can only shrink, so the verdict stands while ``now`` is within the
+            # slack. Without a fitting prediction (no admission, a probe) it is reused only
+            # at the very same ``now``.
+            self._screened_at = self._changes
+            self._screened_deadline = deadline
+            self._screened_until = max(now, self._fits_until) if deadline > now else -math.inf
         return refusal
 
     def _refusal(self, now: float, deadline: float | None) -> Rejected | None:
@@ -353,7 +391,7 @@ class Policy(Generic[PayloadT]):
         if deadline is None or not (cfg.admission or deadline <= now):
             return None
         finish = now
-        limit = deadline
+        limit = bound = deadline
         if cfg.admission:
             finish = self.predict_finish(now)
             # A margin for the noise of a real machine: two standard errors of the passes
@@ -376,8 +414,19 @@ class Policy(Generic[PayloadT]):
                     )
                 if finish > tail_min:
                     limit = tail_min
-        if deadline > now and (finish <= limit or self._probe_ok(depth)):
-            return None
+                elif tail_min < bound:
+                    bound = tail_min
+        if deadline > now:
+            if finish <= limit:
+                # The verdict holds while the prediction stays within the tightest deadline
+                # it was checked against, and no later than the first running pass's
+                # predicted end: past it, the rule for overrunning passes makes it jump.
+                fits = now + (bound - finish)
+                steady = self._steady_until
+                self._fits_until = fits if fits < steady else steady
+                return None
+            if self._probe_ok(depth):
+                return None
         whose = "its" if limit == deadline else "an earlier item of its batch's"
         return DeadlineInfeasible(
             f"deadline cannot be met: predicted to finish in {finish - now:.4f}s, "
@@ -415,6 +464,7 @@ class Policy(Generic[PayloadT]):
         entry.withdrawn = True
         if entry.state != QUEUED:
             return False
+        self._changes += 1
         del self._queue[entry.id]
         self._tail_min = None
         entry.state = DONE
@@ -425,6 +475,7 @@ class Policy(Generic[PayloadT]):
     def close(self) -> None:
         """Refuse every new item from now on; queued items still run, without max wait."""
         self._draining = True
+        self._changes += 1
 
     def poll(self, now: float) -> Actions[PayloadT]:
         """Expire what is due, dispatch what may go, and say when to poll next."""
@@ -451,6 +502,7 @@ class Policy(Generic[PayloadT]):
             batch = Batch(next(self._batch_ids), entries, now)
             self._running[batch.id] = batch
             dispatch.append(batch)
+            self._changes += 1
         while deadlines and deadlines[0][2].state != QUEUED:
             heapq.heappop(deadlines)
         if deadlines:
@@ -501,6 +553,7 @@ class Policy(Generic[PayloadT]):
             self._tail_min = None
             entry.state = DONE
             expired.append(entry)
+        self._changes += 1
         self._expired += len(expired)
         self._pending -= len(expired)
         return expired
@@ -527,6 +580,7 @@ class Policy(Generic[PayloadT]):
         """
         if self._running.pop(batch.id, None) is None:
             raise ValueError(f"batch {batch.id} is not running")
+        self._changes += 1
         ran = len(batch.entries) - len(skipped)
         if not failed and ran > 0:
             # The service time the policy saw, dispatch to finish: the forward pass plus the
