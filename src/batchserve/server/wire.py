@@ -58,7 +58,7 @@ def connection_protocol(
     if guarded == "auto":
         return guarded
     from uvicorn.protocols.http.flow_control import FlowControl
-    from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+    from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
     from uvicorn.protocols.utils import get_local_addr, get_remote_addr, is_ssl
 
     limit = app.limits.max_body_bytes
@@ -68,7 +68,6 @@ def connection_protocol(
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self._arrival = 0.0
             self._exchange: Exchange | None = None  # the current one, until answered
             self._reading = False  # the current message is an exchange's, not yet whole
             self._body: list[bytes] = []
@@ -91,8 +90,16 @@ def connection_protocol(
         # -- parser callbacks --------------------------------------------------------------
 
         def on_message_begin(self) -> None:
+            # uvicorn's and the guard's, less the ASGI scope (a dict of ten entries), which
+            # only a request that goes to the ASGI app needs: it is made for that one when
+            # its head is whole (``_make_scope``).
             self._arrival = time.monotonic()
-            super().on_message_begin()
+            self.url = b""
+            self.expect_100_continue = False
+            headers: list[tuple[bytes, bytes]] = []
+            self.headers = headers
+            self._head_bytes = 0
+            self._in_head = True
 
         def on_headers_complete(self) -> None:
             route = None
@@ -113,8 +120,7 @@ def connection_protocol(
                 if self.client is None:
                     self.server = get_local_addr(self.transport)
                     self.client = get_remote_addr(self.transport)
-                scope = self.scope
-                scope["server"], scope["client"] = self.server, self.client
+                scope = self._make_scope()
                 super().on_headers_complete()
                 scope["extensions"] = {ARRIVAL: self._arrival}
                 return
@@ -131,6 +137,15 @@ def connection_protocol(
                 exchange.release()  # refused from its head: the answer is written already
             else:
                 self._exchange = exchange
+
+        def _make_scope(self) -> dict[str, Any]:
+            # uvicorn's scope, made by its own on_message_begin, on the head already read.
+            url, headers, expect = self.url, self.headers, self.expect_100_continue
+            HttpToolsProtocol.on_message_begin(self)
+            self.url, self.headers, self.expect_100_continue = url, headers, expect
+            scope: dict[str, Any] = self.scope
+            scope["headers"] = headers
+            return scope
 
         def on_body(self, body: bytes) -> None:
             if not self._reading:

@@ -1,0 +1,132 @@
+"""The connection protocol driven in-process: fake transports fed raw HTTP, a real app.
+
+What a socket test cannot pin down cheaply: the keep-alive timer kept across requests
+(armed once, not per request), and requests that go to the ASGI app on a connection whose
+inference requests bypass it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import uvicorn
+from server_helpers import build_app
+from uvicorn.server import ServerState
+
+from batchserve.server import App
+from batchserve.server.wire import connection_protocol
+
+BODY = b'{"input": "hello world"}'
+EMBED = b"POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+EMBED += b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+LIVE = b"GET /v2/health/live HTTP/1.1\r\nHost: t\r\n\r\n"
+
+
+class Transport:
+    def __init__(self) -> None:
+        self.written = b""
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 1) if name in ("sockname", "peername") else default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+@pytest.fixture
+async def app() -> AsyncIterator[App]:
+    a = build_app({"m": "synthetic:fixed=0ms,per_item=0ms,dim=4"})
+    await a.start()
+    await a.wait_ready()
+    yield a
+    await a.stop()
+
+
+def connect(app: App, keep_alive_s: float) -> tuple[Any, Transport]:
+    config = uvicorn.Config(
+        app,
+        lifespan="off",
+        log_level="warning",
+        timeout_keep_alive=keep_alive_s,  # type: ignore[arg-type]
+        http=connection_protocol(app, read_timeout_s=30),
+    )
+    config.load()
+    loop = asyncio.get_running_loop()
+    protocol_class: Any = config.http_protocol_class
+    protocol = protocol_class(config=config, server_state=ServerState(), app_state={}, _loop=loop)
+    transport = Transport()
+    protocol.connection_made(transport)
+    return protocol, transport
+
+
+async def answers(transport: Transport, n: int) -> None:
+    for _ in range(500):
+        if transport.written.count(b"HTTP/1.1 ") >= n:
+            return
+        await asyncio.sleep(0.002)
+    raise AssertionError(f"{n} answers expected, got {transport.written!r}")
+
+
+async def test_an_idle_connection_is_closed_after_keep_alive_and_a_busy_one_is_not(
+    app: App,
+) -> None:
+    busy, busy_t = connect(app, 0.2)
+    idle, idle_t = connect(app, 0.2)
+    idle.data_received(EMBED)
+    await answers(idle_t, 1)
+    # The busy connection sends a request every 0.08 s, across three keep-alive periods:
+    # its one timer, armed after its first answer, is armed again, never closes it.
+    for n in range(1, 9):
+        busy.data_received(EMBED)
+        await answers(busy_t, n)
+        await asyncio.sleep(0.08)
+    assert idle_t.closed, "idle since its one answer, 0.6 s ago"
+    assert not busy_t.closed
+    assert busy.timeout_keep_alive_task is not None  # one timer, kept
+    # A request under way when the timer comes due is not cut off; its answer re-arms.
+    await asyncio.sleep(0.25)
+    assert busy_t.closed
+    again, again_t = connect(app, 0.1)
+    again.data_received(EMBED)
+    await answers(again_t, 1)
+    again.data_received(EMBED[:30])  # a head that has begun...
+    await asyncio.sleep(0.15)
+    assert not again_t.closed, "a request has begun since the last answer"
+    again.data_received(EMBED[30:])
+    await answers(again_t, 2)
+    await asyncio.sleep(0.2)
+    assert again_t.closed
+
+
+async def test_other_requests_go_to_the_asgi_app_on_the_same_connection(app: App) -> None:
+    protocol, transport = connect(app, 5.0)
+    protocol.data_received(LIVE)
+    await answers(transport, 1)
+    protocol.data_received(EMBED)
+    await answers(transport, 2)
+    protocol.data_received(LIVE)
+    await answers(transport, 3)
+    first, second, third = transport.written.split(b"HTTP/1.1 ")[1:]
+    assert first.startswith(b"200")
+    assert third.startswith(b"200")
+    assert second.startswith(b"200")
+    assert b'"embedding"' in second
+    assert not transport.closed
+    protocol.connection_lost(None)
+    assert protocol.timeout_keep_alive_task is None
