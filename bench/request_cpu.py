@@ -155,7 +155,8 @@ def _run(which: str, requests: int, profile: bool) -> float:
         cmd = [str(spy), "record", "-r", "1000", "-f", "raw", "-o", str(path), "--", *cmd]
         print(f"profile: {path}")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return float(out.strip().splitlines()[-1].split()[0])
+    figures = [line for line in out.splitlines() if line[:1].isdigit()]
+    return float(figures[-1].split()[0])
 
 
 def main() -> None:

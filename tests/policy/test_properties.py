@@ -1,5 +1,6 @@
 """Hypothesis: the policy's invariants hold for any sequence of events, by count or by tokens."""
 
+import math
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -37,9 +38,23 @@ def test_invariants(
     dispatched: set[int] = set()
     rejected = 0
 
+    wake = math.inf  # when the driver's timer would poll next
+    offered = False  # the last event was an offer
+
     def step() -> None:
+        nonlocal wake, offered
         now = run.now
+        skip = offered and now < wake and not p.poll_due(now, wake)
+        offered = False
         s = p.poll(now)
+        if skip:
+            # The driver skips this poll after an offer: it must have had nothing to do
+            # before the timer it has.
+            assert not s.expired
+            assert not s.dispatch
+            assert not s.late
+            assert s.wake_at is None or s.wake_at >= wake
+        wake = math.inf if s.wake_at is None else s.wake_at
         for e in s.expired:
             assert e.id not in run.outcomes
             assert e.deadline is not None
@@ -72,7 +87,8 @@ def test_invariants(
             assert stats.tokens.padded >= stats.tokens.real
 
     def offer(ev: Offer) -> Entry[int] | None:
-        nonlocal rejected
+        nonlocal rejected, offered
+        offered = True
         deadline = None if ev.timeout is None else run.now + ev.timeout
         fresh = None
         if screen_heads:

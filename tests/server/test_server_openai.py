@@ -165,3 +165,25 @@ async def test_unknown_route_and_wrong_method() -> None:
         r = await c.get("/nowhere")
         assert r.status_code == 404
         assert json.loads(r.content)["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize("fmt", ["float", "base64"])
+def test_the_body_is_the_compact_json_of_the_documented_object(fmt: str) -> None:
+    import orjson
+
+    from batchserve.server.openai import embeddings_response
+
+    vectors = [np.array([0.1, -2.5, 3e-8], dtype=np.float32), [1.0, 0.30000001192092896, 7.0]]
+    body = embeddings_response("m\u00e9", vectors, fmt, 5)
+    data = []
+    for i, v in enumerate(vectors):
+        arr = np.asarray(v, dtype=np.float32)
+        emb = base64.b64encode(arr.tobytes()).decode() if fmt == "base64" else arr.tolist()
+        data.append({"object": "embedding", "index": i, "embedding": emb})
+    expected = {
+        "object": "list",
+        "data": data,
+        "model": "m\u00e9",
+        "usage": {"prompt_tokens": 5, "total_tokens": 5},
+    }
+    assert body == orjson.dumps(expected)  # byte for byte what clients always got

@@ -23,9 +23,12 @@ __all__ = ["BatchRecord", "Item", "Out", "Served", "Ticket", "Waiter", "settle_e
 Out = TypeVar("Out", default=Any)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Served(Generic[Out]):
     """One item's answer with how it was served.
+
+    Not frozen: one is made per item answered, and a frozen dataclass's ``__init__`` costs
+    five times a plain one (a ``object.__setattr__`` call per field). Treat it as read-only.
 
     Attributes:
         output: what the model returned for the item.

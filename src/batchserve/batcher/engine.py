@@ -338,19 +338,18 @@ class Batcher(Generic[Out]):
             ConfigError: ``work_class`` names no class.
         """
         mixed = self._mixed
+        now = self._clock.now()
         if mixed is None:
             sizer = self._sizer
             entry = self._policy.offer(
-                self._clock.now(),
-                Item(item, waiter, index),
-                deadline,
-                1 if sizer is None else sizer(item),
+                now, Item(item, waiter, index), deadline, 1 if sizer is None else sizer(item)
             )
         else:
-            entry = mixed.offer_to(
-                self._clock.now(), Item(item, waiter, index), deadline, work_class, tenant
-            )
-        self._pump()
+            entry = mixed.offer_to(now, Item(item, waiter, index), deadline, work_class, tenant)
+        # Most offers change nothing a poll would act on before the timer (every worker
+        # busy, or the pass waiting out its max wait): no poll for those.
+        if self._policy.poll_due(now, self._timer_at):
+            self._pump()
         return entry
 
     def screen(

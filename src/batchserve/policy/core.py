@@ -517,6 +517,28 @@ class Policy(Generic[PayloadT]):
             wake_at = first if wake_at is None or first < wake_at else wake_at
         return Actions(expired, dispatch, wake_at, late)
 
+    def poll_due(self, now: float, wake_at: float) -> bool:
+        """Whether ``poll(now)`` could do anything that a poll at ``wake_at`` would not.
+
+        For a driver that has a poll due at ``wake_at`` (its timer) and has just offered an
+        item: False means it may skip polling now (no worker is free to take a pass, or the
+        queue waits for a max wait that the timer already covers, and no deadline falls
+        before the timer). Conservative: True whenever unsure.
+        """
+        queue = self._queue
+        cfg = self.config
+        if (
+            queue
+            and len(self._running) < cfg.workers
+            and (len(queue) >= cfg.max_batch_size or self._draining or self._due() < wake_at)
+        ):
+            return True
+        deadlines = self._deadlines
+        if deadlines and deadlines[0][0] < wake_at:
+            return True
+        running = self._running_deadlines
+        return bool(running) and running[0][0] < wake_at
+
     def _due(self) -> float:
         """When the next pass must go though not full: the oldest item's max wait is up."""
         return next(iter(self._queue.values())).arrival + self.config.max_wait_s
