@@ -144,7 +144,8 @@ class App:
         self._infer = kserve.InferEndpoint(self.limits)
         # With one model, an OpenAI request can only be for it: refusals need no body.
         self._only = self.registry.default if len(self.registry.models) == 1 else None
-        self.routes = Routes(self, secured=self._key is not None or self._tenant_keys is not None)
+        self._secured = self._key is not None or self._tenant_keys is not None
+        self.routes = Routes(self, secured=self._secured)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -263,7 +264,8 @@ class App:
         self._inflight += 1
         exchange = self._exchange_type(self, endpoint, head, arrival, respond)
         try:
-            exchange.tenant = self.authorize(head)
+            if self._secured:
+                exchange.tenant = self.authorize(head)
             model = self._only
             if model_name is not None:
                 model = exchange.model = self.registry.require(model_name, param="name")

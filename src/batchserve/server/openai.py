@@ -278,10 +278,13 @@ class EmbeddingsEndpoint:
         assert model is not None
         assert model.loaded is not None
         count = model.loaded.count_tokens
+        texts = req.texts
         if count is not None:
-            tokens = sum(count(req.texts))
+            tokens = sum(count(texts))
+        elif len(texts) == 1:
+            tokens = len(texts[0].split())
         else:
-            tokens = sum(len(t.split()) for t in req.texts)
+            tokens = sum(len(t.split()) for t in texts)
         body = embeddings_response(
             model.name, [s.output for s in served], req.encoding_format, tokens
         )

@@ -62,6 +62,9 @@ def connection_protocol(
     from uvicorn.protocols.utils import get_local_addr, get_remote_addr, is_ssl
 
     limit = app.limits.max_body_bytes
+    # Request target -> inference route, for the targets seen (bounded: a client sending
+    # ever new paths fills it once, then they are looked up the slow way).
+    routes: dict[bytes, tuple[Any, str | None]] = {}
 
     class ExchangeProtocol(guarded):  # type: ignore[misc, valid-type]
         """uvicorn's httptools protocol that runs inference exchanges without ASGI."""
@@ -74,6 +77,7 @@ def connection_protocol(
             self._body_size = 0
             self._body_timer: Any = None
             self._keep_alive = True
+            self._respond_to = self._respond  # the bound method, made once per connection
 
         def connection_made(self, transport: Any) -> None:
             # uvicorn's, less its two address look-ups (each builds a socket object, which
@@ -113,9 +117,13 @@ def connection_protocol(
                 and not parser.should_upgrade()
             ):
                 url = self.url
-                path = url.partition(b"?")[0]
-                if b"%" not in path:
-                    route = app.inference_route("POST", path.decode("latin-1"))
+                route = routes.get(url)
+                if route is None:
+                    path = url.partition(b"?")[0]
+                    if b"%" not in path:
+                        route = app.inference_route("POST", path.decode("latin-1"))
+                        if route is not None and len(routes) < 1024:
+                            routes[url] = route
             if route is None:
                 if self.client is None:
                     self.server = get_local_addr(self.transport)
@@ -131,7 +139,7 @@ def connection_protocol(
             self._body = []
             self._body_size = 0
             exchange = app.begin(
-                route[0], route[1], read_head(self.headers), self._arrival, self._respond
+                route[0], route[1], read_head(self.headers), self._arrival, self._respond_to
             )
             if exchange.done:
                 exchange.release()  # refused from its head: the answer is written already
