@@ -12,6 +12,10 @@ with far less noise than under ``wrk`` (``bench/request_path.py``, which adds th
   max batch 64, max wait 2 ms, queue 1,024;
 * ``yardstick``: uvicorn's httptools protocol running ``bench/yardstick.py``'s ASGI app.
 
+``--refuse`` measures a refusal instead: batchserve's model is stuck in a pass (one queue
+slot, taken), so every request is refused 429 ``queue_full`` from its head; the
+yardstick's queue bound is 0, so it refuses every request 429 after parsing its body.
+
 Each round runs both, one after the other, in fresh processes; the table gives each one's
 median process CPU per request over the rounds and the ratio. Optionally profile one
 contender: ``--profile batchserve`` writes py-spy's collapsed stacks to ``bench/out/``.
@@ -40,6 +44,7 @@ REQUEST = (
 )
 CONNECTIONS = 64
 NULL = "synthetic:fixed=0ms,per_item=0ms,dim=8"
+STUCK = "synthetic:fixed=1000s,per_item=0ms,dim=8"
 
 
 class FakeTransport:
@@ -72,24 +77,38 @@ class FakeTransport:
         pass
 
 
-async def _protocol_class(which: str) -> tuple[Any, Any]:
+async def _protocol_class(which: str, refuse: bool) -> tuple[Any, Any]:
     import uvicorn
 
     if which == "yardstick":
         sys.path.insert(0, str(HERE))
         import yardstick
 
+        if refuse:
+            yardstick.QUEUE = 0
+
         config = uvicorn.Config(
             yardstick.app, http="httptools", lifespan="off", access_log=False, log_level="warning"
         )
         config.load()
         return config, config.http_protocol_class
-    from batchserve.config import BatchConfig
+    from dataclasses import replace
+
+    from batchserve.config import BatchConfig, CostEstimate
     from batchserve.server import App, ModelSettings, ServerSettings
     from batchserve.server.wire import connection_protocol
 
-    batch = BatchConfig(max_batch_size=64, max_wait_s=0.002, queue_size=1024)
-    app = App(ServerSettings(models=(ModelSettings(name="m", spec=NULL, batch=batch),)))
+    if refuse:
+        batch = BatchConfig(max_batch_size=1, max_wait_s=0.0, queue_size=1)
+        cost = CostEstimate(fixed_s=0.0, per_item_s=0.0)
+        batch = replace(batch, initial_cost=cost)
+        # A deadline far enough for the stuck pass: the refusals are queue_full, the
+        # common one under overload (none of them needs a prediction).
+        model = ModelSettings(name="m", spec=STUCK, batch=batch, timeout_s=1e6)
+    else:
+        batch = BatchConfig(max_batch_size=64, max_wait_s=0.002, queue_size=1024)
+        model = ModelSettings(name="m", spec=NULL, batch=batch)
+    app = App(ServerSettings(models=(model,)))
     await app.wait_ready()
     config = uvicorn.Config(
         app,
@@ -102,10 +121,10 @@ async def _protocol_class(which: str) -> tuple[Any, Any]:
     return config, config.http_protocol_class
 
 
-async def _drive(which: str, requests: int) -> None:
+async def _drive(which: str, requests: int, refuse: bool) -> None:
     from uvicorn.server import ServerState
 
-    config, protocol_class = await _protocol_class(which)
+    config, protocol_class = await _protocol_class(which, refuse)
     loop = asyncio.get_running_loop()
     state = ServerState()
     answered: list[Any] = []
@@ -125,29 +144,39 @@ async def _drive(which: str, requests: int) -> None:
             ready = answered[:]
             answered.clear()
             done += len(ready)
-        while len(answered) < CONNECTIONS - len(ready):  # noqa: ASYNC110 - the rest finish
+        while len(answered) < len(protocols) - len(ready):  # noqa: ASYNC110 - the rest finish
             await asyncio.sleep(0)
         answered.clear()
         return done
 
+    if refuse and which == "batchserve":
+        # One request into the stuck pass and one into the queue's only slot.
+        for p in protocols[:2]:
+            p.data_received(REQUEST)
+        await asyncio.sleep(0.05)
+        protocols = protocols[2:]
     await run(CONNECTIONS * 10)  # warm up
     cpu0, wall0 = time.process_time(), time.perf_counter()
     done = await run(requests)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     last = protocols[0].transport.last
-    assert b'"embedding"' in last or b"HTTP/1.1 200" in last, last[:200]
+    if refuse:
+        assert b"HTTP/1.1 429" in last or b"queue full" in last, last[:200]
+    else:
+        assert b'"embedding"' in last or b"HTTP/1.1 200" in last, last[:200]
     print(f"{1e6 * cpu / done:.2f} {1e6 * wall / done:.2f}", flush=True)
 
 
-def _child(which: str, requests: int) -> None:
+def _child(which: str, requests: int, refuse: bool) -> None:
     import uvloop
 
-    uvloop.run(_drive(which, requests))
+    uvloop.run(_drive(which, requests, refuse))
     os._exit(0)  # the model's worker threads are daemons
 
 
-def _run(which: str, requests: int, profile: bool) -> float:
+def _run(which: str, requests: int, profile: bool, refuse: bool) -> float:
     cmd = [sys.executable, __file__, "--child", which, "--requests", str(requests)]
+    cmd += ["--refuse"] if refuse else []
     if profile:
         OUT.mkdir(exist_ok=True)
         path = OUT / f"request_cpu-{which}-{time.strftime('%Y%m%d-%H%M%S')}.txt"
@@ -164,22 +193,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=40000)
     parser.add_argument("--profile", choices=["batchserve", "yardstick"])
+    parser.add_argument("--refuse", action="store_true", help="measure a refusal (429)")
     parser.add_argument("--child", choices=["batchserve", "yardstick"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        _child(args.child, args.requests)
+        _child(args.child, args.requests, args.refuse)
         return
     if args.profile:
-        _run(args.profile, args.requests, profile=True)
+        _run(args.profile, args.requests, profile=True, refuse=args.refuse)
         return
     names = ("yardstick", "batchserve")
     cpu: dict[str, list[float]] = {n: [] for n in names}
     for r in range(args.rounds):
         for n in names:
-            cpu[n].append(_run(n, args.requests, profile=False))
+            cpu[n].append(_run(n, args.requests, profile=False, refuse=args.refuse))
             print(f"round {r + 1} {n:<11} {cpu[n][-1]:7.1f} us/request", flush=True)
     base = statistics.median(cpu["yardstick"])
-    print(f"\nCPU per request, {args.requests} requests x {args.rounds} rounds (median, range)")
+    what = "refusal" if args.refuse else "request"
+    print(f"\nCPU per {what}, {args.requests} x {args.rounds} rounds (median, range)")
     for n in names:
         med = statistics.median(cpu[n])
         print(

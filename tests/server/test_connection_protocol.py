@@ -130,3 +130,41 @@ async def test_other_requests_go_to_the_asgi_app_on_the_same_connection(app: App
     assert not transport.closed
     protocol.connection_lost(None)
     assert protocol.timeout_keep_alive_task is None
+
+
+async def test_refusals_from_the_head_repeat_the_same_answer_each_with_its_own_timing() -> None:
+    from batchserve.config import BatchConfig, CostEstimate
+
+    cost = CostEstimate(fixed_s=0.0, per_item_s=0.0)
+    batch = BatchConfig(max_batch_size=1, max_wait_s=0.0, queue_size=1, initial_cost=cost)
+    stuck = build_app(
+        {"m": "synthetic:fixed=1000s,per_item=0ms,dim=4"}, batch={"m": batch}, timeout_s=1e6
+    )
+    await stuck.start()
+    await stuck.wait_ready()
+    running, _ = connect(stuck, 5.0)
+    queued, _ = connect(stuck, 5.0)
+    running.data_received(EMBED)
+    await asyncio.sleep(0.05)
+    queued.data_received(EMBED)
+    refused = []
+    for _ in range(3):
+        protocol, transport = connect(stuck, 5.0)
+        protocol.data_received(EMBED)
+        await answers(transport, 1)
+        refused.append(transport.written)
+    heads = [r.split(b"\r\n\r\n")[0].split(b"\r\n") for r in refused]
+    for head in heads:
+        assert head[0] == b"HTTP/1.1 429 Too Many Requests"
+        assert sum(line.startswith(b"server-timing:") for line in head) == 1
+        assert b"x-reason: queue_full" in head
+    # Built once, sent three times: the same body and headers but for the timing.
+    assert len({r.split(b"\r\n\r\n")[1] for r in refused}) == 1
+    assert (
+        len({tuple(h for h in head if not h.startswith(b"server-timing")) for head in heads}) == 1
+    )
+    counters = stuck.registry.require("m").require_batcher().statistics().counters
+    assert counters.rejected["queue_full"] == 3
+    stuck.begin_drain()
+    running.connection_lost(None)
+    queued.connection_lost(None)

@@ -196,6 +196,10 @@ class Policy(Generic[PayloadT]):
         self._screened_until = -math.inf  # its verdict holds until then
         self._fits_until = -math.inf  # written by ``_refusal`` when a prediction fits
         self._steady_until = math.inf  # written by ``predict_finish``
+        # The last ``retry_after``: its value, reason and ``_changes`` then.
+        self._retry_s = 0.0
+        self._retry_reason = ""
+        self._retry_at = -1
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -249,6 +253,8 @@ class Policy(Generic[PayloadT]):
         clear the whole queue (this replica is going away); ``infeasible`` is computed by
         ``offer`` from the predicted lateness.
         """
+        if self._retry_at == self._changes and self._retry_reason == reason:
+            return self._retry_s  # nothing changed since it was computed (it reads no clock)
         cfg = self.config
         fixed_s, per_item_s = self._costs()
         rate = drain_rate(
@@ -262,7 +268,9 @@ class Policy(Generic[PayloadT]):
             items = len(self._queue) + sum(len(b.entries) for b in self._running.values())
         else:
             items = min(cfg.max_batch_size, len(self._queue))
-        return max(_MIN_RETRY_S, items / rate)
+        self._retry_at, self._retry_reason = self._changes, reason
+        self._retry_s = max(_MIN_RETRY_S, items / rate)
+        return self._retry_s
 
     def predict_finish(self, now: float) -> float:
         """When an item admitted now would finish, by the cost model."""

@@ -293,8 +293,8 @@ class App:
                     deadline = model.deadline_for(work_class.timeout_s, arrival)
                 refusal = batcher.screen(deadline, work_class.name, exchange.tenant)
             if refusal is not None:
-                raise refusal
-            if model_name is None:
+                exchange.fail(refusal)  # not raised: a refusal is the common case under load
+            elif model_name is None:
                 exchange.model = None
         except Exception as exc:
             exchange.fail(exc)

@@ -30,12 +30,13 @@ a drain waits for.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from batchserve.batcher import Served
-from batchserve.errors import DeadlineExceeded
+from batchserve.errors import DeadlineExceeded, Rejected
 from batchserve.server.asgi import JSON_TYPE, Head, Headers
 from batchserve.server.statuses import ApiError, from_exception
 
@@ -262,6 +263,8 @@ class Exchange:
         self._finish(*self._error(exc))
 
     def _error(self, exc: BaseException) -> tuple[Reply, str, str | None]:
+        if isinstance(exc, Rejected):
+            return self._refusal(exc), exc.reason, None
         error = from_exception(exc)
         if error.reason == "internal":
             log.error("internal error on an inference request", exc_info=exc)
@@ -271,6 +274,22 @@ class Exchange:
             error.reason,
             outcome,
         )
+
+    def _refusal(self, exc: Rejected) -> Reply:
+        # Under overload the same refusal goes out thousands of times a second: its body
+        # and headers are built once per protocol, reason, message and Retry-After-Ms.
+        key = (self.endpoint.protocol, exc.reason, str(exc), math.ceil(exc.retry_after_s * 1e3))
+        known = _REFUSALS.get(key)
+        if known is None:
+            if len(_REFUSALS) >= _MAX_REFUSALS:
+                _REFUSALS.clear()
+            error = from_exception(exc)
+            known = _REFUSALS[key] = (
+                error.status,
+                error.headers(),
+                self.endpoint.error_body(error),
+            )
+        return Reply(known[0], known[1].copy(), known[2])
 
     def abandon(self) -> None:
         """The client left: its inputs are withdrawn (queued ones never reach the model)."""
@@ -335,6 +354,11 @@ def passed(waited: float) -> ApiError:
         f"the request's deadline passed {waited:.4f}s after it arrived, before it was admitted",
     )
 
+
+#: Refusal replies built so far: (protocol, reason, message, Retry-After-Ms) -> (status,
+#: headers, body); cleared when full (refusal messages name figures that change with load).
+_REFUSALS: dict[tuple[str, str, str, int], tuple[int, Headers, bytes]] = {}
+_MAX_REFUSALS = 256
 
 #: The reply of an exchange whose client left: nothing is sent.
 _GONE = Reply(499, [], b"")
