@@ -77,7 +77,6 @@ def connection_protocol(
             self._body_size = 0
             self._body_timer: Any = None
             self._keep_alive = True
-            self._respond_to = self._respond  # the bound method, made once per connection
 
         def connection_made(self, transport: Any) -> None:
             # uvicorn's, less its two address look-ups (each builds a socket object, which
@@ -139,7 +138,7 @@ def connection_protocol(
             self._body = []
             self._body_size = 0
             exchange = app.begin(
-                route[0], route[1], read_head(self.headers), self._arrival, self._respond_to
+                route[0], route[1], read_head(self.headers), self._arrival, self._respond
             )
             if exchange.done:
                 exchange.release()  # refused from its head: the answer is written already
