@@ -102,6 +102,7 @@ HOT_PATH = [
     "batcher/answers.py",
     "batcher/threads.py",
     "policy/core.py",
+    "policy/entries.py",
 ]
 VIEWS = (
     "batchserve.server.triton",

@@ -25,7 +25,7 @@ from batchserve.policy.outcomes import REJECT_REASONS, Counters
 
 if TYPE_CHECKING:
     from batchserve.policy.classes import WorkClass
-    from batchserve.policy.core import Entry
+    from batchserve.policy.entries import Entry
 
 __all__ = ["ClassQueue", "Lane", "Tally"]
 

@@ -59,7 +59,8 @@ from batchserve.costmodel import CostModel
 from batchserve.errors import ConfigError, DeadlineInfeasible, QueueFull, Rejected, ShuttingDown
 from batchserve.policy.admission import predict_finish_at
 from batchserve.policy.classes import ClassConfig
-from batchserve.policy.core import _DRIFT_MARGIN, _MIN_RETRY_S, Batch, Entry, PayloadT, Policy
+from batchserve.policy.core import _DRIFT_MARGIN, _MIN_RETRY_S, Policy
+from batchserve.policy.entries import Batch, Entry, PayloadT
 from batchserve.policy.lanes import ClassQueue, Lane
 from batchserve.policy.outcomes import Counters
 

@@ -53,7 +53,8 @@ from typing import Generic
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.costmodel import CostModel
 from batchserve.errors import ConfigError
-from batchserve.policy.core import Batch, Entry, PayloadT, Policy
+from batchserve.policy.core import Policy
+from batchserve.policy.entries import Batch, Entry, PayloadT
 from batchserve.policy.outcomes import PolicyStats, TokenStats
 
 __all__ = ["TokenPolicy", "make_policy"]

@@ -33,7 +33,7 @@ from typing import Any
 from batchserve.config import BatchConfig, CostEstimate, check_non_negative, check_positive
 from batchserve.errors import ConfigError, Rejected
 from batchserve.policy import Batch, ClassConfig, Entry, MixedPolicy, Policy
-from batchserve.policy.core import DONE
+from batchserve.policy.entries import DONE
 from batchserve.units import parse_duration
 from batchserve.workload.arrivals import ARRIVAL_MODES, arrival_times
 from batchserve.workload.summary import percentile
