@@ -1,5 +1,7 @@
 """Hypothesis: the mixed policy's invariants hold for every class and tenant."""
 
+import math
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from policy_script import Offer, Script, configs, events, timeouts, times
@@ -53,9 +55,21 @@ def test_invariants_hold_for_every_class(
     dispatched: set[int] = set()
     rejected: dict[str, int] = dict.fromkeys(CLASS_NAMES, 0)
 
+    wake = math.inf  # when the driver's timer would poll next
+    offered = False  # the last event was an offer
+
     def step() -> None:
+        nonlocal wake, offered
         now = run.now
+        skip = offered and now < wake and not p.poll_due(now, wake)
+        offered = False
         s = p.poll(now)
+        if skip:  # the driver skips this poll after an offer: there was nothing to do
+            assert not s.expired
+            assert not s.dispatch
+            assert not s.late
+            assert s.wake_at is None or s.wake_at >= wake
+        wake = math.inf if s.wake_at is None else s.wake_at
         for e in s.expired:
             assert e.id not in run.outcomes
             assert e.deadline is not None
@@ -88,6 +102,8 @@ def test_invariants_hold_for_every_class(
             assert queued[c.name] <= classes.class_cap(c, config.queue_size), "class share"
 
     def offer(ev: Offer) -> Entry[int] | None:
+        nonlocal offered
+        offered = True
         work_class = CLASS_NAMES[ev.work_class]
         deadline = None if ev.timeout is None else run.now + ev.timeout
         try:

@@ -182,6 +182,7 @@ class MixedPolicy(Policy[PayloadT]):
             if not lane.items:
                 cq.lanes.pop(tenant, None)
             raise refusal
+        self._changes += 1
         entry = MixedEntry(next(self._ids), payload, now, deadline, lane)
         cq.push(entry, lane)
         self._queue[entry.id] = entry
