@@ -168,3 +168,25 @@ async def test_refusals_from_the_head_repeat_the_same_answer_each_with_its_own_t
     stuck.begin_drain()
     running.connection_lost(None)
     queued.connection_lost(None)
+
+
+def test_serve_runs_with_a_short_switch_interval_and_restores_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    from batchserve.server import ModelSettings, ServerSettings
+    from batchserve.server import run as run_module
+
+    seen: list[float] = []
+
+    async def fake_serve_async(settings: ServerSettings, **kwargs: Any) -> int:
+        seen.append(sys.getswitchinterval())
+        return 0
+
+    monkeypatch.setattr(run_module, "serve_async", fake_serve_async)
+    before = sys.getswitchinterval()
+    settings = ServerSettings(models=(ModelSettings(name="m", spec="synthetic"),))
+    assert run_module.serve(settings) == 0
+    assert seen == [pytest.approx(run_module.SWITCH_INTERVAL_S)]
+    assert sys.getswitchinterval() == before

@@ -38,7 +38,17 @@ from batchserve.server.app import App
 from batchserve.server.settings import ServerSettings
 from batchserve.server.wire import connection_protocol
 
-__all__ = ["bind", "serve", "serve_async"]
+__all__ = ["SWITCH_INTERVAL_S", "bind", "serve", "serve_async"]
+
+#: The interpreter's thread switch interval while :func:`serve` runs (Python's default: 5 ms).
+#: The event loop holds the GIL while it has work; a model thread handed a pass, or back from
+#: a sleep or a native call, waits up to this long for the GIL before it runs Python again.
+#: Under load the loop always has work: with the seed's model at 3x overload (6,000
+#: requests/s), a pass began 2.2-2.6 ms after the loop handed it over at 5 ms, 1.4 ms at 1 ms
+#: and 0.6 ms at 0.2 ms. Shorter costs switches where the model thread is always busy: on
+#: the null model, closed loop, 0.2 ms gave 0.76-0.79x the yardstick's requests/s where 5 ms
+#: gave 0.90x and 1 ms 0.87x (``bench/request_path.py``, one run each).
+SWITCH_INTERVAL_S = 0.001
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -188,5 +198,10 @@ def serve(settings: ServerSettings, **kwargs: Any) -> int:
     Keyword arguments go to :func:`serve_async`.
     """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        return runner.run(serve_async(settings, **kwargs))
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            return runner.run(serve_async(settings, **kwargs))
+    finally:
+        sys.setswitchinterval(interval)
