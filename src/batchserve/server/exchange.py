@@ -30,7 +30,6 @@ a drain waits for.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -38,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from batchserve.batcher import Served
 from batchserve.errors import DeadlineExceeded, Rejected
 from batchserve.server.asgi import JSON_TYPE, Head, Headers
-from batchserve.server.statuses import ApiError, from_exception
+from batchserve.server.statuses import ApiError, from_exception, retry_after_ms
 
 if TYPE_CHECKING:
     from batchserve.policy import WorkClass
@@ -278,7 +277,7 @@ class Exchange:
     def _refusal(self, exc: Rejected) -> Reply:
         # Under overload the same refusal goes out thousands of times a second: its body
         # and headers are built once per protocol, reason, message and Retry-After-Ms.
-        key = (self.endpoint.protocol, exc.reason, str(exc), math.ceil(exc.retry_after_s * 1e3))
+        key = (self.endpoint.protocol, exc.reason, str(exc), retry_after_ms(exc.retry_after_s))
         known = _REFUSALS.get(key)
         if known is None:
             if len(_REFUSALS) >= _MAX_REFUSALS:

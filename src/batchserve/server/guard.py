@@ -91,6 +91,10 @@ def guarded_protocol(*, read_timeout_s: float, max_head_bytes: int = MAX_HEAD_BY
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
+            self._head_begun()
+
+        def _head_begun(self) -> None:
+            # A request's first byte: its arrival, and its head's count and clock start.
             self._arrival = time.monotonic()
             self._head_bytes = 0
             self._in_head = True

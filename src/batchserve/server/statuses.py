@@ -44,7 +44,7 @@ from batchserve.errors import (
     Rejected,
 )
 
-__all__ = ["STATUS_TABLE", "ApiError", "from_exception", "retry_after_headers"]
+__all__ = ["STATUS_TABLE", "ApiError", "from_exception", "retry_after_headers", "retry_after_ms"]
 
 #: reason -> (HTTP status, when it happens). The only table from outcome to status.
 STATUS_TABLE: dict[str, tuple[int, str]] = {
@@ -120,10 +120,15 @@ class ApiError(Exception):
         return out
 
 
+def retry_after_ms(retry_after_s: float) -> int:
+    """``Retry-After-Ms``: milliseconds, rounded up, at least 1."""
+    return max(1, math.ceil(retry_after_s * 1000))
+
+
 def retry_after_headers(retry_after_s: float) -> list[tuple[bytes, bytes]]:
     """``Retry-After`` in whole seconds (rounded up, at least 1) and ``Retry-After-Ms``."""
     seconds = max(1, math.ceil(retry_after_s))
-    millis = max(1, math.ceil(retry_after_s * 1000))
+    millis = retry_after_ms(retry_after_s)
     return [(b"retry-after", str(seconds).encode()), (b"retry-after-ms", str(millis).encode())]
 
 

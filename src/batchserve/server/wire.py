@@ -32,7 +32,6 @@ that exchange is answered.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from batchserve.server.asgi import read_head
@@ -62,9 +61,6 @@ def connection_protocol(
     from uvicorn.protocols.utils import get_local_addr, get_remote_addr, is_ssl
 
     limit = app.limits.max_body_bytes
-    # Request target -> inference route, for the targets seen (bounded: a client sending
-    # ever new paths fills it once, then they are looked up the slow way).
-    routes: dict[bytes, tuple[Any, str | None]] = {}
 
     class ExchangeProtocol(guarded):  # type: ignore[misc, valid-type]
         """uvicorn's httptools protocol that runs inference exchanges without ASGI."""
@@ -96,13 +92,11 @@ def connection_protocol(
             # uvicorn's and the guard's, less the ASGI scope (a dict of ten entries), which
             # only a request that goes to the ASGI app needs: it is made for that one when
             # its head is whole (``_make_scope``).
-            self._arrival = time.monotonic()
             self.url = b""
             self.expect_100_continue = False
             headers: list[tuple[bytes, bytes]] = []
             self.headers = headers
-            self._head_bytes = 0
-            self._in_head = True
+            self._head_begun()
 
         def on_headers_complete(self) -> None:
             route = None
@@ -115,14 +109,9 @@ def connection_protocol(
                 and not self.expect_100_continue
                 and not parser.should_upgrade()
             ):
-                url = self.url
-                route = routes.get(url)
-                if route is None:
-                    path = url.partition(b"?")[0]
-                    if b"%" not in path:
-                        route = app.inference_route("POST", path.decode("latin-1"))
-                        if route is not None and len(routes) < 1024:
-                            routes[url] = route
+                path = self.url.partition(b"?")[0]
+                if b"%" not in path:
+                    route = app.inference_route("POST", path.decode("latin-1"))
             if route is None:
                 if self.client is None:
                     self.server = get_local_addr(self.transport)
