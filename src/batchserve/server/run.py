@@ -45,9 +45,11 @@ __all__ = ["SWITCH_INTERVAL_S", "bind", "serve", "serve_async"]
 #: a sleep or a native call, waits up to this long for the GIL before it runs Python again.
 #: Under load the loop always has work: with the seed's model at 3x overload (6,000
 #: requests/s), a pass began 2.2-2.6 ms after the loop handed it over at 5 ms, 1.4 ms at 1 ms
-#: and 0.6 ms at 0.2 ms. Shorter costs switches where the model thread is always busy: on
-#: the null model, closed loop, 0.2 ms gave 0.76-0.79x the yardstick's requests/s where 5 ms
-#: gave 0.90x and 1 ms 0.87x (``bench/request_path.py``, one run each).
+#: and 0.6 ms at 0.2 ms (timestamps taken by hand around ``Batcher._start`` and the worker's
+#: ``_run_in_thread``, one run each; not a bench script). Shorter costs switches where the
+#: model thread is always busy: on the null model, closed loop, 0.2 ms gave 0.76-0.79x the
+#: yardstick's requests/s where 5 ms gave 0.90x and 1 ms 0.87x (``bench/request_path.py``,
+#: one run each).
 SWITCH_INTERVAL_S = 0.001
 
 
