@@ -95,6 +95,11 @@ class BatchConfig:
             alone. None: only ``max_batch_size`` bounds a pass.
         length_window: with batches by tokens, a pass is chosen among the oldest
             ``length_window * max_batch_size`` queued items (it always holds the oldest).
+        prefetch: while every worker is busy and a full batch waits (one that can no longer
+            grow), hand it over at once, one per worker, so it begins the moment a running
+            pass ends instead of after the driver has heard of the end: no idle gap between
+            passes under sustained load. Below that load it changes nothing (no full batch
+            waits while a pass runs).
     """
 
     max_batch_size: int = 32
@@ -107,6 +112,7 @@ class BatchConfig:
     batch_by: str = "auto"
     max_batch_tokens: int | None = None
     length_window: int = 4
+    prefetch: bool = True
 
     def __post_init__(self) -> None:
         _check_int("max_batch_size", self.max_batch_size, 1)
@@ -131,3 +137,5 @@ class BatchConfig:
                     "auto, got 'count'"
                 )
         _check_int("length_window", self.length_window, 1)
+        if not isinstance(self.prefetch, bool):
+            raise ConfigError(f"prefetch must be a bool, got {self.prefetch!r}")

@@ -73,6 +73,7 @@ def configs(max_queue: int) -> st.SearchStrategy[BatchConfig]:
         queue_size=st.integers(1, max_queue),
         workers=st.integers(1, 3),
         admission=st.booleans(),
+        prefetch=st.booleans(),
         initial_cost=st.builds(
             CostEstimate,
             fixed_s=st.sampled_from([0.0, 0.002]),
@@ -87,7 +88,8 @@ class Script:
     Attributes:
         now: the virtual time.
         admitted: the entries admitted, in order.
-        running: the passes dispatched and not finished (the test's ``step`` appends them).
+        running: the passes dispatched and not finished, in dispatch order (the test's
+            ``step`` appends them); the first ``workers`` have begun, the rest are prefetched.
         outcomes: entry id -> ``cancelled``, ``done`` or what the test records.
     """
 
@@ -118,13 +120,17 @@ class Script:
                     self.outcomes[e.id] = "cancelled"
             elif isinstance(ev, Finish) and self.running:
                 self.now += ev.dt
-                b = self.running.pop(ev.pick % len(self.running))
+                # Only a pass that has begun can end: the first ``workers`` dispatched (the
+                # rest are prefetched behind them).
+                workers = p.config.workers
+                prefetched = len(self.running) > workers
+                b = self.running.pop(ev.pick % min(len(self.running), workers))
                 skipped = [e for e in b.entries if e.withdrawn]
                 live = [e for e in b.entries if not e.withdrawn]
                 p.finish(self.now, b, failed=live[:1] if ev.fail_first else [], skipped=skipped)
-                for e in b.entries:
-                    assert e.id not in self.outcomes
-                    self.outcomes[e.id] = "done"
+                if prefetched:
+                    assert self.running[workers - 1].start == self.now, "prefetched pass begins"
+                self._done(b)
             elif isinstance(ev, Tick):
                 self.now += ev.dt
             step()
@@ -140,11 +146,19 @@ class Script:
                 b = self.running.pop(0)
                 self.now += 0.001
                 p.finish(self.now, b, skipped=[e for e in b.entries if e.withdrawn])
-                for e in b.entries:
-                    self.outcomes[e.id] = "done"
+                self._done(b)
             elif p.idle:
                 break
             else:
                 self.now += 0.01
         assert p.idle
         assert set(self.outcomes) == {e.id for e in self.admitted}, "every admitted item resolved"
+
+    def _done(self, batch: Batch[int]) -> None:
+        for e in batch.entries:
+            if self.outcomes.get(e.id) == "expired":
+                # Its deadline passed while its batch was prefetched, its pass not begun.
+                assert e.withdrawn
+                continue
+            assert e.id not in self.outcomes
+            self.outcomes[e.id] = "done"

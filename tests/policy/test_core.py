@@ -44,7 +44,7 @@ def test_max_wait_counts_from_oldest_item_not_from_worker_free() -> None:
 
 
 def test_no_dispatch_while_all_workers_busy_and_two_workers_run_two_batches() -> None:
-    p = make(max_batch_size=1, max_wait_s=0.0, workers=2)
+    p = make(max_batch_size=1, max_wait_s=0.0, workers=2, prefetch=False)
     for x in "abc":
         p.offer(0.0, x)
     step = p.poll(0.0)

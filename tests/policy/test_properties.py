@@ -46,6 +46,7 @@ def test_invariants(
         now = run.now
         skip = offered and now < wake and not p.poll_due(now, wake)
         offered = False
+        depth = p.queue_depth
         s = p.poll(now)
         if skip:
             # The driver skips this poll after an offer: it must have had nothing to do
@@ -62,6 +63,15 @@ def test_invariants(
             run.outcomes[e.id] = "expired"
         for b in s.dispatch:
             assert 1 <= len(b.entries) <= config.max_batch_size
+            if len(run.running) >= config.workers:
+                # Every worker busy: only a batch that can no longer grow is prefetched: a
+                # full one; by tokens, one chosen from a full window of the oldest items.
+                assert config.prefetch, "no dispatch while every worker is busy"
+                settled = config.max_batch_size * (1 if tokens is None else config.length_window)
+                assert depth >= settled or p.draining, "only a settled batch is prefetched"
+                if tokens is None:
+                    assert len(b.entries) == config.max_batch_size or p.draining
+            depth -= len(b.entries)
             ids = [e.id for e in b.entries]
             assert ids == sorted(ids), "queue order within a batch"
             if limit is not None and len(b.entries) > 1:
@@ -72,7 +82,7 @@ def test_invariants(
                 assert e.deadline is None or e.deadline > now, "never after its deadline"
                 dispatched.add(e.id)
             run.running.append(b)
-        assert len(run.running) <= config.workers
+        assert len(run.running) <= config.workers * (2 if config.prefetch else 1)
         if s.wake_at is not None:
             assert s.wake_at >= now
 

@@ -14,7 +14,13 @@ COST = CostEstimate(fixed_s=0.5, per_item_s=0.25)
 
 
 def cfg(**kw: object) -> BatchConfig:
-    base: dict[str, object] = {"max_batch_size": 4, "max_wait_s": 0.25, "admission": False}
+    # One pass dispatched at a time, so the traces read simply; prefetch has its own tests.
+    base: dict[str, object] = {
+        "max_batch_size": 4,
+        "max_wait_s": 0.25,
+        "admission": False,
+        "prefetch": False,
+    }
     base.update(kw)
     return BatchConfig(**base)  # type: ignore[arg-type]
 
@@ -102,6 +108,52 @@ def test_expiry_in_the_queue_at_the_deadline() -> None:
     # Request 0's deadline (0.5) passed during its pass: the policy reports it late then,
     # and it is answered at its deadline, as the server answers it; the pass ends at 0.75.
     assert (r.summary.ok, r.late, r.expired, r.summary.timed_out) == (0, 1, 1, 2)
+
+
+def test_a_prefetched_pass_begins_when_the_running_one_ends() -> None:
+    # Request 1 fills a batch of one while request 0's pass runs: it is dispatched at once
+    # and its pass begins at 0.75, when the first ends, and ends at 1.5.
+    r = simulate(
+        config=cfg(max_batch_size=1, max_wait_s=0.0, prefetch=True),
+        cost=COST,
+        arrivals=[0.0, 0.125],
+        trace=True,
+    )
+    assert r.trace == (
+        TraceEvent(0.0, "admit", (0,)),
+        TraceEvent(0.0, "dispatch", (0,)),
+        TraceEvent(0.125, "admit", (1,)),
+        TraceEvent(0.125, "dispatch", (1,)),
+        TraceEvent(0.75, "finish", (0,)),
+        TraceEvent(1.5, "finish", (1,)),
+    )
+    assert (r.summary.ok, r.end_s) == (2, 1.5)
+
+
+def test_a_prefetched_item_whose_deadline_passes_before_its_pass_expires() -> None:
+    # Request 1's deadline (0.625) passes while its pass waits behind request 0's (to
+    # 0.75): it expires then, as in the queue, and its pass, left with nothing to run,
+    # takes no time.
+    r = simulate(
+        config=cfg(max_batch_size=1, max_wait_s=0.0, prefetch=True),
+        cost=COST,
+        arrivals=[0.0, 0.125, 1.0],
+        timeout_s=0.5,
+        trace=True,
+    )
+    assert r.trace[3:] == (
+        TraceEvent(0.125, "dispatch", (1,)),
+        TraceEvent(0.5, "late", (0,)),
+        TraceEvent(0.625, "expire", (1,)),
+        TraceEvent(0.75, "finish", (0,)),
+        TraceEvent(0.75, "finish", (1,)),
+        TraceEvent(1.0, "admit", (2,)),
+        TraceEvent(1.0, "dispatch", (2,)),
+        TraceEvent(1.5, "late", (2,)),
+        TraceEvent(1.75, "finish", (2,)),
+    )
+    assert r.summary.avg_batch == 1.0  # two passes of one item: the empty one is none
+    assert (r.late, r.expired) == (2, 1)
 
 
 def test_queue_full_refusal_and_its_reason() -> None:

@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections import deque
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Generic, cast
@@ -149,6 +150,10 @@ class Batcher(Generic[Out]):
         self._timer: TimerHandle | None = None
         self._timer_at = math.inf
         self._tasks: set[asyncio.Task[None]] = set()
+        # An async model's passes on the loop now, and the prefetched ones waiting to begin
+        # when one ends (a sync model's wait in its worker threads' queue instead).
+        self._on_loop = 0
+        self._waiting: deque[Batch[Item]] = deque()
         self._idle: asyncio.Event | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -412,9 +417,13 @@ class Batcher(Generic[Out]):
         # back with one loop callback; an async model's pass is a task on the loop. Both
         # take the live entries the same way and end in ``_complete`` (or ``_fail``).
         if self._async:
-            task = asyncio.get_running_loop().create_task(self._run_on_loop(batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            if self._on_loop < self.config.workers:
+                self._on_loop += 1
+                task = asyncio.get_running_loop().create_task(self._run_on_loop(batch))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            else:
+                self._waiting.append(batch)  # prefetched: it begins when a pass ends
             return
         if self._threads is None:
             loop = asyncio.get_running_loop()
@@ -444,15 +453,19 @@ class Batcher(Generic[Out]):
             result = await run_async(model, inputs, self.config.max_bisect_calls)
             forward_s = self._clock.now() - t0
         except BaseException as exc:
+            self._on_loop -= 1
             self._fail(batch, exc)
             if not isinstance(exc, Exception):
                 raise
             return
+        self._on_loop -= 1
         self._complete(batch, live, result, forward_s)
 
     def _fail(self, batch: Batch[Item], exc: BaseException) -> None:
         # A fault of the engine itself (not of the model): no caller may hang on it.
         self._policy.finish(self._clock.now(), batch, failed=batch.entries)
+        if self._waiting:
+            self._start(self._waiting.popleft())
         for e in batch.entries:
             if not e.withdrawn:
                 settle_error(e, exc)
@@ -476,6 +489,8 @@ class Batcher(Generic[Out]):
             skipped=skipped,
             bisect_calls=result.extra_calls,
         )
+        if self._waiting:
+            self._start(self._waiting.popleft())  # the policy has just begun it
         # The worker is free: the next batch starts before this one's callers are answered
         # (answering writes to their connections, which the next pass need not wait for).
         self._pump()

@@ -25,6 +25,7 @@ The same settings can come from ``--config FILE`` (TOML)::
     admission = true
     batch_by = "auto"         # or "count", "tokens"
     length_window = 4
+    prefetch = true
 
     [models.all-MiniLM-L6-v2] # one table per model, in serving order
     spec = "minilm"
@@ -99,6 +100,7 @@ _MODEL_KEYS: dict[str, tuple[str, str | None]] = {
     "batch_by": ("str", "batch_by"),
     "max_batch_tokens": ("int", "max_batch_tokens"),
     "length_window": ("int", "length_window"),
+    "prefetch": ("bool", "prefetch"),
     "timeout": ("duration", None),
     # The runtime of minilm or a model folder: options of its SPEC (field None).
     "backend": ("str", None),
@@ -156,6 +158,8 @@ def add_parser(sub: Any) -> None:
         "(longest x count; default: no bound but max-batch-size)",
         "length_window": "by tokens: a pass is chosen among the oldest N x max-batch-size "
         "queued items (default 4)",
+        "prefetch": "on/off: while the model is busy, hand it the next full batch at once, "
+        "so it starts the moment the running pass ends (default on)",
         "backend": "minilm/folder: torch, onnx, onnx-int8, openvino, openvino-int8 "
         "(default torch; int8 only if it passed its quality gate)",
         "device": "minilm/folder: auto, cpu, cuda, cuda:N, mps (default auto: a GPU if any)",

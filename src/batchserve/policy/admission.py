@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable
+from typing import Any
 
-__all__ = ["drain_rate", "predict_finish_at"]
+from batchserve.policy.entries import Batch
+
+__all__ = ["drain_rate", "predict_finish_at", "workers_free_at"]
 
 
 def predict_finish_at(
@@ -66,6 +70,35 @@ def predict_finish_at(
     for _ in range(full_ahead):
         heapq.heapreplace(free, free[0] + full_cost)
     return max(free[0], last_ready) + last_cost
+
+
+def workers_free_at(
+    now: float, running: Iterable[Batch[Any]], workers: int, fixed_s: float, per_item_s: float, /
+) -> tuple[list[float], float]:
+    """When each worker is predicted to be free, and until when that prediction is steady.
+
+    ``running``: the dispatched batches in dispatch order; the first ``workers`` are the
+    passes under way (the rest, prefetched, are not read). A worker is free ``now`` if idle,
+    else at its pass's predicted end. The second value is the earliest such end (``inf``
+    when none runs): until then the prediction moves no faster than the clock.
+    """
+    free = [now] * workers
+    steady = math.inf
+    for i, batch in enumerate(running):
+        if i == workers:
+            break
+        start = batch.start
+        expected = start + fixed_s + len(batch.entries) * per_item_s
+        if expected >= now:
+            free[i] = expected
+            if expected < steady:
+                steady = expected
+        else:
+            # A pass already over its prediction is assumed to last as long again as it
+            # has run so far: a stuck model makes admission stricter, not optimistic.
+            free[i] = now + (now - start)
+            steady = now
+    return free, steady
 
 
 def drain_rate(

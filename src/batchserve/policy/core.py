@@ -3,9 +3,9 @@
 Theory of operation
 -------------------
 State: a FIFO queue of live entries (at most ``queue_size``), a heap of their deadlines, the
-batches running on the workers (at most ``workers``) with a heap of their entries'
-deadlines, outcome counters and the cost model. Every deadline, queued or running, is the
-policy's to track and the driver's to fire.
+batches dispatched (at most ``workers`` running, and with ``prefetch`` at most ``workers``
+more to begin next) with a heap of their entries' deadlines, outcome counters and the cost
+model. Every deadline, queued or dispatched, is the policy's to track and the driver's to fire.
 
 Events, each handed the current time ``now`` by the driver:
 
@@ -34,13 +34,22 @@ Events, each handed the current time ``now`` by the driver:
   pass (``late``: marked withdrawn, to be answered now; a pass not yet begun skips them), then
   batches to dispatch, and ``wake_at``: the time the driver must call ``poll`` again if
   nothing else happens first (the next max wait, queued deadline or running deadline).
-* ``finish(now, batch, ...)`` ends a forward pass: the worker is free, each entry gets its
-  outcome, the cost model learns the pass's duration.
+  With ``prefetch``, while every worker is busy a batch that can no longer grow (full, or
+  the policy draining) is dispatched too, one per worker: the driver queues it behind the
+  running passes, so it begins the moment one ends instead of after the driver has heard
+  of the end and handed the next batch over (an idle gap per pass under sustained load).
+  Admission predicts it as the pass that follows the first to end; an entry whose deadline
+  passes before its prefetched pass begins is ``expired``, as in the queue.
+* ``finish(now, batch, ...)`` ends a forward pass: the worker is free (and begins the oldest
+  prefetched batch, whose ``start`` becomes ``now``), each entry gets its outcome, the cost
+  model learns the pass's duration.
 
 Invariants: a batch never holds more than ``max_batch_size`` entries; an entry is dispatched
 at most once and never after its deadline; a batch is dispatched only while a worker is
 free, when it is full or the oldest queued entry has waited ``max_wait_s`` (or at once while
-draining, as nothing more will arrive); each entry reaches exactly one outcome.
+draining, as nothing more will arrive), or prefetched as above; the first ``workers``
+dispatched batches not yet finished are the running ones, in dispatch order; each entry
+reaches exactly one outcome.
 """
 
 from __future__ import annotations
@@ -55,9 +64,18 @@ from typing import Generic
 from batchserve.config import BatchConfig
 from batchserve.costmodel import CostModel
 from batchserve.errors import DeadlineInfeasible, QueueFull, Rejected, ShuttingDown
-from batchserve.policy.admission import drain_rate, predict_finish_at
-from batchserve.policy.entries import DONE, QUEUED, RUNNING, Actions, Batch, Entry, PayloadT
-from batchserve.policy.outcomes import REJECT_REASONS, Counters, PolicyStats
+from batchserve.policy.admission import drain_rate, predict_finish_at, workers_free_at
+from batchserve.policy.entries import (
+    DONE,
+    PREFETCHED,
+    QUEUED,
+    RUNNING,
+    Actions,
+    Batch,
+    Entry,
+    PayloadT,
+)
+from batchserve.policy.outcomes import REJECT_REASONS, Counters, PolicyStats, tally_pass
 
 __all__ = ["DONE", "QUEUED", "RUNNING", "Batch", "Entry", "Policy", "Actions"]
 
@@ -88,6 +106,9 @@ class Policy(Generic[PayloadT]):
         self._ids = itertools.count()
         self._batch_ids = itertools.count()
         self._draining = False
+        self._prefetch = config.prefetch
+        # The depth from which the next pass is settled (no arrival can change it): full.
+        self._settled_depth = config.max_batch_size
         self._received = 0
         self._ok = 0
         self._late = 0
@@ -169,17 +190,18 @@ class Policy(Generic[PayloadT]):
             return self._retry_s  # nothing changed since it was computed (it reads no clock)
         cfg = self.config
         fixed_s, per_item_s = self._costs()
+        depth = len(self._queue)
+        if reason == "draining":
+            items = depth + sum(len(b.entries) for b in self._running.values())
+        else:
+            items = min(cfg.max_batch_size, depth)
         rate = drain_rate(
-            queue_depth=len(self._queue),
+            queue_depth=depth,
             workers=cfg.workers,
             max_batch_size=cfg.max_batch_size,
             fixed_s=fixed_s,
             per_item_s=per_item_s,
         )
-        if reason == "draining":
-            items = len(self._queue) + sum(len(b.entries) for b in self._running.values())
-        else:
-            items = min(cfg.max_batch_size, len(self._queue))
         self._retry_at, self._retry_reason = self._changes, reason
         self._retry_s = max(_MIN_RETRY_S, items / rate)
         return self._retry_s
@@ -189,28 +211,20 @@ class Policy(Generic[PayloadT]):
         # This runs for every admitted item: plain locals, positional calls, no copies.
         cfg = self.config
         fixed_s, per_item_s = self._costs()
+        workers = cfg.workers
+        running = self._running
+        free, steady = workers_free_at(now, running.values(), workers, fixed_s, per_item_s)
         queue = self._queue
         position = len(queue)
+        if len(running) > workers:
+            # Prefetched batches (full, but for a draining policy's last) run next: they
+            # are predicted as full batches at the head of the queue, as they were there.
+            position += (len(running) - workers) * cfg.max_batch_size
         head = now
         if queue and position < cfg.max_batch_size:
             arrival = next(iter(queue.values())).arrival
             if arrival < now:
                 head = arrival
-        # When each worker is predicted to be free: now if idle, else at the end of its pass.
-        free = [now] * cfg.workers
-        steady = math.inf
-        for i, batch in enumerate(self._running.values()):
-            start = batch.start
-            expected = start + fixed_s + len(batch.entries) * per_item_s
-            if expected >= now:
-                free[i] = expected
-                if expected < steady:
-                    steady = expected
-            else:
-                # A pass already over its prediction is assumed to last as long again as it
-                # has run so far: a stuck model makes admission stricter, not optimistic.
-                free[i] = now + (now - start)
-                steady = now
         # Until then the prediction moves no faster than the clock (for ``screen``).
         self._steady_until = steady
         return predict_finish_at(
@@ -404,23 +418,36 @@ class Policy(Generic[PayloadT]):
         # below).
         expired = self._expire(now) if deadlines and deadlines[0][0] <= now else []
         running_deadlines = self._running_deadlines
-        late = self._overdue(now) if running_deadlines and running_deadlines[0][0] <= now else None
+        late = (
+            self._overdue(now, expired)
+            if running_deadlines and running_deadlines[0][0] <= now
+            else None
+        )
         cfg = self.config
         dispatch: list[Batch[PayloadT]] = []
         queue = self._queue
         wake_at: float | None = None
-        while queue and len(self._running) < cfg.workers:
-            due = self._due()
-            if len(queue) < cfg.max_batch_size and now < due and not self._draining:
-                wake_at = due
-                break
+        running = self._running
+        while queue:
+            state = RUNNING
+            if len(running) >= cfg.workers:
+                # Every worker is busy: a batch that can no longer grow is prefetched, one
+                # per worker, to begin as soon as a running pass ends (see ``finish``).
+                if not self._prefetch_due():
+                    break
+                state = PREFETCHED
+            elif len(queue) < cfg.max_batch_size and not self._draining:
+                due = self._due()
+                if now < due:
+                    wake_at = due
+                    break
             entries = self._take(now, min(cfg.max_batch_size, len(queue)))
             for e in entries:
-                e.state = RUNNING
+                e.state = state
                 if e.deadline is not None:
                     heapq.heappush(running_deadlines, (e.deadline, e.id, e))
             batch = Batch(next(self._batch_ids), entries, now)
-            self._running[batch.id] = batch
+            running[batch.id] = batch
             dispatch.append(batch)
             self._changes += 1
         while deadlines and deadlines[0][2].state != QUEUED:
@@ -429,7 +456,7 @@ class Policy(Generic[PayloadT]):
             first = deadlines[0][0]
             wake_at = first if wake_at is None or first < wake_at else wake_at
         while running_deadlines and (
-            running_deadlines[0][2].state != RUNNING or running_deadlines[0][2].withdrawn
+            running_deadlines[0][2].state == DONE or running_deadlines[0][2].withdrawn
         ):
             heapq.heappop(running_deadlines)
         if running_deadlines:
@@ -447,10 +474,10 @@ class Policy(Generic[PayloadT]):
         """
         queue = self._queue
         cfg = self.config
-        if (
-            queue
-            and len(self._running) < cfg.workers
-            and (len(queue) >= cfg.max_batch_size or self._draining or self._due() < wake_at)
+        if queue and (
+            self._prefetch_due()
+            if len(self._running) >= cfg.workers
+            else len(queue) >= cfg.max_batch_size or self._draining or self._due() < wake_at
         ):
             return True
         deadlines = self._deadlines
@@ -458,6 +485,14 @@ class Policy(Generic[PayloadT]):
             return True
         running = self._running_deadlines
         return bool(running) and running[0][0] < wake_at
+
+    def _prefetch_due(self) -> bool:
+        """Whether the next batch is settled and may be prefetched (see ``poll``)."""
+        return (
+            self._prefetch
+            and len(self._running) < 2 * self.config.workers
+            and (len(self._queue) >= self._settled_depth or self._draining)
+        )
 
     def _due(self) -> float:
         """When the next pass must go though not full: the oldest item's max wait is up."""
@@ -468,16 +503,26 @@ class Policy(Generic[PayloadT]):
         queue = self._queue
         return [queue.popitem(last=False)[1] for _ in range(n)]
 
-    def _overdue(self, now: float) -> list[Entry[PayloadT]]:
-        # Running entries whose deadline has passed: their callers are answered now, and a
-        # pass that has not begun yet skips them (they are gone for the model too).
+    def _overdue(self, now: float, expired: list[Entry[PayloadT]]) -> list[Entry[PayloadT]]:
+        # Dispatched entries whose deadline has passed, answered now: ``late`` if running;
+        # if prefetched (pass not begun), ``expired`` as in the queue. Either is withdrawn:
+        # a pass not yet begun skips it.
         heap = self._running_deadlines
         late: list[Entry[PayloadT]] = []
         while heap and heap[0][0] <= now:
             entry = heapq.heappop(heap)[2]
-            if entry.state == RUNNING and not entry.withdrawn:
+            if entry.withdrawn:
+                continue
+            if entry.state == RUNNING:
                 entry.withdrawn = True
                 late.append(entry)
+            elif entry.state == PREFETCHED:
+                entry.withdrawn = True
+                entry.state = DONE
+                expired.append(entry)
+                self._expired += 1
+                self._pending -= 1
+                self._changes += 1
         return late
 
     def _expire(self, now: float) -> list[Entry[PayloadT]]:
@@ -520,8 +565,21 @@ class Policy(Generic[PayloadT]):
             skipped: entries not run because their caller had left (counted ``cancelled``).
             bisect_calls: extra model calls spent isolating failures.
         """
-        if self._running.pop(batch.id, None) is None:
+        running = self._running
+        if batch.id not in running:
             raise ValueError(f"batch {batch.id} is not running")
+        workers = self.config.workers
+        if len(running) > workers:
+            # A prefetched batch begins on the worker this pass frees, now (its ``start``
+            # was its dispatch; from now on it is the pass's start).
+            ids = list(running)
+            if ids.index(batch.id) < workers:
+                begun = running[ids[workers]]
+                begun.start = now
+                for e in begun.entries:
+                    if e.state == PREFETCHED:
+                        e.state = RUNNING
+        del running[batch.id]
         self._changes += 1
         ran = len(batch.entries) - len(skipped)
         if not failed and ran > 0:
@@ -532,28 +590,9 @@ class Policy(Generic[PayloadT]):
             self._batches += 1
             self._batch_sizes[ran] = self._batch_sizes.get(ran, 0) + 1
         self._bisect_calls += bisect_calls
-        if not failed and not skipped:
-            ok = late = 0
-            for e in batch.entries:
-                e.state = DONE
-                if e.deadline is not None and now > e.deadline:
-                    late += 1
-                else:
-                    ok += 1
-            self._ok += ok
-            self._late += late
-            self._pending -= len(batch.entries)
-            return
-        failed_ids = {e.id for e in failed}
-        skipped_ids = {e.id for e in skipped}
-        for e in batch.entries:
-            e.state = DONE
-            if e.id in skipped_ids:
-                self._cancelled += 1
-            elif e.id in failed_ids:
-                self._failed += 1
-            elif e.deadline is not None and now > e.deadline:
-                self._late += 1
-            else:
-                self._ok += 1
-        self._pending -= len(batch.entries)
+        ok, late, n_failed, cancelled = tally_pass(now, batch.entries, failed, skipped)
+        self._ok += ok
+        self._late += late
+        self._failed += n_failed
+        self._cancelled += cancelled
+        self._pending -= ok + late + n_failed + cancelled

@@ -1,6 +1,7 @@
 """What the policy tracks and hands to its driver: entries, batches, actions.
 
-An :class:`Entry` is one admitted item (its state goes queued -> running -> done), a
+An :class:`Entry` is one admitted item (its state goes queued -> running -> done, or
+queued -> prefetched -> running -> done when its batch waits behind a running pass), a
 :class:`Batch` one dispatched forward pass, and :class:`Actions` what one ``poll`` asks the
 driver to do. Plain slotted classes: one entry is made per item on the hot path.
 """
@@ -9,11 +10,11 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-__all__ = ["DONE", "QUEUED", "RUNNING", "Actions", "Batch", "Entry", "PayloadT"]
+__all__ = ["DONE", "PREFETCHED", "QUEUED", "RUNNING", "Actions", "Batch", "Entry", "PayloadT"]
 
 PayloadT = TypeVar("PayloadT")
 
-QUEUED, RUNNING, DONE = 0, 1, 2
+QUEUED, RUNNING, DONE, PREFETCHED = 0, 1, 2, 3
 
 
 class Entry(Generic[PayloadT]):
@@ -24,7 +25,7 @@ class Entry(Generic[PayloadT]):
         payload: the driver's own data (the input, a future...); the policy never reads it.
         arrival: admission time.
         deadline: absolute time by which it must finish, or None.
-        state: 0 queued, 1 running, 2 done.
+        state: 0 queued, 1 running, 2 done, 3 prefetched (dispatched, its pass not begun).
         withdrawn: no caller waits for its result any more (it left, or was answered at its
             deadline during the pass); a running entry withdrawn is skipped before the pass.
         size: its tokens, for a policy that forms batches by tokens (1 otherwise).
@@ -58,7 +59,8 @@ class Batch(Generic[PayloadT]):
     Attributes:
         id: unique, increasing with dispatch order.
         entries: the items, in queue order.
-        start: dispatch time.
+        start: when the pass began: its dispatch, or for a prefetched batch the end of the
+            pass it waited behind (set by ``Policy.finish``).
     """
 
     __slots__ = ("entries", "id", "start")
@@ -79,7 +81,8 @@ class Actions(Generic[PayloadT]):
     """What ``poll`` asks the driver to do now.
 
     Attributes:
-        expired: entries whose deadline passed while queued; answer them "deadline exceeded".
+        expired: entries whose deadline passed while queued (or prefetched, their pass not
+            begun); answer them "deadline exceeded".
         dispatch: batches to run now, each on a free worker.
         wake_at: call ``poll`` again at this time unless another event comes first (None: no
             timer needed).

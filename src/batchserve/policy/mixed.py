@@ -97,6 +97,9 @@ class MixedPolicy(Policy[PayloadT]):
         self, config: BatchConfig, classes: ClassConfig, cost_model: CostModel | None = None
     ) -> None:
         super().__init__(config, cost_model)
+        # No prefetch: a pass is formed when a worker takes it, so an urgent item that
+        # arrives during a pass still rides the next one, not the one after.
+        self._prefetch = False
         self.classes = classes
         self._by_name: dict[str, ClassQueue] = {}
         self._order: list[ClassQueue] = []

@@ -10,14 +10,59 @@ failed + pending`` holds at every instant.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 from batchserve.config import CostEstimate
+from batchserve.policy.entries import DONE, Entry
 
-__all__ = ["REJECT_REASONS", "Counters", "PolicyStats", "TokenStats"]
+__all__ = ["REJECT_REASONS", "Counters", "PolicyStats", "TokenStats", "tally_pass"]
 
 #: The machine-readable reasons a policy refuses an item, in a stable order.
 REJECT_REASONS = ("queue_full", "infeasible", "draining")
+
+
+def tally_pass(
+    now: float,
+    entries: list[Entry[Any]],
+    failed: Collection[Entry[Any]],
+    skipped: Collection[Entry[Any]],
+) -> tuple[int, int, int, int]:
+    """The outcomes of a pass that ended at ``now``: ``(ok, late, failed, cancelled)``.
+
+    Each entry not yet done is marked done and counted once: ``cancelled`` if ``skipped``
+    (not run: its caller had left), ``failed`` if in ``failed``, else ``late`` or ``ok`` by
+    its deadline. An entry already done (it expired while its batch was prefetched) has its
+    outcome and is not counted again.
+    """
+    ok = late = 0
+    if not failed and not skipped:
+        for e in entries:
+            if e.state == DONE:
+                continue
+            e.state = DONE
+            if e.deadline is not None and now > e.deadline:
+                late += 1
+            else:
+                ok += 1
+        return ok, late, 0, 0
+    failed_ids = {e.id for e in failed}
+    skipped_ids = {e.id for e in skipped}
+    n_failed = cancelled = 0
+    for e in entries:
+        if e.state == DONE:
+            continue
+        e.state = DONE
+        if e.id in skipped_ids:
+            cancelled += 1
+        elif e.id in failed_ids:
+            n_failed += 1
+        elif e.deadline is not None and now > e.deadline:
+            late += 1
+        else:
+            ok += 1
+    return ok, late, n_failed, cancelled
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

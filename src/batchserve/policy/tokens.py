@@ -99,6 +99,9 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
 
     def __init__(self, config: BatchConfig, cost_model: CostModel | None = None) -> None:
         super().__init__(config, cost_model)
+        # A pass is chosen among the oldest ``length_window * max_batch_size`` items: only
+        # once that many wait can no later arrival change it, and may it be prefetched.
+        self._settled_depth = config.length_window * config.max_batch_size
         self.token_cost = CostModel(CostEstimate(fixed_s=0.0, per_item_s=0.0))
         self._queued_tokens = 0
         self._padded = 0

@@ -53,11 +53,13 @@ from batchserve.errors import ConfigError, Rejected
 from batchserve.policy import (
     REJECT_REASONS,
     Batch,
+    Entry,
     Policy,
     PolicyStats,
     TokenPolicy,
     make_policy,
 )
+from batchserve.sim.workers import Workers
 from batchserve.workload.summary import LoadSummary, summarize
 
 __all__ = ["SimResult", "TraceEvent", "simulate"]
@@ -179,6 +181,15 @@ def simulate(
     by_tokens = sizes is not None and isinstance(policy, TokenPolicy)
     fixed = cost.fixed_s + overhead_s
     per_item = cost.per_item_s
+
+    def took(live: list[Entry[int]]) -> float:
+        t = fixed + len(live) * per_item
+        if per_token_s:
+            assert sizes is not None
+            t += per_token_s * len(live) * max(sizes[e.payload] for e in live)
+        return t
+
+    workers = Workers[int](config.workers, took)
     # (time, seq, batch): a finish event; batch None is a timer, valid only if seq matches.
     heap: list[tuple[float, int, Batch[int] | None]] = []
     seq = 0
@@ -232,7 +243,12 @@ def simulate(
                     continue
                 timer_at = inf
             else:
-                finish(now, batch)
+                skipped, nxt = workers.end(now, batch)
+                finish(now, batch, skipped=skipped)
+                if nxt is not None:
+                    seq += 1
+                    heappush(heap, (nxt[0], seq, nxt[1]))
+                    batches, items = _count_pass(workers, nxt[1], batches, items)
                 for e in batch.entries:
                     if e.withdrawn:
                         continue  # answered late at its deadline, during the pass
@@ -262,15 +278,11 @@ def simulate(
             if events is not None:
                 events.extend(TraceEvent(now, "expire", (e.payload,)) for e in todo.expired)
         for b in todo.dispatch:
-            size = len(b.entries)
-            batches += 1
-            items += size
-            seq += 1
-            took = fixed + size * per_item
-            if per_token_s:
-                assert sizes is not None
-                took += per_token_s * size * max(sizes[e.payload] for e in b.entries)
-            heappush(heap, (now + took, seq, b))
+            done = workers.dispatch(now, b)
+            if done is not None:
+                seq += 1
+                heappush(heap, (done, seq, b))
+                batches, items = _count_pass(workers, b, batches, items)
             if events is not None:
                 events.append(TraceEvent(now, "dispatch", tuple(e.payload for e in b.entries)))
         wake = todo.wake_at
@@ -309,6 +321,17 @@ def simulate(
         stats=policy.statistics(),
         trace=tuple(events) if events is not None else (),
     )
+
+
+def _count_pass(
+    workers: Workers[int], batch: Batch[int], batches: int, items: int
+) -> tuple[int, int]:
+    """The pass and item counts after ``batch``'s pass begins.
+
+    A pass that runs nothing is no pass, as the policy counts it.
+    """
+    ran = workers.ran(batch)
+    return (batches + 1, items + ran) if ran else (batches, items)
 
 
 def _check_sizes(sizes: Sequence[int] | None, n: int, per_token_s: float) -> None:

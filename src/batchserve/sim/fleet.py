@@ -43,8 +43,9 @@ from typing import Any
 
 from batchserve.config import BatchConfig, CostEstimate, check_non_negative, check_positive
 from batchserve.errors import ConfigError, Rejected
-from batchserve.policy import REJECT_REASONS, Batch, Policy
+from batchserve.policy import REJECT_REASONS, Batch, Entry, Policy
 from batchserve.sim.engine import _check_sorted
+from batchserve.sim.workers import Workers
 from batchserve.workload.summary import LoadSummary, summarize
 
 __all__ = ["ROUTINGS", "FleetResult", "ReplicaFigures", "simulate_fleet"]
@@ -225,6 +226,11 @@ def simulate_fleet(
     tries = replicas if max_tries is None else min(max_tries, replicas)
 
     policies: list[Policy[int]] = [Policy(config) for _ in range(replicas)]
+
+    def took(live: list[Entry[int]]) -> float:
+        return fixed + len(live) * per_item
+
+    workers = [Workers[int](config.workers, took) for _ in range(replicas)]
     outstanding = [0] * replicas
     router = _Router(routing, outstanding, seed)
     fixed = cost.fixed_s + overhead_s
@@ -249,6 +255,20 @@ def simulate_fleet(
     retries = 0
     end = 0.0
 
+    def begin(r: int, done: float, b: Batch[int]) -> None:
+        # A pass begins on replica ``r``'s worker, to end at ``done``.
+        nonlocal seq
+        ran = workers[r].ran(b)
+        if ran:
+            batch_counts[r] += 1
+            item_counts[r] += ran
+        seq += 1
+        heappush(heap, (done, seq, _FINISH, r, b))
+        for e in b.entries:
+            if e.deadline is not None and e.deadline < done:
+                seq += 1
+                heappush(heap, (e.deadline, seq, _RELEASE, r, None))
+
     def step(r: int, now: float) -> None:
         nonlocal seq, end
         s = policies[r].poll(now)
@@ -258,16 +278,9 @@ def simulate_fleet(
             outstanding[r] -= k
             end = now
         for b in s.dispatch:
-            size = len(b.entries)
-            batch_counts[r] += 1
-            item_counts[r] += size
-            done = now + fixed + size * per_item
-            seq += 1
-            heappush(heap, (done, seq, _FINISH, r, b))
-            for e in b.entries:
-                if e.deadline is not None and e.deadline < done:
-                    seq += 1
-                    heappush(heap, (e.deadline, seq, _RELEASE, r, None))
+            done = workers[r].dispatch(now, b)
+            if done is not None:
+                begin(r, done, b)
         wake = s.wake_at
         if wake is None:
             wake = inf
@@ -328,7 +341,10 @@ def simulate_fleet(
             continue
         else:
             assert batch is not None
-            policies[r].finish(now, batch)
+            skipped, nxt = workers[r].end(now, batch)
+            policies[r].finish(now, batch, skipped=skipped)
+            if nxt is not None:
+                begin(r, *nxt)
             for e in batch.entries:
                 d = e.deadline
                 if d is None or now <= d:

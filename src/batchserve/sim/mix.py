@@ -34,6 +34,7 @@ from batchserve.config import BatchConfig, CostEstimate, check_non_negative, che
 from batchserve.errors import ConfigError, Rejected
 from batchserve.policy import Batch, ClassConfig, Entry, MixedPolicy, Policy
 from batchserve.policy.entries import DONE
+from batchserve.sim.workers import Workers
 from batchserve.units import parse_duration
 from batchserve.workload.arrivals import ARRIVAL_MODES, arrival_times
 from batchserve.workload.summary import percentile
@@ -253,6 +254,7 @@ def simulate_mix(
     timed_out = [0] * len(streams)
     fixed = cost.fixed_s + overhead_s
     per_item = cost.per_item_s
+    workers = Workers[int](config.workers, lambda live: fixed + len(live) * per_item)
     heap: list[tuple[float, int, Batch[int] | None]] = []
     seq = 0
     timer_seq = -1
@@ -301,7 +303,14 @@ def simulate_mix(
                     continue
                 timer_at = math.inf
             else:
-                policy.finish(now, batch)
+                skipped, nxt = workers.end(now, batch)
+                policy.finish(now, batch, skipped=skipped)
+                if nxt is not None:
+                    seq += 1
+                    heappush(heap, (nxt[0], seq, nxt[1]))
+                    ran = workers.ran(nxt[1])
+                    batches += 1 if ran else 0
+                    items += ran
                 for e in batch.entries:
                     r = e.payload
                     if done[r] or e.withdrawn:
@@ -322,10 +331,12 @@ def simulate_mix(
         for e in todo.expired:
             time_out(now, e.payload)
         for b in todo.dispatch:
-            batches += 1
-            items += len(b.entries)
-            seq += 1
-            heappush(heap, (now + fixed + len(b.entries) * per_item, seq, b))
+            end_at = workers.dispatch(now, b)
+            if end_at is not None:
+                batches += 1
+                items += len(b.entries)
+                seq += 1
+                heappush(heap, (end_at, seq, b))
         wake = math.inf if todo.wake_at is None else todo.wake_at
         if wake != timer_at:
             timer_at = wake
