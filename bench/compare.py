@@ -30,7 +30,8 @@ the repeats, with the range where it matters, and ratios against the best peer. 
 figures go to ``bench/out/compare-<time>.json``; ``bench/RESULTS.md`` is written from them.
 
 Run: ``.venv/bin/python bench/compare.py [--scenarios seed,overload,framework,real]
-[--servers batchserve,litserve,...] [--repeats 2] [--quick]``
+[--servers batchserve,litserve,...] [--repeats 2] [--quick] [--batchserve-flags '--prefetch
+off']`` (the last adds flags to every batchserve server: an A/B run of one setting)
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +261,7 @@ class Bench:
         self.logs = logs
         self.cells: list[dict[str, Any]] = []
         self.extra: dict[str, Any] = {}
+        self.batchserve_flags: tuple[str, ...] = ()  # added to every batchserve cell
 
     def cell(
         self,
@@ -281,6 +283,8 @@ class Bench:
         a server with an unbounded queue would still be working off the last run's backlog).
         """
         tag = f"{scenario}-{config}".replace(" ", "_").replace(",", "")
+        if server == "batchserve" and self.batchserve_flags:
+            knobs = replace(knobs, extra=knobs.extra + self.batchserve_flags)
         rec: dict[str, Any] = {
             "scenario": scenario,
             "config": config,
@@ -579,6 +583,11 @@ def main(argv: list[str] | None = None) -> int:
         "--repeats", type=int, default=None, help="runs per cell (default 2; 1 with --quick)"
     )
     p.add_argument(
+        "--batchserve-flags",
+        default="",
+        help="more flags for every batchserve server, e.g. '--prefetch off' (an A/B run)",
+    )
+    p.add_argument(
         "--quick",
         action="store_true",
         help="smoke run: short runs, seed scenario only unless --scenarios is given",
@@ -614,6 +623,7 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = BENCH / "out"
     bench = Bench(plan, servers, out_dir / "logs" / stamp)
+    bench.batchserve_flags = tuple(args.batchserve_flags.split())
     write_texts()
     started = time.time()
     load_before = _loadavg()

@@ -41,6 +41,7 @@ def test_format_duration() -> None:
         ({"queue_size": 0}, "queue_size must be >= 1, got 0"),
         ({"workers": True}, "workers must be an integer, got True"),
         ({"admission": "yes"}, "admission must be a bool"),
+        ({"prefetch": "yes"}, "prefetch must be a bool"),
         ({"max_bisect_calls": -1}, "max_bisect_calls must be >= 0, got -1"),
     ],
 )

@@ -137,7 +137,10 @@ async def test_refusals_from_the_head_repeat_the_same_answer_each_with_its_own_t
     from batchserve.config import BatchConfig, CostEstimate
 
     cost = CostEstimate(fixed_s=0.0, per_item_s=0.0)
-    batch = BatchConfig(max_batch_size=1, max_wait_s=0.0, queue_size=1, initial_cost=cost)
+    # Prefetch off: the one queue slot is taken by the request behind the stuck pass.
+    batch = BatchConfig(
+        max_batch_size=1, max_wait_s=0.0, queue_size=1, initial_cost=cost, prefetch=False
+    )
     stuck = build_app(
         {"m": "synthetic:fixed=1000s,per_item=0ms,dim=4"}, batch={"m": batch}, timeout_s=1e6
     )

@@ -201,7 +201,9 @@ def test_a_client_that_disconnects_while_queued_never_reaches_the_model(
 ) -> None:
     record = tmp_path / "computed.txt"
     env = {"BATCHSERVE_TEST_RECORD": str(record), "BATCHSERVE_TEST_SLEEP": "1.0"}
+    # Prefetch off: what waits behind the stuck pass is queued, not handed over.
     args = ["--model", "rec=batchserve_testmodels:Recorder", "--max-batch-size", "1"]
+    args += ["--prefetch", "off"]
     with server_process(args, env) as server:
         with httpx.Client(base_url=server.url, timeout=10) as client:
 
@@ -342,7 +344,9 @@ def _post(text: str, extra: bytes = b"") -> bytes:
 
 def test_a_full_queue_refuses_from_the_head_before_the_body_is_sent() -> None:
     env = {"BATCHSERVE_TEST_SLEEP": "2"}
+    # Prefetch off: what waits behind the stuck pass is queued, not handed over.
     args = ["--model", "rec=batchserve_testmodels:Recorder", "--max-batch-size", "1"]
+    args += ["--prefetch", "off"]
     with server_process([*args, "--queue-size", "1"], env) as server:
         with httpx.Client(base_url=server.url, timeout=10) as client:
 

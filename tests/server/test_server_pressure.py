@@ -22,7 +22,10 @@ from batchserve.models.loader import LoadedModel
 from batchserve.server import App, ModelSettings, ServerSettings
 from support import wait_for
 
-ONE_AT_A_TIME = BatchConfig(max_batch_size=1, max_wait_s=0.0, queue_size=1, admission=False)
+# Prefetch off: the queue holds exactly what a test sends behind the stuck pass.
+ONE_AT_A_TIME = BatchConfig(
+    max_batch_size=1, max_wait_s=0.0, queue_size=1, admission=False, prefetch=False
+)
 
 
 async def until(predicate: Any, what: str) -> None:
@@ -125,7 +128,9 @@ async def test_a_deadline_passed_before_admission_is_504_and_never_computed() ->
 
 async def test_a_multi_input_request_is_refused_whole() -> None:
     gate = Gate()
-    cfg = BatchConfig(max_batch_size=1, max_wait_s=0.0, queue_size=2, admission=False)
+    cfg = BatchConfig(
+        max_batch_size=1, max_wait_s=0.0, queue_size=2, admission=False, prefetch=False
+    )
     app = build_app({"g": embedding_model(gate)}, batch={"g": cfg})
     async with client_for(app) as c:
         holder = await hold_worker(c, gate)
@@ -172,7 +177,9 @@ async def test_not_ready_while_loading_is_503() -> None:
 
 async def test_draining_is_503_and_accepted_work_finishes() -> None:
     gate = Gate()
-    cfg = BatchConfig(max_batch_size=1, max_wait_s=0.0, queue_size=8, admission=False)
+    cfg = BatchConfig(
+        max_batch_size=1, max_wait_s=0.0, queue_size=8, admission=False, prefetch=False
+    )
     app = build_app({"g": embedding_model(gate)}, batch={"g": cfg})
     async with client_for(app) as c:
         holder, queued = await hold_and_queue_one(c, gate, app)
@@ -221,7 +228,9 @@ async def test_bad_deadline_header_is_422() -> None:
 
 async def test_model_error_is_422_for_the_failing_request_only() -> None:
     gate = Gate()
-    cfg = BatchConfig(max_batch_size=8, max_wait_s=0.0, queue_size=8, admission=False)
+    cfg = BatchConfig(
+        max_batch_size=8, max_wait_s=0.0, queue_size=8, admission=False, prefetch=False
+    )
     app = build_app({"g": embedding_model(gate)}, batch={"g": cfg})
     async with client_for(app) as c:
         holder = await hold_worker(c, gate)
@@ -276,7 +285,9 @@ async def test_api_key_guards_inference_but_not_health_or_metrics() -> None:
 
 async def test_a_client_that_leaves_while_queued_is_never_computed() -> None:
     gate = Gate()
-    cfg = BatchConfig(max_batch_size=1, max_wait_s=0.0, queue_size=8, admission=False)
+    cfg = BatchConfig(
+        max_batch_size=1, max_wait_s=0.0, queue_size=8, admission=False, prefetch=False
+    )
     app = build_app({"g": embedding_model(gate)}, batch={"g": cfg})
     async with client_for(app) as c:
         holder = await hold_worker(c, gate)

@@ -121,6 +121,13 @@ def add_queue_args(g: Any) -> None:
         metavar="on|off",
         help="refuse at once what the cost model predicts will miss its deadline (on)",
     )
+    g.add_argument(
+        "--prefetch",
+        type=on_off,
+        default=True,
+        metavar="on|off",
+        help="hand the model the next full batch while it is busy, as serve does (on)",
+    )
 
 
 def add_batch_args(p: argparse.ArgumentParser) -> None:
@@ -256,6 +263,7 @@ def run(args: argparse.Namespace) -> int:
         queue_size=args.queue_size,
         workers=args.workers,
         admission=args.admission,
+        prefetch=args.prefetch,
         initial_cost=initial_cost_from_args(args, cost),
         batch_by=args.batch_by,
         max_batch_tokens=args.max_batch_tokens,
@@ -325,6 +333,7 @@ def _scenario(args: argparse.Namespace, cost: CostEstimate) -> dict[str, Any]:
         "queue_size": args.queue_size,
         "workers": args.workers,
         "admission": args.admission,
+        "prefetch": args.prefetch,
         "fixed_s": cost.fixed_s,
         "per_item_s": cost.per_item_s,
         "overhead_s": args.overhead,

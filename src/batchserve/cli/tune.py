@@ -139,6 +139,7 @@ def _run_mix(args: argparse.Namespace) -> int:
         config=BatchConfig(
             queue_size=args.queue_size,
             admission=args.admission,
+            prefetch=args.prefetch,
             initial_cost=initial_cost_from_args(args, cost),
         ),
         cost=cost,
@@ -214,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
             timeout_s=args.timeout,
             queue_size=args.queue_size,
             admission=args.admission,
+            prefetch=args.prefetch,
             initial_cost=initial_cost_from_args(args, cost),
             max_loss=args.max_loss,
             overhead_s=args.overhead,

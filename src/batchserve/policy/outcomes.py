@@ -133,8 +133,8 @@ class PolicyStats:
     Attributes:
         counters: outcome counters.
         queue_depth: items waiting now.
-        running_items: items in forward passes now.
-        running_batches: forward passes under way now.
+        running_items: items dispatched now: in forward passes, or prefetched to begin next.
+        running_batches: batches dispatched now (passes under way, and prefetched ones).
         batches: forward passes finished.
         batch_sizes: finished passes by batch size (size -> count).
         bisect_calls: extra model calls spent isolating failing inputs.

@@ -47,7 +47,7 @@ batchserve_forward_seconds                 histogram  duration of each forward p
 batchserve_items_total                     counter    items by policy ``outcome``
 batchserve_bisect_calls_total              counter    extra model calls isolating bad inputs
 batchserve_queue_depth                     gauge      items waiting now
-batchserve_running_items                   gauge      items in forward passes now
+batchserve_running_items                   gauge      items dispatched: in passes, or prefetched
 batchserve_cost_fixed_seconds              gauge      fitted fixed cost per pass
 batchserve_cost_per_item_seconds           gauge      fitted cost per item
 batchserve_cost_samples                    gauge      passes the cost model learned from
@@ -386,7 +386,9 @@ class Metrics:
         )
         depth = GaugeMetricFamily("batchserve_queue_depth", "Items waiting now.", labels=["model"])
         running = GaugeMetricFamily(
-            "batchserve_running_items", "Items in forward passes now.", labels=["model"]
+            "batchserve_running_items",
+            "Items dispatched to the model now: in forward passes, or prefetched to begin next.",
+            labels=["model"],
         )
         fixed = GaugeMetricFamily(
             "batchserve_cost_fixed_seconds",

@@ -92,6 +92,7 @@ class Scenario:
         timeout_s: each request's deadline (None: none).
         queue_size: the server's queue size.
         admission: whether the server refuses work predicted to miss its deadline.
+        prefetch: whether the server prefetches the next full batch (``serve --prefetch``).
         initial_cost: where the server's cost model starts (zero: no profile given).
         max_loss: the share of requests that may go unserved while meeting the target.
         overhead_s: seconds the server adds to every pass (see :func:`simulate`).
@@ -103,6 +104,7 @@ class Scenario:
     timeout_s: float | None = 0.25
     queue_size: int = 64
     admission: bool = True
+    prefetch: bool = True
     initial_cost: CostEstimate = _ZERO_COST
     max_loss: float = 0.01
     overhead_s: float = 0.0
@@ -124,6 +126,7 @@ class Scenario:
             "timeout_s": self.timeout_s,
             "queue_size": self.queue_size,
             "admission": self.admission,
+            "prefetch": self.prefetch,
             "max_loss": self.max_loss,
             "overhead_s": self.overhead_s,
         }
@@ -135,6 +138,8 @@ class Scenario:
             flags += f" --timeout {self.timeout_s * 1e3:g}ms"
         if not self.admission:
             flags += " --admission off"
+        if not self.prefetch:
+            flags += " --prefetch off"
         return flags
 
     def config(self, setting: Setting) -> BatchConfig:
@@ -145,6 +150,7 @@ class Scenario:
             workers=setting.workers,
             queue_size=self.queue_size,
             admission=self.admission,
+            prefetch=self.prefetch,
             initial_cost=self.initial_cost,
         )
 

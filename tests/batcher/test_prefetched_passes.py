@@ -1,0 +1,42 @@
+"""A sync model's prefetched pass begins in its worker thread, without the event loop."""
+
+import threading
+from collections.abc import Sequence
+
+import pytest
+
+from batchserve.batcher import Batcher
+from batchserve.config import BatchConfig
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+async def test_the_next_full_batch_begins_while_the_event_loop_is_held(prefetch: bool) -> None:
+    release = threading.Event()
+    first_began = threading.Event()
+    second_began = threading.Event()
+    calls: list[list[str]] = []
+
+    def model(xs: Sequence[str]) -> list[str]:
+        calls.append(list(xs))
+        if len(calls) == 1:
+            first_began.set()
+            release.wait(10)
+        else:
+            second_began.set()
+        return [x.upper() for x in xs]
+
+    b: Batcher[str] = Batcher(
+        model, BatchConfig(max_batch_size=2, max_wait_s=1.0, prefetch=prefetch)
+    )
+    first = [b.submit_nowait(x) for x in "ab"]
+    assert first_began.wait(5)  # the first pass is under way, blocked in the model
+    second = [b.submit_nowait(x) for x in "cd"]  # a full batch while the worker is busy
+    assert b.statistics().running_batches == (2 if prefetch else 1)
+    release.set()
+    # The loop is held here (a blocking wait, no await): only the worker thread can begin
+    # the second pass, and it can only if the batch was handed over before the first ended.
+    began = second_began.wait(5.0 if prefetch else 0.5)
+    assert began is prefetch
+    assert [(await t).output for t in first + second] == ["A", "B", "C", "D"]
+    assert calls == [["a", "b"], ["c", "d"]]
+    await b.shutdown()
