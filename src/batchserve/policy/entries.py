@@ -83,7 +83,8 @@ class Actions(Generic[PayloadT]):
     Attributes:
         expired: entries whose deadline passed while queued (or prefetched, their pass not
             begun); answer them "deadline exceeded".
-        dispatch: batches to run now, each on a free worker.
+        dispatch: batches to run, in order: each on a free worker, or (prefetched) queued
+            behind the running passes to begin when one ends.
         wake_at: call ``poll`` again at this time unless another event comes first (None: no
             timer needed).
         late: running entries whose deadline passed during their pass (now withdrawn);
