@@ -190,18 +190,17 @@ class Policy(Generic[PayloadT]):
             return self._retry_s  # nothing changed since it was computed (it reads no clock)
         cfg = self.config
         fixed_s, per_item_s = self._costs()
-        depth = len(self._queue)
-        if reason == "draining":
-            items = depth + sum(len(b.entries) for b in self._running.values())
-        else:
-            items = min(cfg.max_batch_size, depth)
         rate = drain_rate(
-            queue_depth=depth,
+            queue_depth=len(self._queue),
             workers=cfg.workers,
             max_batch_size=cfg.max_batch_size,
             fixed_s=fixed_s,
             per_item_s=per_item_s,
         )
+        if reason == "draining":
+            items = len(self._queue) + sum(len(b.entries) for b in self._running.values())
+        else:
+            items = min(cfg.max_batch_size, len(self._queue))
         self._retry_at, self._retry_reason = self._changes, reason
         self._retry_s = max(_MIN_RETRY_S, items / rate)
         return self._retry_s

@@ -197,7 +197,7 @@ def simulate(
     timer_at = math.inf
     latencies: list[float] = []
     rejected = dict.fromkeys(REJECT_REASONS, 0)
-    late = expired = batches = items = 0
+    late = expired = 0
     end = 0.0
     events: list[TraceEvent] | None = [] if trace else None
     offer = policy.offer
@@ -248,10 +248,9 @@ def simulate(
                 if nxt is not None:
                     seq += 1
                     heappush(heap, (nxt[0], seq, nxt[1]))
-                    batches, items = _count_pass(workers, nxt[1], batches, items)
                 for e in batch.entries:
                     if e.withdrawn:
-                        continue  # answered late at its deadline, during the pass
+                        continue  # answered at its deadline (during the pass, or prefetched)
                     d = e.deadline
                     if d is None or now <= d:
                         append(now - e.arrival)
@@ -282,7 +281,6 @@ def simulate(
             if done is not None:
                 seq += 1
                 heappush(heap, (done, seq, b))
-                batches, items = _count_pass(workers, b, batches, items)
             if events is not None:
                 events.append(TraceEvent(now, "dispatch", tuple(e.payload for e in b.entries)))
         wake = todo.wake_at
@@ -307,8 +305,8 @@ def simulate(
         rejected_by_reason={k: v for k, v in rejected.items() if v},
         timed_out=late + expired,
         errors=0,
-        items=items,
-        batches=batches,
+        items=workers.items,
+        batches=workers.passes,
         max_batch_size=config.max_batch_size,
         max_wait_s=config.max_wait_s,
     )
@@ -316,22 +314,11 @@ def simulate(
         summary=summary,
         late=late,
         expired=expired,
-        batches=batches,
+        batches=workers.passes,
         end_s=end,
         stats=policy.statistics(),
         trace=tuple(events) if events is not None else (),
     )
-
-
-def _count_pass(
-    workers: Workers[int], batch: Batch[int], batches: int, items: int
-) -> tuple[int, int]:
-    """The pass and item counts after ``batch``'s pass begins.
-
-    A pass that runs nothing is no pass, as the policy counts it.
-    """
-    ran = workers.ran(batch)
-    return (batches + 1, items + ran) if ran else (batches, items)
 
 
 def _check_sizes(sizes: Sequence[int] | None, n: int, per_token_s: float) -> None:

@@ -243,8 +243,6 @@ def simulate_fleet(
     refused = [0] * replicas
     lates = [0] * replicas
     expireds = [0] * replicas
-    batch_counts = [0] * replicas
-    item_counts = [0] * replicas
     # (time, seq, kind, replica, payload): a finished batch, a timer (valid only while its
     # seq is the replica's timer_seq) or the release of a late item at its deadline.
     heap: list[tuple[float, int, int, int, Batch[int] | None]] = []
@@ -258,10 +256,6 @@ def simulate_fleet(
     def begin(r: int, done: float, b: Batch[int]) -> None:
         # A pass begins on replica ``r``'s worker, to end at ``done``.
         nonlocal seq
-        ran = workers[r].ran(b)
-        if ran:
-            batch_counts[r] += 1
-            item_counts[r] += ran
         seq += 1
         heappush(heap, (done, seq, _FINISH, r, b))
         for e in b.entries:
@@ -357,6 +351,8 @@ def simulate_fleet(
         step(r, now)
 
     late, expired = sum(lates), sum(expireds)
+    batch_counts = [w.passes for w in workers]
+    item_counts = [w.items for w in workers]
     batches, items = sum(batch_counts), sum(item_counts)
     summary = summarize(
         name=name,

@@ -259,7 +259,6 @@ def simulate_mix(
     seq = 0
     timer_seq = -1
     timer_at = math.inf
-    batches = items = 0
     end = 0.0
 
     def withdraw(now: float, r: int) -> None:
@@ -308,9 +307,6 @@ def simulate_mix(
                 if nxt is not None:
                     seq += 1
                     heappush(heap, (nxt[0], seq, nxt[1]))
-                    ran = workers.ran(nxt[1])
-                    batches += 1 if ran else 0
-                    items += ran
                 for e in batch.entries:
                     r = e.payload
                     if done[r] or e.withdrawn:
@@ -333,8 +329,6 @@ def simulate_mix(
         for b in todo.dispatch:
             end_at = workers.dispatch(now, b)
             if end_at is not None:
-                batches += 1
-                items += len(b.entries)
                 seq += 1
                 heappush(heap, (end_at, seq, b))
         wake = math.inf if todo.wake_at is None else todo.wake_at
@@ -368,7 +362,7 @@ def simulate_mix(
     return MixResult(
         policy="fifo" if mixed is None else "classes",
         streams=tuple(figures),
-        batches=batches,
-        items=items,
+        batches=workers.passes,
+        items=workers.items,
         end_s=end,
     )

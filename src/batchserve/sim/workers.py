@@ -25,9 +25,16 @@ class Workers(Generic[PayloadT]):
     Args:
         n: the workers.
         took: seconds a pass of these items takes.
+
+    Attributes:
+        passes: passes begun that ran at least one item (one left with none is no pass, as
+            the policy counts it).
+        items: items those passes ran.
     """
 
     def __init__(self, n: int, took: Callable[[list[Entry[PayloadT]]], float]) -> None:
+        self.passes = 0
+        self.items = 0
         self._free = n
         self._took = took
         self._waiting: deque[Batch[PayloadT]] = deque()
@@ -56,12 +63,12 @@ class Workers(Generic[PayloadT]):
         nxt = self._waiting.popleft()
         return skipped, (self._begin(now, nxt), nxt)
 
-    def ran(self, batch: Batch[PayloadT]) -> int:
-        """How many of ``batch``'s items its pass runs (once it has begun)."""
-        return len(batch.entries) - len(self._skipped.get(batch.id, ()))
-
     def _begin(self, now: float, batch: Batch[PayloadT]) -> float:
         live = [e for e in batch.entries if not e.withdrawn]
         if len(live) < len(batch.entries):
             self._skipped[batch.id] = [e for e in batch.entries if e.withdrawn]
-        return now + self._took(live) if live else now
+        if not live:
+            return now
+        self.passes += 1
+        self.items += len(live)
+        return now + self._took(live)
