@@ -2,19 +2,23 @@
 
 1. **encode alone**: in this process, ``SentenceTransformer.encode`` on batches of the same
    texts at several batch sizes; the best texts/s is the ceiling.
-2. **served**: a real ``batchserve serve`` (MiniLM, ``--max-batch-size`` = that best size)
-   in a subprocess, driven to saturation by a closed-loop raw HTTP/1.1 client in this
-   process: ``--concurrency`` connections, each sending the next single-text request as soon
-   as the previous one is answered (and, as a second figure, requests of 8 texts each), so
-   the queue always holds a full batch. Served texts/s over the measured window.
+2. **served**: a real ``batchserve serve`` (MiniLM, ``--max-batch-size`` = that best size,
+   otherwise its defaults: on two cores, two passes of one thread at once) in a subprocess,
+   driven to saturation by a closed-loop raw HTTP/1.1 client in this process:
+   ``--concurrency`` connections (default: a full batch per worker and one more), each
+   sending the next single-text request as soon as the previous one is answered (and, as a
+   second figure, requests of 8 texts each), so the queue always holds a full batch. Served
+   texts/s over the measured window. ``--server-flags '--workers 1'`` serves with other
+   flags, for an A/B run.
 
 A full batch answers all its requests at once, so a window must hold many passes: on a
 slow machine (tens of texts/s) use long windows (``--seconds``).
 
-Target (issue 4): served >= 85% of encode's best. The two alternate over ``--rounds`` rounds;
-the server idles while encode runs and vice versa. On this shared 2-core machine the client,
-the server's event loop and torch's threads compete for the same cores: the figures are
-noisy and the client's own CPU is part of what the served figure pays.
+Target (issue 10; issue 4 asked 85%): served >= 95% of encode's best. The two alternate
+over ``--rounds`` rounds; the server idles while encode runs and vice versa. On this shared
+2-core machine the client, the server's event loop and torch's threads compete for the same
+cores: the figures are noisy and the client's own CPU is part of what the served figure
+pays.
 
 ``--spec minilm:backend=onnx-int8,threads=1`` serves that SPEC and measures encode alone
 on the same model as the server loads it (backend, threads), so the ratio compares like
@@ -31,10 +35,12 @@ import json
 import os
 import random
 import re
+import shlex
 import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -169,12 +175,14 @@ async def served_rate(
     return counts["ok"] / elapsed, counts["bad"]
 
 
-def start_server(max_batch_size: int, spec: str = "") -> tuple[subprocess.Popen[str], str, int]:
+def start_server(
+    max_batch_size: int, spec: str = "", flags: list[str] | None = None
+) -> tuple[subprocess.Popen[str], str, int]:
     cmd = [
         sys.executable, "-m", "batchserve", "serve", "--port", "0",
         *(["--model", spec] if spec else []),
         "--max-batch-size", str(max_batch_size), "--max-wait", "5ms",
-        "--queue-size", "4096", "--admission", "off", "--timeout", "60s",
+        "--queue-size", "4096", "--admission", "off", "--timeout", "60s", *(flags or []),
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -184,6 +192,17 @@ def start_server(max_batch_size: int, spec: str = "") -> tuple[subprocess.Popen[
         proc.kill()
         raise RuntimeError(f"server did not start: {line!r}")
     return proc, match.group(1), int(match.group(2))
+
+
+def server_workers(host: str, port: int) -> int:
+    """The passes the server runs at once (``--workers``, or the model's own), once loaded."""
+    for _ in range(600):
+        with urllib.request.urlopen(f"http://{host}:{port}/status") as r:
+            (model,) = json.loads(r.read())["models"].values()
+        if model["state"] == "ready":
+            return int(model["settings"]["workers"])
+        time.sleep(0.1)
+    raise RuntimeError("the server's model did not load in 60 s")
 
 
 def main() -> int:
@@ -199,6 +218,11 @@ def main() -> int:
         help="serve and encode this SPEC, e.g. minilm:backend=onnx-int8,threads=1 "
         "(default: serve minilm, encode with SentenceTransformer.encode)",
     )
+    parser.add_argument(
+        "--server-flags",
+        default="",
+        help="more serve flags, e.g. '--workers 1' (default: the server's own defaults)",
+    )
     args = parser.parse_args()
     texts = corpus()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -209,8 +233,10 @@ def main() -> int:
         first = encode_rates(texts, sizes, args.seconds / 2, args.spec)
         print("  " + "  ".join(f"b={b}: {r:6.1f}" for b, r in first.items()))
         best = max(first, key=lambda b: first[b])
-    concurrency = args.concurrency or 2 * best
-    proc, host, port = start_server(best, args.spec)
+    proc, host, port = start_server(best, args.spec, shlex.split(args.server_flags))
+    workers = server_workers(host, port)
+    concurrency = args.concurrency or (workers + 1) * best
+    print(f"server: {workers} worker(s), batch {best}")
     rows: list[dict[str, Any]] = []
     try:
         for r in range(args.rounds):
@@ -236,8 +262,8 @@ def main() -> int:
     enc = statistics.median(r["encode"] for r in rows)
     print(
         f"\nmedian over rounds: encode {enc:.1f} texts/s; served/encode {single_ratio:.0%} "
-        f"(1 text/request) and {multi_ratio:.0%} (8 texts/request); target >= 85%: "
-        f"{'met' if single_ratio >= 0.85 else 'MISSED'} (1 text/request)"
+        f"(1 text/request) and {multi_ratio:.0%} (8 texts/request); target >= 95%: "
+        f"{'met' if single_ratio >= 0.95 else 'MISSED'} (1 text/request)"
     )
     return 0
 

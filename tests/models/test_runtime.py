@@ -15,6 +15,7 @@ from batchserve.models.runtime import (
     Runtime,
     default_cache_dir,
     default_threads,
+    default_workers,
     resolve_device,
     resolve_dtype,
 )
@@ -103,6 +104,26 @@ def test_half_precision_is_for_gpus() -> None:
 @pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 1), (4, 3), (8, 6), (64, 62)])
 def test_default_threads_leave_the_event_loop_a_core(cores: int, threads: int) -> None:
     assert default_threads(cores) == threads
+
+
+@pytest.mark.parametrize(
+    ("device", "threads", "cores", "workers"),
+    [
+        ("cpu", 1, 2, 2),  # the default threads on two cores: two one-thread passes
+        ("cpu", 2, 2, 1),
+        ("cpu", 3, 4, 1),
+        ("cpu", 1, 4, 4),
+        ("cpu", 6, 8, 1),
+        ("cpu", 4, 2, 1),  # more threads than cores: still one pass
+        ("cpu", 1, 1, 1),
+        ("cuda:0", 1, 16, 1),  # one device: its passes queue behind each other anyway
+        ("mps", 1, 8, 1),
+    ],
+)
+def test_default_workers_fill_the_cores_with_passes(
+    device: str, threads: int, cores: int, workers: int
+) -> None:
+    assert default_workers(device, threads, cores) == workers
 
 
 def test_default_cache_dir(tmp_path: Path) -> None:

@@ -73,3 +73,12 @@ def test_the_config_file_takes_runtime_keys(tmp_path: pathlib.Path) -> None:
 def test_a_bad_runtime_flag_fails_at_start_up(argv: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         settings(argv)
+
+
+def test_workers_nobody_set_are_the_models_own() -> None:
+    (model,) = settings([]).models
+    assert model.auto_workers
+    # Set, even to 1, they are what was set.
+    (model,) = settings(["--workers", "1"]).models
+    assert not model.auto_workers
+    assert model.batch.workers == 1

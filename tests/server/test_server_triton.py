@@ -20,11 +20,32 @@ from server_helpers import build_app, client_for, embedding_model, server_proces
 
 from batchserve.config import BatchConfig
 from batchserve.models.loader import LoadedModel
+from batchserve.server import App, ModelSettings, ServerSettings
 from tools import ensure_perf_analyzer
 
 tritonhttp = pytest.importorskip("tritonclient.http")
 
 TEXTS = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1, 1], "data": ["a"]}]}
+
+
+async def test_workers_the_model_decides_are_the_ones_stated() -> None:
+    # ``serve`` without --workers: the loaded model says how many passes use the machine.
+    model = embedding_model(poisoned, dim=4, workers=3)
+    settings = ServerSettings(
+        models=(
+            ModelSettings(name="auto", spec="auto", auto_workers=True),
+            ModelSettings(name="set", spec="set", batch=BatchConfig(workers=1)),
+        )
+    )
+    app = App(settings, loader=lambda spec: model)
+    async with client_for(app) as c:
+        for name, workers in (("auto", 3), ("set", 1)):
+            config = (await c.get(f"/v2/models/{name}/config")).json()
+            assert config["instance_group"][0]["count"] == workers, name
+            assert config["dynamic_batching"]["preserve_ordering"] is (workers == 1)
+            status = (await c.get("/status")).json()
+            assert status["models"][name]["settings"]["workers"] == workers, name
+            assert app.registry.models[name].require_batcher().config.workers == workers
 
 
 async def test_config_states_the_settings_in_force() -> None:

@@ -20,7 +20,7 @@ The same settings can come from ``--config FILE`` (TOML)::
     max_batch_size = 32
     max_wait = "2ms"
     queue_size = 1024
-    workers = 1
+    workers = 1               # unset: the model's own (minilm on the CPU: cores // threads)
     timeout = "30s"
     admission = true
     batch_by = "auto"         # or "count", "tokens"
@@ -149,7 +149,8 @@ def add_parser(sub: Any) -> None:
         "max_batch_size": "a batch closes at this many items (default 32)",
         "max_wait": "a batch closes when its oldest item waited this long (default 2ms)",
         "queue_size": "items that may wait; one more is refused 429 (default 1024)",
-        "workers": "forward passes at once (default 1)",
+        "workers": "forward passes at once (default: minilm or a folder on the CPU, as many "
+        "passes as the cores hold at --threads each; otherwise 1)",
         "timeout": "deadline of a request that states none (default 30s)",
         "admission": "on/off: refuse at once what cannot meet its deadline (default on)",
         "batch_by": "count, tokens or auto: form passes by tokens, texts of similar length "
@@ -165,7 +166,7 @@ def add_parser(sub: Any) -> None:
         "device": "minilm/folder: auto, cpu, cuda, cuda:N, mps (default auto: a GPU if any)",
         "dtype": "minilm/folder on a GPU: float32, float16, bfloat16 (default float32)",
         "threads": "minilm/folder: CPU threads per pass (default: cores - 1 up to 4 cores, "
-        "cores - 2 above: the event loop keeps a core)",
+        "cores - 2 above: a pass leaves the event loop a core)",
         "cache_dir": "minilm/folder: where ONNX/OpenVINO exports are cached "
         "(default $BATCHSERVE_CACHE_DIR or ~/.cache/batchserve)",
     }
@@ -363,8 +364,10 @@ def build_settings(
         spec = _apply_runtime(
             name, spec, {k: merged.pop(k) for k in _RUNTIME if k in merged}, named
         )
-        # A timeout nobody set keeps ModelSettings' own default.
+        # A timeout nobody set keeps ModelSettings' own default; workers nobody set are the
+        # model's own (two one-thread passes for minilm on two cores).
         extra = {"timeout_s": merged.pop("timeout")} if "timeout" in merged else {}
+        extra["auto_workers"] = "workers" not in merged
         fields: dict[str, Any] = {str(_MODEL_KEYS[k][1]): v for k, v in merged.items()}
         batch = dataclasses.replace(BatchConfig(), **fields)
         models.append(

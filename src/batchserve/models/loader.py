@@ -30,7 +30,7 @@ from typing import Any, Literal
 from batchserve.config import CostEstimate
 from batchserve.errors import ConfigError
 from batchserve.models.base import BatchFn
-from batchserve.models.runtime import Runtime
+from batchserve.models.runtime import Runtime, default_workers
 from batchserve.models.synthetic import SyntheticModel
 from batchserve.units import parse_duration
 
@@ -63,6 +63,9 @@ class LoadedModel:
         max_input_tokens: inputs longer than this are truncated by the model, if known.
         initial_cost: the model's known cost per forward pass, to start the batcher's cost
             model with (None: unknown, measured by a warm-up or learned from traffic).
+        workers: forward passes to run at once to use the machine, where the model knows
+            (``minilm`` or a folder: :func:`~batchserve.models.runtime.default_workers`);
+            the server's default when ``--workers`` is not set. None: one.
     """
 
     spec: str
@@ -72,6 +75,7 @@ class LoadedModel:
     count_tokens: Callable[[Sequence[str]], list[int]] | None = None
     max_input_tokens: int | None = None
     initial_cost: CostEstimate | None = None
+    workers: int | None = None
 
 
 def parse_synthetic(spec: str) -> SyntheticModel:
@@ -202,6 +206,7 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
             dimension=emb.dimension,
             count_tokens=emb.count_tokens,
             max_input_tokens=emb.max_seq_length,
+            workers=default_workers(emb.device, emb.threads),
         )
     if ":" in spec:
         return _describe(spec, _import_callable(spec))

@@ -15,6 +15,9 @@ without a GPU:
 * :func:`default_threads`: the CPU threads one forward pass uses. The server's event loop
   (HTTP parsing, batching, answering) needs a share of a core while passes run, so the
   default leaves it room on a small machine; see the function for the measurement.
+* :func:`default_workers`: the forward passes run at once when none are set. On the CPU,
+  as many as the cores hold passes of that many threads (two one-thread passes on two
+  cores); on a GPU, one.
 
 ONNX Runtime and OpenVINO run on the CPU here (their GPU builds are other packages), so
 their ``auto`` is the CPU and an explicit GPU device is refused with the reason.
@@ -35,6 +38,7 @@ __all__ = [
     "Runtime",
     "default_cache_dir",
     "default_threads",
+    "default_workers",
     "resolve_device",
     "resolve_dtype",
 ]
@@ -172,6 +176,13 @@ def resolve_dtype(dtype: str, *, device: str, requested_device: str) -> str:
     )
 
 
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def default_threads(cpu_count: int | None = None) -> int:
     """CPU threads per forward pass when none are set.
 
@@ -185,10 +196,32 @@ def default_threads(cpu_count: int | None = None) -> int:
         cpu_count: cores usable by this process; None reads them (``os.sched_getaffinity``).
     """
     if cpu_count is None:
-        try:
-            cpu_count = len(os.sched_getaffinity(0))
-        except AttributeError:  # not Linux
-            cpu_count = os.cpu_count() or 1
+        cpu_count = _cores()
     if cpu_count <= 4:
         return max(1, cpu_count - 1)
     return cpu_count - 2
+
+
+def default_workers(device: str, threads: int, cpu_count: int | None = None) -> int:
+    """Forward passes at once (the batcher's ``workers``) when none are set.
+
+    On a GPU or ``mps``, one: passes on one device queue behind each other anyway. On the
+    CPU, as many passes of ``threads`` threads as the cores hold, at least one: with the
+    default threads that is two one-thread passes on two cores, and one pass elsewhere.
+    Two one-thread passes beat one two-thread pass on a busy machine: a pass whose
+    threads must meet at every layer stalls whenever anything else takes a core, while
+    two independent passes each just slow down. Measured here with
+    ``bench/minilm_throughput.py`` (see the README section "The built-in model: devices,
+    backends, int8"); the event loop shares the cores, and its share is small beside a
+    forward pass.
+
+    Args:
+        device: where the passes run (``cpu``, ``cuda:N``, ``mps``).
+        threads: CPU threads per pass.
+        cpu_count: cores usable by this process; None reads them (``os.sched_getaffinity``).
+    """
+    if device != "cpu":
+        return 1
+    if cpu_count is None:
+        cpu_count = _cores()
+    return max(1, cpu_count // max(1, threads))

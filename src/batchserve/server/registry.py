@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from batchserve.batcher import Batcher, BatchRecord
-from batchserve.config import CostEstimate
+from batchserve.config import BatchConfig, CostEstimate
 from batchserve.errors import NotReady
 from batchserve.models.base import is_async_model
 from batchserve.models.loader import LoadedModel, load_model
@@ -78,6 +78,8 @@ class ServedModel:
             raise
         self.loaded = loaded
         config = self.settings.batch
+        if self.settings.auto_workers and loaded.workers is not None:
+            config = dataclasses.replace(config, workers=loaded.workers)
         if loaded.initial_cost is not None and config.initial_cost == CostEstimate(
             fixed_s=0.0, per_item_s=0.0
         ):
@@ -114,6 +116,15 @@ class ServedModel:
         return dataclasses.replace(
             loaded, initial_cost=CostEstimate(fixed_s=fixed, per_item_s=per_item)
         )
+
+    @property
+    def config(self) -> BatchConfig:
+        """The batcher's settings in force.
+
+        The settings' own until the model has loaded; then with what the model decided (its
+        workers, its initial cost).
+        """
+        return self.batcher.config if self.batcher is not None else self.settings.batch
 
     def require_batcher(self) -> Batcher[Any]:
         """The batcher, or raise NotReady while the model loads (or failed to)."""

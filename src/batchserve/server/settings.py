@@ -66,6 +66,10 @@ class ModelSettings:
         timeout_s: the deadline of a request that states none, in seconds.
         classes: its classes of work and tenants (None: one FIFO queue, and a request's
             ``X-Priority`` is not read).
+        auto_workers: run as many passes at once as the loaded model says uses the machine
+            (``LoadedModel.workers``: two one-thread passes for ``minilm`` on two cores)
+            instead of ``batch.workers``, where the model says; what ``serve`` does when
+            ``--workers`` is not set.
     """
 
     name: str
@@ -73,6 +77,7 @@ class ModelSettings:
     batch: BatchConfig = field(default_factory=BatchConfig)
     timeout_s: float = 30.0
     classes: ClassConfig | None = None
+    auto_workers: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):

@@ -54,7 +54,7 @@ def model_status(model: ServedModel, metrics: Metrics) -> dict[str, Any]:
     """One model's entry (see the module docstring)."""
     account = metrics.account(model.name)
     stats = metrics.stats(model.name)
-    batch = model.settings.batch
+    batch = model.config
     requests = dict.fromkeys(REQUEST_OUTCOMES, 0)
     refusals = dict.fromkeys(REFUSALS, 0)
     errors: dict[str, int] = {}

@@ -103,7 +103,7 @@ def _tensor(spec: dict[str, Any], *, output: bool) -> dict[str, Any]:
 def model_config(model: ServedModel) -> dict[str, Any]:
     """``GET /v2/models/{name}/config``: Triton's model configuration, as served now."""
     meta = model_metadata(model.name, model.loaded)
-    batch = model.settings.batch
+    batch = model.config
     classes = model.classes
     return {
         "name": model.name,
