@@ -12,8 +12,10 @@ after 2 ms. It runs twice per round, interleaved:
   answers; latency runs from each request's scheduled send time, so a late sender or a slow
   server cannot hide a queue.
 
-Targets (issue 4): HTTP serves >= 99% of requests, and its p99 is within 1.25x of the
-in-process p99. Prints figures and ratios; not a test. The machine is shared and has 2
+Targets (issue 10; issue 4 asked 1.25x): HTTP serves >= 99% of requests, and its p99 is
+within 1.1x of the in-process p99. Each answer's ``Server-Timing`` gives the server's own
+share of that p99 (from its first byte read to its answer), apart from the sender's lag and
+the kernel's. Prints figures and ratios; not a test. The machine is shared and has 2
 cores (client, server and model share them): figures are noisy, compare within one run.
 
 Run: ``.venv/bin/python bench/http_seed.py [--rounds 3] [--duration 3]``
@@ -48,6 +50,9 @@ class HttpRun:
     max_send_lag_s: float = 0.0
     late: int = 0
     batch_sizes: list[int] = field(default_factory=list)
+    #: Each 200's time by the server's own clock (``Server-Timing``: from its first byte read
+    #: to its answer): what the server spent, without the sender's lag or the kernel's.
+    server_s: list[float] = field(default_factory=list)
 
 
 class Connection:
@@ -57,8 +62,9 @@ class Connection:
         self.reader = reader
         self.writer = writer
 
-    async def exchange(self, request: bytes) -> tuple[int, int]:
-        """Send; return the status and the X-Batch-Size (0 if absent)."""
+    async def exchange(self, request: bytes) -> tuple[int, int, float]:
+        """Send; return the status, the X-Batch-Size (0 if absent) and the server's own
+        time in seconds (``Server-Timing``; -1 if absent)."""
         self.writer.write(request)
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
@@ -66,7 +72,12 @@ class Connection:
         if match:
             await self.reader.readexactly(int(match.group(1)))
         batch = re.search(rb"(?i)\r\nx-batch-size:\s*(\d+)", head)
-        return status, int(batch.group(1)) if batch else 0
+        timing = re.search(rb"(?i)\r\nserver-timing:\s*total;dur=([\d.]+)", head)
+        return (
+            status,
+            int(batch.group(1)) if batch else 0,
+            float(timing.group(1)) / 1e3 if timing else -1.0,
+        )
 
 
 async def http_open_loop(
@@ -86,7 +97,7 @@ async def http_open_loop(
         ).encode() + body
         conn = idle.pop() if idle else Connection(*await asyncio.open_connection(host, port))
         try:
-            status, batch = await conn.exchange(request)
+            status, batch, server_s = await conn.exchange(request)
         except (OSError, asyncio.IncompleteReadError):
             out.by_status["conn_error"] = out.by_status.get("conn_error", 0) + 1
             return
@@ -98,6 +109,8 @@ async def http_open_loop(
             out.batch_sizes.append(batch)
         if status == 200 and done - at <= timeout_s:
             out.latencies_s.append(done - at)
+            if server_s >= 0:
+                out.server_s.append(server_s)
         elif status == 200:
             out.late += 1
 
@@ -192,6 +205,7 @@ def main() -> int:
     )
     proc, host, port = start_server(args)
     ratios = []
+    server_ratios: list[float] = []
     served = []
     try:
         # One warm-up run so the server's cost model has measured the model.
@@ -219,16 +233,31 @@ def main() -> int:
             ratios.append(ratio)
             served.append(remote.ok / remote.sent)
             print(f"  HTTP p99 / in-process p99 = {ratio:.2f}x")
+            if run.server_s:
+                own = sorted(run.server_s)[
+                    min(len(run.server_s) - 1, int(0.99 * len(run.server_s)))
+                ]
+                server_ratios.append(own * 1e3 / local.p99_ms if local.p99_ms else float("inf"))
+                print(
+                    f"  by the server's own clock (Server-Timing): p99 {own * 1e3:.1f} ms = "
+                    f"{server_ratios[-1]:.2f}x in-process; the rest of the HTTP p99 is the "
+                    "sender's lag, the kernel and the client"
+                )
     finally:
         proc.terminate()
         proc.wait(30)
     med_ratio = statistics.median(ratios)
     min_served = min(served)
     print(
-        f"\nmedian p99 ratio {med_ratio:.2f}x (target <= 1.25x: "
-        f"{'met' if med_ratio <= 1.25 else 'MISSED'}); lowest HTTP served "
+        f"\nmedian p99 ratio {med_ratio:.2f}x (target <= 1.1x: "
+        f"{'met' if med_ratio <= 1.1 else 'MISSED'}); lowest HTTP served "
         f"{min_served * 100:.2f}% (target >= 99%: {'met' if min_served >= 0.99 else 'MISSED'})"
     )
+    if server_ratios:
+        print(
+            f"median p99 by the server's own clock / in-process p99: "
+            f"{statistics.median(server_ratios):.2f}x"
+        )
     return 0
 
 
