@@ -15,7 +15,9 @@ Scenarios:
 2. ``overload``: 3x and 5x the model's batched capacity (32 / (8 + 32 * 0.25) ms = 2,000/s)
    for 10 s each;
 3. ``framework``: a model that returns at once; the rate steps up (x1.5) until p99 exceeds
-   50 ms or more than 1% of requests fail; the highest rate every repeat held;
+   50 ms or more than 1% of requests fail, then three bisections (in ratio) between the last
+   rate held and the first that failed narrow the gap to about 5%; the highest rate every
+   repeat held;
 4. ``real``: all-MiniLM-L6-v2 through each server, against ``encode`` alone at its best
    batch size (a small sweep, in one process, no HTTP, before and after the servers).
 
@@ -83,6 +85,8 @@ FRAMEWORK_OK_SHARE = 0.99
 FRAMEWORK_START_RATE = 250.0
 FRAMEWORK_STEP = 1.5
 FRAMEWORK_MAX_RATE = 20_000.0
+#: Bisections between the last rate held and the first that failed: 3 narrow x1.5 to ~x1.05.
+FRAMEWORK_BISECTIONS = 3
 REAL_ENCODE_BATCHES = (1, 8, 16, 32, 64)
 REAL_OFFER_FACTOR = 1.25
 REAL_DEADLINE_MS = 2000.0
@@ -448,16 +452,51 @@ def framework_scenario(bench: Bench) -> None:
         rates.append(round(r, -1))
         r *= FRAMEWORK_STEP
     loads = [Load(rate=x, duration_s=bench.plan.step_s, deadline_ms=1000.0) for x in rates]
+    config = "null model, max batch 32, wait 2 ms"
     for server in bench.servers:
-        bench.cell(
+        rec = bench.cell(
             "framework",
-            "null model, max batch 32, wait 2 ms",
+            config,
             server,
             ModelSpec(kind="null"),
             knobs,
             loads,
             stop_when=lambda runs: not all(held(x) for x in runs),
         )
+        bisect_steps(bench, rec, config, knobs)
+
+
+def bisect_steps(bench: Bench, rec: dict[str, Any], config: str, knobs: Knobs) -> None:
+    """Narrow a framework cell's gap between its last rate held and its first failure.
+
+    Each bisection (geometric mean of the two rates) is a cell of its own, a freshly started
+    server; its step joins ``rec``'s steps in order of rate, so the report's highest rate
+    held (every step below held) and first failure come from the narrowed ladder.
+    """
+    steps = rec["steps"]
+    if rec.get("error") or not steps:
+        return
+    fails = [x for x in steps if not all(held(r) for r in x["runs"])]
+    holds = [x["load"]["rate"] for x in steps if x not in fails]
+    if not fails or not holds:
+        return
+    low, high = max(holds), fails[0]["load"]["rate"]
+    for _ in range(FRAMEWORK_BISECTIONS):
+        mid = round((low * high) ** 0.5, -1)
+        if not low < mid < high:
+            break
+        load = Load(rate=mid, duration_s=bench.plan.step_s, deadline_ms=1000.0)
+        sub = bench.cell("framework", config, rec["server"], ModelSpec(kind="null"), knobs, [load])
+        bench.cells.remove(sub)
+        if sub.get("error") or not sub["steps"]:
+            break
+        step = sub["steps"][0]
+        steps.append(step)
+        steps.sort(key=lambda x: x["load"]["rate"])
+        if all(held(r) for r in step["runs"]):
+            low = mid
+        else:
+            high = mid
 
 
 ENCODE_SWEEP = r"""

@@ -477,7 +477,8 @@ def write_results(data: dict[str, Any], path: Path | None) -> str:
             facts["framework"] = f
             sections.append(
                 f"## 3. The framework's own cost\n\n{config}: a model that "
-                "returns at once. The rate steps up x1.5 from 250/s, "
+                "returns at once. The rate steps up x1.5 from 250/s, then three "
+                "bisections between the last rate held and the first that failed, "
                 f"{plan['step_s']:g} s per step; a step holds when p99 <= 50 ms "
                 "and >= 99% of requests succeed, in every repeat.\n\n"
                 f"{table}\n"
