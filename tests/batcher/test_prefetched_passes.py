@@ -1,5 +1,6 @@
 """A sync model's prefetched pass begins in its worker thread, without the event loop."""
 
+import asyncio
 import threading
 from collections.abc import Sequence
 
@@ -7,6 +8,7 @@ import pytest
 
 from batchserve.batcher import Batcher
 from batchserve.config import BatchConfig
+from batchserve.errors import ShuttingDown
 
 
 @pytest.mark.parametrize("prefetch", [True, False])
@@ -40,3 +42,33 @@ async def test_the_next_full_batch_begins_while_the_event_loop_is_held(prefetch:
     assert [(await t).output for t in first + second] == ["A", "B", "C", "D"]
     assert calls == [["a", "b"], ["c", "d"]]
     await b.shutdown()
+
+
+async def test_a_shutdown_without_drain_drops_prefetched_batches_as_queued_ones() -> None:
+    release = threading.Event()
+    first_began = threading.Event()
+    calls: list[list[str]] = []
+
+    def model(xs: Sequence[str]) -> list[str]:
+        calls.append(list(xs))
+        if len(calls) == 1:
+            first_began.set()
+            release.wait(10)
+        return [x.upper() for x in xs]
+
+    b: Batcher[str] = Batcher(model, BatchConfig(max_batch_size=2, max_wait_s=1.0))
+    first = [b.submit_nowait(x) for x in "ab"]
+    assert first_began.wait(5)
+    prefetched = [b.submit_nowait(x) for x in "cd"]  # dispatched behind the running pass
+    queued = b.submit_nowait("e")
+    assert b.statistics().running_batches == 2
+    stopping = asyncio.ensure_future(b.shutdown(drain=False))
+    for ticket in [*prefetched, queued]:
+        with pytest.raises(ShuttingDown):
+            await ticket
+    release.set()
+    await stopping
+    assert [(await t).output for t in first] == ["A", "B"]
+    assert calls == [["a", "b"]]  # the prefetched pass began with nothing left to run
+    counters = b.statistics().counters
+    assert (counters.ok, counters.cancelled) == (2, 3)

@@ -42,6 +42,19 @@ def test_a_batch_that_can_still_grow_is_not_prefetched() -> None:
     assert payloads(p.poll(0.006).dispatch) == [["e", "f", "g", "h"]]
 
 
+def test_queued_lists_prefetched_entries_first_when_asked_and_never_running_ones() -> None:
+    p = make(max_batch_size=2, max_wait_s=0.0)
+    for x in "abcde":
+        p.offer(0.0, x)
+    first, second = p.poll(0.0).dispatch
+    assert [e.payload for e in p.queued()] == ["e"]
+    assert [e.payload for e in p.queued(prefetched=True)] == ["c", "d", "e"]
+    p.cancel(0.001, second.entries[0])  # withdrawn: its pass will skip it
+    assert [e.payload for e in p.queued(prefetched=True)] == ["d", "e"]
+    p.finish(0.010, first)  # the prefetched pass begins: its entries run now
+    assert [e.payload for e in p.queued(prefetched=True)] == ["e"]
+
+
 def test_draining_prefetches_what_is_left_since_nothing_more_joins_it() -> None:
     p = make(max_batch_size=4, max_wait_s=1.0)
     for x in "abcde":

@@ -206,8 +206,9 @@ class Batcher(Generic[Out]):
         """Refuse new work, then finish (``drain=True``) or drop what is queued.
 
         With ``drain=True`` every accepted item is run and answered, without waiting for
-        ``max_wait_s`` since nothing more will arrive. With ``drain=False`` queued items are
-        answered ``ShuttingDown`` (counted ``cancelled``); running passes still finish. Blocks
+        ``max_wait_s`` since nothing more will arrive. With ``drain=False`` queued items (and
+        those of prefetched batches, whose passes have not begun) are answered
+        ``ShuttingDown`` (counted ``cancelled``); running passes still finish. Blocks
         until nothing is queued or running, or ``timeout_s`` seconds have passed (then the
         queue is dropped as with ``drain=False``). Safe to call twice.
         """
@@ -240,7 +241,9 @@ class Batcher(Generic[Out]):
 
     def _drop_queue(self) -> None:
         now = self._clock.now()
-        for entry in self._policy.queued():
+        # Prefetched entries too: their passes have not begun, so to their callers they are
+        # still queued (a pass skips an entry withdrawn before it begins).
+        for entry in self._policy.queued(prefetched=True):
             self._policy.cancel(now, entry)
             settle_error(entry, ShuttingDown("the batcher shut down", retry_after_s=1.0))
 

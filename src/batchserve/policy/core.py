@@ -151,9 +151,10 @@ class Policy(Generic[PayloadT]):
         """Nothing is queued or running."""
         return not self._queue and not self._running
 
-    def queued(self) -> list[Entry[PayloadT]]:
-        """The live queued entries, oldest first (a copy)."""
-        return list(self._queue.values())
+    def queued(self, *, prefetched: bool = False) -> list[Entry[PayloadT]]:
+        """Live queued entries, oldest first (a copy); ``prefetched``: prefetched ones first."""
+        ahead = list(self._running.values())[self.config.workers :] if prefetched else ()
+        return [e for b in ahead for e in b.entries if not e.withdrawn] + [*self._queue.values()]
 
     def statistics(self) -> PolicyStats:
         """A frozen snapshot of the counters, queue and cost model."""
