@@ -99,7 +99,9 @@ async def _protocol_class(which: str, refuse: bool) -> tuple[Any, Any]:
     from batchserve.server.wire import connection_protocol
 
     if refuse:
-        batch = BatchConfig(max_batch_size=1, max_wait_s=0.0, queue_size=1)
+        # Without prefetch, so that the queue's one slot stays taken behind the stuck pass
+        # (with it, the queued request would be dispatched behind the pass and free it).
+        batch = BatchConfig(max_batch_size=1, max_wait_s=0.0, queue_size=1, prefetch=False)
         cost = CostEstimate(fixed_s=0.0, per_item_s=0.0)
         batch = replace(batch, initial_cost=cost)
         # A deadline far enough for the stuck pass: the refusals are queue_full, the
