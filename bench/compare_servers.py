@@ -199,6 +199,19 @@ class Running:
     log: Path
     _threads: list[threading.Thread] = field(default_factory=list)
 
+    def cpu_s(self) -> float:
+        """CPU seconds (user and system) the server's live processes have used so far.
+
+        The process and every descendant (Mosec's Rust front end and its Python workers,
+        LitServe's workers), each counted from its start.
+        """
+        total = 0.0
+        for pid in [self.proc.pid, *_descendants(self.proc.pid)]:
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+
     def batch_counters(self) -> tuple[int, int]:
         """(forward passes, items) so far; (0, 0) if not known yet.
 
