@@ -194,3 +194,57 @@ def test_serve_runs_with_a_short_switch_interval_and_restores_it(
     assert run_module.serve(settings) == 0
     assert seen == [pytest.approx(run_module.SWITCH_INTERVAL_S)]
     assert sys.getswitchinterval() == before
+
+
+def _head_names(raw: bytes) -> list[bytes]:
+    head = raw.split(b"\r\n\r\n")[0].split(b"\r\n")[1:]
+    names = [line.partition(b":")[0].lower() for line in head]
+    return [n for n in names if n not in (b"date", b"server")]  # uvicorn's own, first
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (b"/v1/embeddings", b'{"input": ["a", "b"]}'),
+        (b"/v1/embeddings", b'{"input": 3}'),  # a 400, with X-Reason
+        (
+            b"/v2/models/m/infer",
+            b'{"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1, 1], "data": ["a"]}],'
+            b' "outputs": [{"name": "embedding", "parameters": {"binary_data": true}}]}',
+        ),
+    ],
+)
+async def test_both_drivers_send_the_same_headers_in_the_same_order(
+    app: App, path: bytes, body: bytes
+) -> None:
+    import httpx
+
+    request = b"POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n" % path
+    request += b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    protocol, transport = connect(app, 5.0)
+    protocol.data_received(request)
+    await answers(transport, 1)
+    wire = _head_names(transport.written)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://t"
+    ) as client:
+        r = await client.post(
+            path.decode(), content=body, headers={"content-type": "application/json"}
+        )
+    asgi = [name.lower().encode() for name in r.headers]
+    assert wire == asgi
+    assert wire[:2] == [b"content-type", b"content-length"]
+    assert wire[-1] == b"server-timing"
+    if r.status_code == 200:
+        assert b"x-batch-size" in wire
+    if b"infer" in path:  # binary output: the JSON header's length, among the timing lines
+        assert wire.index(b"inference-header-content-length") > wire.index(b"x-forward-s")
+    protocol.connection_lost(None)
+
+
+def test_a_replys_rendered_head_lines_come_after_its_headers_as_pairs() -> None:
+    from batchserve.server.exchange import Reply
+
+    reply = Reply(200, [(b"x-reason", b"r")], b"{}", head=b"x-batch-size: 2\r\nx-a: b, c\r\n")
+    assert reply.all_headers() == [(b"x-reason", b"r"), (b"x-batch-size", b"2"), (b"x-a", b"b, c")]
+    assert reply.headers == [(b"x-reason", b"r")]  # not changed

@@ -394,7 +394,7 @@ class App:
                 exchange.abandon()
                 return
             reply = answered.result()
-            await send(send_fn, reply.status, reply.body, reply.headers, reply.content_type)
+            await send(send_fn, reply.status, reply.body, reply.all_headers(), reply.content_type)
         finally:
             exchange.abandon()  # a no-op once answered; a cancelled handler withdraws
             exchange.release()

@@ -35,7 +35,7 @@ from batchserve.batcher import Served
 from batchserve.models.loader import LoadedModel
 from batchserve.server.asgi import json_bytes, load_json
 from batchserve.server.classes import resolve_class
-from batchserve.server.exchange import Exchange, Reply, timing_headers
+from batchserve.server.exchange import Exchange, Reply, timing_head
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
 from batchserve.server.tensors import Tensor, decode_tensor, encode_tensor
@@ -461,11 +461,11 @@ class InferEndpoint:
         out, header_len = build_infer_response(
             model=model.name, request=exchange.request, outputs=outputs
         )
-        headers = timing_headers(served)
+        head = timing_head(served)
         if header_len is None:
-            return Reply(200, headers, out)
-        headers.append((b"inference-header-content-length", b"%d" % header_len))
-        return Reply(200, headers, out, _OCTETS)
+            return Reply(200, [], out, head=head)
+        head += b"inference-header-content-length: %d\r\n" % header_len
+        return Reply(200, [], out, _OCTETS, head)
 
     def error_body(self, error: ApiError) -> bytes:
         """KServe's error shape, ``{"error": message}``."""

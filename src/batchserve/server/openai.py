@@ -27,7 +27,7 @@ import orjson
 
 from batchserve.batcher import Served
 from batchserve.server.asgi import json_bytes, load_json
-from batchserve.server.exchange import Exchange, Reply, timing_headers
+from batchserve.server.exchange import Exchange, Reply, timing_head
 from batchserve.server.registry import Registry
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
@@ -288,7 +288,7 @@ class EmbeddingsEndpoint:
         body = embeddings_response(
             model.name, [s.output for s in served], req.encoding_format, tokens
         )
-        return Reply(200, timing_headers(served), body)
+        return Reply(200, [], body, head=timing_head(served))
 
     def error_body(self, error: ApiError) -> bytes:
         """OpenAI's error shape."""

@@ -205,6 +205,7 @@ def connection_protocol(
                         close = True
                         continue
                     parts += (name, b": ", value, b"\r\n")
+                parts.append(reply.head)
                 if close:
                     parts.append(b"connection: close\r\n")
                 parts += (b"\r\n", body)
