@@ -308,19 +308,22 @@ class Exchange:
 
     def _refusal(self, exc: Rejected) -> Reply:
         # Under overload the same refusal goes out thousands of times a second: its body
-        # and headers are built once per protocol, reason, message and Retry-After-Ms.
+        # and header lines (rendered: a refusal's never close the connection) are built
+        # once per protocol, reason, message and Retry-After-Ms.
         key = (self.endpoint.protocol, exc.reason, str(exc), retry_after_ms(exc.retry_after_s))
         known = _REFUSALS.get(key)
         if known is None:
             if len(_REFUSALS) >= _MAX_REFUSALS:
                 _REFUSALS.clear()
             error = from_exception(exc)
+            headers = error.headers()
+            assert all(name != b"connection" for name, _ in headers)
             known = _REFUSALS[key] = (
                 error.status,
-                error.headers(),
+                b"".join(b"%s: %s\r\n" % pair for pair in headers),
                 self.endpoint.error_body(error),
             )
-        return Reply(known[0], known[1].copy(), known[2])
+        return Reply(known[0], [], known[2], head=known[1])
 
     def abandon(self) -> None:
         """The client left: its inputs are withdrawn (queued ones never reach the model)."""
@@ -387,8 +390,9 @@ def passed(waited: float) -> ApiError:
 
 
 #: Refusal replies built so far: (protocol, reason, message, Retry-After-Ms) -> (status,
-#: headers, body); cleared when full (refusal messages name figures that change with load).
-_REFUSALS: dict[tuple[str, str, str, int], tuple[int, Headers, bytes]] = {}
+#: rendered header lines, body); cleared when full (refusal messages name figures that
+#: change with load).
+_REFUSALS: dict[tuple[str, str, str, int], tuple[int, bytes, bytes]] = {}
 _MAX_REFUSALS = 256
 
 #: The reply of an exchange whose client left: nothing is sent.
