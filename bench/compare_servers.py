@@ -30,6 +30,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from request_path import process_cpu_s
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 PEERS_DIR = BENCH / "peers"
@@ -205,12 +207,7 @@ class Running:
         The process and every descendant (Mosec's Rust front end and its Python workers,
         LitServe's workers), each counted from its start.
         """
-        total = 0.0
-        for pid in [self.proc.pid, *_descendants(self.proc.pid)]:
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        return total
+        return sum(process_cpu_s(p) for p in [self.proc.pid, *_descendants(self.proc.pid)])
 
     def batch_counters(self) -> tuple[int, int]:
         """(forward passes, items) so far; (0, 0) if not known yet.

@@ -68,7 +68,8 @@ async def _drive(port: int, connections: int, concurrency: int, per: int, data: 
         nonlocal left, ok
         while left > 0:
             left -= 1
-            ok += await _one(port, data, per)
+            got = await _one(port, data, per)  # not ``ok += await``: that reads ``ok`` first
+            ok += got
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return ok
@@ -80,8 +81,10 @@ def measure(port: int, pid: int, connections: int, concurrency: int, per: int, d
     asyncio.run(_drive(port, 200, concurrency, per, data))  # warm up
     time.sleep(0.3)
     cpu0 = cpu_s(pid)
-    asyncio.run(_drive(port, connections, concurrency, per, data))
+    ok = asyncio.run(_drive(port, connections, concurrency, per, data))
     time.sleep(0.3)  # closes and timers settle
+    if not dead and ok != connections * per:
+        raise RuntimeError(f"{connections * per - ok} of {connections * per} requests failed")
     return 1e6 * (cpu_s(pid) - cpu0) / connections
 
 

@@ -131,12 +131,15 @@ def answers(port: int) -> bool:
 
 def cpu_s(pid: int) -> float:
     """CPU seconds of ``pid`` and its children that were waited for (a server's workers)."""
-    total = 0.0
-    for p in [pid, *children(pid)]:
-        with contextlib.suppress(OSError), open(f"/proc/{p}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+    return sum(process_cpu_s(p) for p in [pid, *children(pid)])
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) of one live process so far; 0 if it is gone."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
 
 
 def children(pid: int) -> list[int]:
