@@ -1,10 +1,10 @@
 """Exports to ONNX and OpenVINO: made from the shipped weights, cached, raced, gated.
 
 The fp32 exports must answer what torch answers (cosine >= 0.9999, the same token counts)
-for texts of every length, truncation included. The int8 export runs its quality gate (on
-a slice of the shipped set here, to keep the test short; ``batchserve profile`` and
-``bench/minilm_backends.py`` give the full set's figures), and a load refuses an export
-whose gate failed. Exports take seconds each; this module shares them through one cache.
+for texts of every length, truncation included. An int8 load runs its quality gate (on a
+slice of the shipped set here, to keep the test short; ``batchserve profile --backends``
+and ``bench/minilm_backends.py`` give the full set's figures), and refuses an engine whose
+gate failed. Exports take seconds each; the suite shares them through one cache.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from batchserve.errors import ConfigError  # noqa: E402
 from batchserve.models import export  # noqa: E402
 from batchserve.models.embeddings import SentenceEmbedder, builtin_path  # noqa: E402
 from batchserve.models.exported import ExportedEmbedder  # noqa: E402
+from batchserve.models.gate import set_digest  # noqa: E402
 from batchserve.models.loader import load_model  # noqa: E402
-from batchserve.models.quality_set import QualitySet  # noqa: E402
-from batchserve.models.quality_set import load as load_quality_set  # noqa: E402
+from batchserve.models.quality_set import read as read_quality_set  # noqa: E402
 from batchserve.models.runtime import Runtime  # noqa: E402
 
 MIXED = [
@@ -42,19 +42,13 @@ MIXED = [
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("export-cache")
+def cache(engine_cache: Path) -> Path:
+    return engine_cache
 
 
 @pytest.fixture(scope="module")
 def torch_model() -> SentenceEmbedder:
     return SentenceEmbedder.builtin(Runtime(device="cpu"))
-
-
-def small_set() -> QualitySet:
-    qs = load_quality_set()
-    step = len(qs.texts) // 120
-    return QualitySet(texts=qs.texts[::step], queries=qs.queries, passages=qs.passages)
 
 
 @pytest.mark.parametrize("backend", ["onnx", "openvino"])
@@ -148,28 +142,34 @@ def test_the_leftovers_of_a_crashed_export_are_replaced(cache: Path, tmp_path: P
     assert not (parent / ".onnx-tmp-crashed").exists()
 
 
-def test_int8_is_gated_and_a_failed_gate_refuses_to_load(cache: Path, tmp_path: Path) -> None:
-    int8 = export.ensure_exported(builtin_path(), "onnx-int8", cache, quality_set=small_set())
-    assert int8.quality is not None
-    assert int8.quality.texts == len(small_set().texts)
-    assert int8.quality.mean_cosine >= 0.99
-    assert int8.quality.passes
+def test_int8_is_gated_and_a_failed_gate_refuses_to_load(
+    cache: Path, tmp_path: Path, small_quality_set: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BATCHSERVE_QUALITY_SET", str(small_quality_set))
+    qs = read_quality_set(small_quality_set)
+    int8 = export.ensure_exported(builtin_path(), "onnx-int8", cache)
     graph = onnx.load(str(int8.model_file), load_external_data=False).graph
     ops = [node.op_type for node in graph.node]
     # six blocks: fused attention and three linear layers each, two layers left in fp32
     assert (ops.count("QAttention"), ops.count("MatMulInteger")) == (6, 16)
     emb = load_model(f"minilm:backend=onnx-int8,threads=1,cache_dir={cache}").fn
     assert isinstance(emb, ExportedEmbedder)
-    assert emb.threads == 1
+    assert (emb.threads, emb.dtype) == (1, "int8")
     assert emb(["int8 still embeds"]).shape == (1, 384)
+    # the gate ran once, on the set named, and its figures are kept
+    record = next((int8.folder.parent / "gate").glob(f"onnx-int8-int8-{set_digest(qs)}.json"))
+    figures = json.loads(record.read_text())
+    assert figures["texts"] == len(qs.texts)
+    assert figures["mean_cosine"] >= 0.99
+    assert figures["passes"]
 
     # the same export, its figures made to fail: the load says why and what to use
-    failed = tmp_path / int8.folder.parent.name / int8.folder.name
-    shutil.copytree(int8.folder, failed)
-    meta = json.loads((failed / "export.json").read_text())
-    meta["quality"].update(mean_cosine=0.966, passes=False)
-    (failed / "export.json").write_text(json.dumps(meta))
-    with pytest.raises(ConfigError, match="failed the int8 quality gate") as info:
+    failed = tmp_path / int8.folder.parent.name
+    shutil.copytree(int8.folder, failed / int8.folder.name)
+    (failed / "gate").mkdir()
+    figures.update(mean_cosine=0.966, passes=False)
+    (failed / "gate" / record.name).write_text(json.dumps(figures))
+    with pytest.raises(ConfigError, match="at int8 failed the quality gate") as info:
         load_model(f"minilm:backend=onnx-int8,cache_dir={tmp_path}")
     assert "mean cosine to fp32 must be >= 0.99, got 0.9660" in str(info.value)
 

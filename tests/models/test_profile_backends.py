@@ -19,6 +19,8 @@ def test_parse_backends() -> None:
     assert parse_backends("onnx, torch,onnx") == ["onnx", "torch"]
     with pytest.raises(ConfigError, match="got 'tensorrt'"):
         parse_backends("torch,tensorrt")
+    with pytest.raises(ConfigError, match="got 'auto'"):  # that is --backends
+        parse_backends("auto")
 
 
 def test_the_table_puts_speed_beside_quality_and_says_why_a_backend_was_refused() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from batchserve.errors import ConfigError
+from batchserve.models.hardware import Machine
 from batchserve.models.runtime import (
     Runtime,
     default_cache_dir,
@@ -21,29 +22,31 @@ from batchserve.models.runtime import (
 )
 
 
-def test_defaults_are_torch_on_the_best_device_in_float32() -> None:
+def test_defaults_measure_every_engine_on_the_best_device() -> None:
     rt = Runtime()
-    assert (rt.backend, rt.device, rt.dtype, rt.threads, rt.exported) == (
-        "torch",
+    assert (rt.backend, rt.device, rt.dtype, rt.threads, rt.exported, rt.batch_size) == (
         "auto",
-        "float32",
+        "auto",
+        "auto",
         None,
         False,
+        None,
     )
     assert Runtime(backend="onnx-int8").exported
+    assert not Runtime(backend="torch").exported
 
 
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"backend": "tensorrt"}, "backend must be one of torch, onnx, onnx-int8"),
+        ({"backend": "tensorrt"}, "backend must be one of auto, torch, onnx, onnx-int8"),
         ({"device": "gpu"}, "device must be auto, cpu, cuda, cuda:N or mps, got 'gpu'"),
         ({"device": "cuda:x"}, "device must be"),
-        ({"dtype": "float64"}, "dtype must be one of float32, float16, bfloat16"),
+        ({"dtype": "float64"}, "dtype must be one of auto, float32, float16, bfloat16"),
         ({"threads": 0}, "threads must be an integer >= 1, got 0"),
         ({"threads": True}, "threads must be an integer >= 1"),
         ({"cache_dir": ""}, "cache_dir must be a non-empty path"),
-        ({"backend": "onnx", "dtype": "float16"}, "dtype float16 is for the torch backend"),
+        ({"backend": "onnx", "dtype": "float16"}, "dtype float16 is not a precision of backend"),
     ],
 )
 def test_a_bad_setting_names_the_field_the_rule_and_the_value(
@@ -92,13 +95,20 @@ def test_exported_backends_run_on_the_cpu() -> None:
         resolve_device("cuda", cuda_devices=1, mps=False, backend="onnx-int8")
 
 
-def test_half_precision_is_for_gpus() -> None:
-    assert resolve_dtype("bfloat16", device="cuda:0", requested_device="auto") == "bfloat16"
+def test_half_precision_where_the_machine_computes_in_it() -> None:
+    gpu = Machine(cuda_devices=("A100",), cuda_bf16=True)
+    assert resolve_dtype("bfloat16", device="cuda:0", requested_device="auto", machine=gpu) == (
+        "bfloat16"
+    )
     assert resolve_dtype("float16", device="mps", requested_device="mps") == "float16"
-    # auto found no GPU: the same config runs float32 on the CPU
+    # auto found no GPU: the same config runs float32 on a CPU without float16
     assert resolve_dtype("float16", device="cpu", requested_device="auto") == "float32"
-    with pytest.raises(ConfigError, match="dtype 'float16' is for GPUs"):
+    with pytest.raises(ConfigError, match="float16 on the CPU needs AVX-512 FP16 or AMX-FP16"):
         resolve_dtype("float16", device="cpu", requested_device="cpu")
+    # auto is float32 for torch, on any device (the measurement picks half precision)
+    assert resolve_dtype("auto", device="cuda:0", requested_device="auto", machine=gpu) == (
+        "float32"
+    )
 
 
 @pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 1), (4, 3), (8, 6), (64, 62)])

@@ -11,9 +11,14 @@ from server_helpers import ServerProcess, server_process
 
 @pytest.fixture(scope="session")
 def minilm_server() -> Iterator[ServerProcess]:
-    """One real server with the built-in MiniLM for the whole session (it loads in ~10 s)."""
+    """One real server with the built-in MiniLM on torch float32 for the whole session.
+
+    It loads in ~10 s. Pinned to torch, the reference, so its answers can be held to
+    torch's own to 0.9999; the default ``--backend auto`` has a server of its own
+    (``test_server_engine_choice.py``).
+    """
     pytest.importorskip("sentence_transformers")
     start = time.monotonic()
-    with server_process(["--max-wait", "2ms"]) as server:
+    with server_process(["--max-wait", "2ms", "--backend", "torch"]) as server:
         server.load_s = time.monotonic() - start  # type: ignore[attr-defined]
         yield server

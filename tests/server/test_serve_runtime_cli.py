@@ -29,6 +29,14 @@ def test_runtime_flags_become_spec_options_of_the_builtin_model() -> None:
     assert specs([]) == [("all-MiniLM-L6-v2", "minilm")]
 
 
+def test_backend_auto_measures_at_the_batch_size_it_will_serve() -> None:
+    assert specs(["--max-batch-size", "64"]) == [("all-MiniLM-L6-v2", "minilm:batch_size=64")]
+    assert specs(["--max-batch-size", "64", "--backend", "torch"]) == [
+        ("all-MiniLM-L6-v2", "minilm:backend=torch")
+    ]
+    assert specs(["--model", "synthetic", "--max-batch-size", "64"]) == [("synthetic", "synthetic")]
+
+
 def test_flags_for_every_model_skip_models_that_take_none() -> None:
     assert specs(["--model", "minilm", "--model", "synthetic", "--device", "cpu"]) == [
         ("all-MiniLM-L6-v2", "minilm:device=cpu"),
@@ -59,11 +67,11 @@ def test_the_config_file_takes_runtime_keys(tmp_path: pathlib.Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--backend", "tensorrt"], "backend must be one of torch, onnx"),
+        (["--backend", "tensorrt"], "backend must be one of auto, torch, onnx"),
         (["--threads", "0"], "threads must be an integer >= 1, got 0"),
         (["--threads", "x"], "--threads must be an integer, got 'x'"),
         (["--device", "gpu"], "device must be auto, cpu, cuda, cuda:N or mps"),
-        (["--backend", "onnx", "--dtype", "float16"], "dtype float16 is for the torch backend"),
+        (["--backend", "onnx", "--dtype", "float16"], "dtype float16 is not a precision of"),
         (
             ["--model", "synthetic", "--backend", "synthetic=onnx"],
             "model synthetic: backend apply to minilm or a model folder",

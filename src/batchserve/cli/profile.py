@@ -6,7 +6,9 @@ shown. ``simulate``, ``tune`` and ``serve`` take the file with ``--profile FILE`
 
 With ``--backend`` (``all`` or a list), the built-in model (or a folder) is profiled on
 each backend and compared with torch fp32 on the quality set: see
-:mod:`batchserve.cli.profile_backends`.
+:mod:`batchserve.cli.profile_backends`. With ``--backends``, every engine the machine offers
+is measured as ``serve --backend auto`` measures it, at ``--max-batch-size``; the table and
+the choice are printed and cached, so the next ``serve`` starts at once.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def add_parser(sub: Any) -> None:
         "fixed + n * per_item by least squares, report the fit's quality and write a JSON "
         "profile for simulate, tune and serve (--profile FILE).",
     )
-    p.add_argument("--model", required=True, metavar="SPEC", help="as `serve --model` takes it")
+    p.add_argument("--model", default="minilm", metavar="SPEC", help="as `serve --model` takes it")
     p.add_argument("--max-batch-size", type=positive_int, default=32, help="largest size (32)")
     p.add_argument("--sizes", type=_sizes, help="exact sizes to measure, e.g. 1,2,4,8,16,32")
     p.add_argument("--repeats", type=positive_int, default=5, help="timed passes per size (5)")
@@ -71,8 +73,18 @@ def add_parser(sub: Any) -> None:
         metavar="LIST",
         help="'all' or e.g. torch,onnx,onnx-int8: profile each, with its quality figures",
     )
+    b.add_argument(
+        "--backends",
+        action="store_true",
+        help="measure every engine as serve's --backend auto does, at --max-batch-size; "
+        "print the table and the choice, and cache it for serve",
+    )
     b.add_argument("--device", help="auto, cpu, cuda, cuda:N, mps")
-    b.add_argument("--dtype", help="float32, float16, bfloat16 (torch on a GPU)")
+    b.add_argument(
+        "--dtype",
+        help="float32, float16, bfloat16, float16-mixed, bfloat16-mixed, int8 "
+        "(what the machine computes in)",
+    )
     b.add_argument("--threads", type=positive_int, help="CPU threads per pass")
     b.add_argument("--cache-dir", help="where exports are cached")
     b.add_argument("--quality-set", metavar="FILE", help="texts to compare on (JSON or lines)")
@@ -92,6 +104,10 @@ def run(args: argparse.Namespace) -> int:
         if not lines:
             raise ConfigError(f"--inputs {args.inputs!r} holds no non-empty line")
     inputs = sample_inputs(max(sizes), words=args.input_words, lines=lines)
+    if args.backends:
+        from batchserve.cli.profile_backends import run_auto
+
+        return run_auto(args)
     if args.backend:
         from batchserve.cli.profile_backends import run_backends
 

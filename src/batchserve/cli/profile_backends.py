@@ -8,6 +8,10 @@ is measured and fitted as plain ``profile`` does, and its embeddings of the qual
 cosine, and the fraction of retrieval queries whose nearest passage is unchanged. The
 last lines put the backends side by side, so the trade of speed against quality is seen
 at once. Each backend's profile is written to ``-o`` with the backend in its name.
+
+``batchserve profile --backends`` (:func:`run_auto`) runs what ``serve --backend auto``
+runs on its first start on a machine (:mod:`batchserve.models.choice`), afresh, and prints
+its table: every engine's rate at the batch size, its quality figures, the choice.
 """
 
 from __future__ import annotations
@@ -19,16 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from batchserve.errors import ConfigError
-from batchserve.models.loader import load_model, with_runtime
+from batchserve.models.embeddings import builtin_path
+from batchserve.models.loader import choose_engine, load_model, split_runtime, with_runtime
 from batchserve.models.profiling import Profile, profile_model, save_profile
 from batchserve.models.quality import MIN_MEAN_COSINE, MIN_RANKING_AGREEMENT, Quality, compare
 from batchserve.models.quality_set import QualitySet
 from batchserve.models.quality_set import load as load_quality_set
 from batchserve.models.quality_set import read as read_quality_set
-from batchserve.models.runtime import BACKENDS
+from batchserve.models.runtime import BACKENDS, Runtime
 from batchserve.units import format_duration
 
-__all__ = ["BackendResult", "format_backends", "parse_backends", "run_backends"]
+__all__ = ["BackendResult", "format_backends", "parse_backends", "run_auto", "run_backends"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,14 +72,36 @@ def parse_backends(text: str) -> list[str]:
         ConfigError: a name is not a backend.
     """
     if text == "all":
-        return list(BACKENDS)
+        return [b for b in BACKENDS if b != "auto"]
     names = [n.strip() for n in text.split(",") if n.strip()]
     for name in names:
-        if name not in BACKENDS:
+        if name not in BACKENDS or name == "auto":
             raise ConfigError(
                 f"--backend must be 'all' or names from {', '.join(BACKENDS)}, got {name!r}"
             )
     return list(dict.fromkeys(names))
+
+
+def run_auto(args: argparse.Namespace) -> int:
+    """Measure every engine as ``--backend auto`` does; print (or ``--json``) the verdict."""
+    base, options = split_runtime(args.model)
+    if base != "minilm" and not Path(base).is_dir():
+        raise ConfigError(f"--backends applies to minilm or a model folder, not {args.model!r}")
+    fields: dict[str, Any] = {
+        k: v for k in ("device", "dtype", "threads", "cache_dir") if (v := getattr(args, k))
+    }
+    for key, value in options.items():
+        fields.setdefault(key, int(value) if key in ("threads", "batch_size") else value)
+    fields.update(backend="auto", batch_size=args.max_batch_size)
+    runtime = Runtime(**fields)
+    path = builtin_path() if base == "minilm" else Path(base)
+    _, verdict = choose_engine(path, runtime, refresh=True)
+    if args.json:
+        print(json.dumps(verdict.to_dict()))
+    else:
+        print(verdict.table())
+        print(verdict.summary())
+    return 0
 
 
 def run_backends(args: argparse.Namespace, sizes: list[int], inputs: list[str]) -> int:

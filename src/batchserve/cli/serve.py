@@ -31,7 +31,7 @@ The same settings can come from ``--config FILE`` (TOML)::
     spec = "minilm"
     max_batch_size = 64
     max_batch_tokens = 4096
-    backend = "onnx-int8"     # runtime keys: backend, device, dtype, threads, cache_dir
+    backend = "auto"          # runtime keys: backend, device, dtype, threads, cache_dir
 
 Precedence, lowest first: built-in defaults, the file's ``[defaults]``, the file's
 ``[models.NAME]``, flags for every model, flags for one model. When ``--model`` is given the
@@ -161,10 +161,15 @@ def add_parser(sub: Any) -> None:
         "queued items (default 4)",
         "prefetch": "on/off: while the model is busy, hand it the next full batch at once, "
         "so it starts the moment the running pass ends (default on)",
-        "backend": "minilm/folder: torch, onnx, onnx-int8, openvino, openvino-int8 "
-        "(default torch; int8 only if it passed its quality gate)",
+        "backend": "minilm/folder: auto, torch, onnx, onnx-int8, openvino, openvino-int8 "
+        "(default auto: on the first start on a machine every engine and precision it "
+        "offers is measured at --max-batch-size and the fastest that passes the quality "
+        "gate is served; the verdict is cached, so later starts are immediate)",
         "device": "minilm/folder: auto, cpu, cuda, cuda:N, mps (default auto: a GPU if any)",
-        "dtype": "minilm/folder on a GPU: float32, float16, bfloat16 (default float32)",
+        "dtype": "minilm/folder: auto, float32, float16, bfloat16, float16-mixed, "
+        "bfloat16-mixed (torch autocast), int8; half precision where the machine computes "
+        "in it (a GPU; a CPU with AVX-512 BF16 or AMX) (default auto: float32, or what "
+        "--backend auto measured)",
         "threads": "minilm/folder: CPU threads per pass (default: cores - 1 up to 4 cores, "
         "cores - 2 above: a pass leaves the event loop a core)",
         "cache_dir": "minilm/folder: where ONNX/OpenVINO exports are cached "
@@ -361,9 +366,12 @@ def build_settings(
         named = {k for k in (*file_models.get(name, {}), *flags_one.get(name, {})) if k in _RUNTIME}
         merged.update(flags_all)
         merged.update(flags_one.get(name, {}))
-        spec = _apply_runtime(
-            name, spec, {k: merged.pop(k) for k in _RUNTIME if k in merged}, named
-        )
+        runtime = {k: merged.pop(k) for k in _RUNTIME if k in merged}
+        size = merged.get("max_batch_size", BatchConfig().max_batch_size)
+        if size != BatchConfig().max_batch_size and size >= 1 and _measures(spec, runtime):
+            # --backend auto measures the engines at the batch size they will serve.
+            runtime["batch_size"] = size
+        spec = _apply_runtime(name, spec, runtime, named)
         # A timeout nobody set keeps ModelSettings' own default; workers nobody set are the
         # model's own (two one-thread passes for minilm on two cores).
         extra = {"timeout_s": merged.pop("timeout")} if "timeout" in merged else {}
@@ -502,6 +510,14 @@ def _tenant_keys(file: dict[str, Any]) -> tuple[tuple[str, str], ...]:
         if isinstance(table, dict) and "key" in table:
             keys.append((str(table["name"]), _convert("str", f"tenants[{i}] key", table["key"])))
     return tuple(keys)
+
+
+def _measures(spec: str, runtime: dict[str, Any]) -> bool:
+    # Whether the model is minilm or a folder run by --backend auto.
+    base, own = split_runtime(spec)
+    if not (base == "minilm" or os.path.isdir(base)):
+        return False
+    return str(runtime.get("backend", own.get("backend", "auto"))) == "auto"
 
 
 def _apply_runtime(name: str, spec: str, options: dict[str, Any], named: set[str]) -> str:

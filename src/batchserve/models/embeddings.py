@@ -13,9 +13,12 @@ computed in a batch equals the one computed alone to float rounding (cosine >= 0
 tested property, whatever the other texts' lengths).
 
 Where it runs (:class:`~batchserve.models.runtime.Runtime`): the device is resolved at load
-(``auto`` takes a GPU when torch sees one), half precision casts the weights on a GPU, and
-on the CPU ``torch.set_num_threads`` is set to the runtime's threads (the default leaves
-the event loop room; see :func:`~batchserve.models.runtime.default_threads`). The number
+(``auto`` takes a GPU when torch sees one); half precision (where the machine computes in
+it: a GPU, or a CPU with AVX-512 BF16 or AMX, see :mod:`batchserve.models.hardware`)
+either casts the weights (``bfloat16``, ``float16``) or keeps them float32 and runs each
+pass under ``torch.autocast`` (``bfloat16-mixed``, ``float16-mixed``); on the CPU
+``torch.set_num_threads`` is set to the runtime's threads (the default leaves the event
+loop room; see :func:`~batchserve.models.runtime.default_threads`). The number
 is process-wide in torch: the last model loaded sets it. The other backends (ONNX Runtime,
 OpenVINO) are :class:`~batchserve.models.exported.ExportedEmbedder`.
 
@@ -29,6 +32,7 @@ second tokenization.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Sequence
@@ -38,6 +42,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from batchserve.models.hardware import Machine
 from batchserve.models.runtime import Runtime, default_threads, resolve_device, resolve_dtype
 from batchserve.models.token_counts import TokenCounts, estimate_tokens
 
@@ -93,13 +98,16 @@ class SentenceEmbedder:
     Args:
         model: a loaded ``SentenceTransformer`` (on its device, at its precision).
         normalize: scale each embedding to unit length (what OpenAI clients expect).
+        autocast: ``bfloat16`` or ``float16``: run each pass under ``torch.autocast`` at
+            that precision (the weights stay as they are); None runs at the weights'.
 
     Calling it blocks for the forward pass (torch releases the GIL): run it in a worker.
     It may be called from several threads at once.
 
     Attributes:
         device: where the passes run (``cpu``, ``cuda:N``, ``mps``).
-        dtype: the weights' precision (``float32``, ``float16``, ``bfloat16``).
+        dtype: the precision (``float32``, ``float16``, ``bfloat16``, or
+            ``bfloat16-mixed``/``float16-mixed`` under autocast).
         threads: torch's CPU threads (``torch.get_num_threads()``).
         backend: ``torch``.
     """
@@ -107,7 +115,7 @@ class SentenceEmbedder:
     kind = "embedding"
     backend = "torch"
 
-    def __init__(self, model: Any, *, normalize: bool = True) -> None:
+    def __init__(self, model: Any, *, normalize: bool = True, autocast: str | None = None) -> None:
         import torch
 
         self._torch = torch
@@ -116,7 +124,9 @@ class SentenceEmbedder:
         self._tokenize_lock = threading.Lock()
         self._counts = TokenCounts()
         self.device = str(model.device)
-        self.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        self._autocast = getattr(torch, autocast) if autocast else None
+        weights = str(next(model.parameters()).dtype).removeprefix("torch.")
+        self.dtype = f"{autocast}-mixed" if autocast else weights
         self.threads = torch.get_num_threads()
         get_dim = getattr(model, "get_embedding_dimension", None)
         if get_dim is None:
@@ -135,18 +145,19 @@ class SentenceEmbedder:
 
         Args:
             path: the model folder.
-            runtime: device, precision and threads (its backend must be ``torch``); None
-                is ``Runtime()``: the best device, float32, the default threads.
+            runtime: device, precision and threads (its backend must be ``torch``, or
+                ``auto``, which means torch here); None is the best device, float32, the
+                default threads.
 
         Raises:
-            ConfigError: the runtime asks for a device that is not here, half precision on
-                the CPU, or another backend.
+            ConfigError: the runtime asks for a device that is not here, a precision the
+                machine cannot compute in, or another backend.
             ImportError: the ``embeddings`` extra is missing.
         """
         from batchserve.errors import ConfigError
 
-        runtime = runtime or Runtime()
-        if runtime.backend != "torch":
+        runtime = runtime or Runtime(backend="torch")
+        if runtime.backend not in ("torch", "auto"):  # a SentenceEmbedder is torch
             raise ConfigError(
                 f"backend {runtime.backend} is not torch: load it with ExportedEmbedder"
             )
@@ -160,13 +171,16 @@ class SentenceEmbedder:
             cuda_devices=torch.cuda.device_count() if torch.cuda.is_available() else 0,
             mps=bool(mps is not None and mps.is_available()),
         )
-        dtype = resolve_dtype(runtime.dtype, device=device, requested_device=runtime.device)
+        machine = Machine.here(gpus=False) if device == "cpu" else Machine.here()
+        dtype = resolve_dtype(
+            runtime.dtype, device=device, requested_device=runtime.device, machine=machine
+        )
         if device == "cpu":
             torch.set_num_threads(runtime.threads or default_threads())
         model = load_sentence_transformer(path, device=device)
-        if dtype != "float32":
+        if dtype in ("float16", "bfloat16"):
             model = model.to(getattr(torch, dtype))
-        return cls(model)
+        return cls(model, autocast=dtype.removesuffix("-mixed") if "mixed" in dtype else None)
 
     @property
     def sentence_transformer(self) -> Any:
@@ -206,7 +220,7 @@ class SentenceEmbedder:
             features = {
                 k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in features.items()
             }
-        with torch.inference_mode():
+        with torch.inference_mode(), self._precision():
             out = self._model(features)
             emb = out["sentence_embedding"]
             if self._normalize:
@@ -215,6 +229,11 @@ class SentenceEmbedder:
         counts = [int(c) for c in features["attention_mask"].sum(dim=1).tolist()]
         self._remember(batch, counts)
         return np.ascontiguousarray(vectors, dtype=np.float32), counts
+
+    def _precision(self) -> Any:
+        if self._autocast is None:
+            return contextlib.nullcontext()
+        return self._torch.autocast(self._model.device.type, dtype=self._autocast)
 
     def _preprocess(self, batch: list[str]) -> dict[str, Any]:
         model = self._model

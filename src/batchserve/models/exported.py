@@ -8,9 +8,18 @@ to the longest, truncated at ``max_seq_length``), the exported graph runs the tr
 pooling and normalization (see :mod:`batchserve.models.export`), and the result is
 normalized again (a no-op for a graph that ends in ``Normalize``).
 
-Threads: ONNX Runtime's intra-op threads and OpenVINO's inference threads are the
-runtime's ``threads`` (see :func:`~batchserve.models.runtime.default_threads`); one pass
-uses them, and the other core stays free for the event loop.
+Threads and streams: one pass uses the runtime's ``threads`` (see
+:func:`~batchserve.models.runtime.default_threads`). ONNX Runtime runs concurrent calls
+side by side on their callers' threads. OpenVINO runs an infer request on one of its
+*streams*, so it is compiled with one stream per worker the server runs
+(:func:`~batchserve.models.runtime.default_workers`) and ``threads`` threads each: with
+one stream (what its ``LATENCY`` hint gives), two workers' passes would queue behind each
+other and half the cores would idle.
+
+Precision: OpenVINO computes at the precision it is compiled for (its
+``INFERENCE_PRECISION_HINT``): ``f32`` for ``float32``, ``bf16`` for ``bfloat16`` (where the
+CPU has AVX-512 BF16 or AMX); the int8 IR is left to OpenVINO's own choice for the layers
+it keeps in floating point.
 
 Thread-safety: tokenization holds a lock (the fast tokenizer keeps state); ONNX Runtime's
 ``InferenceSession.run`` may be called from several threads at once, and OpenVINO gets one
@@ -29,7 +38,14 @@ import numpy as np
 import numpy.typing as npt
 
 from batchserve.errors import ConfigError
-from batchserve.models.runtime import Runtime, default_threads, resolve_device
+from batchserve.models.hardware import Engine, Machine
+from batchserve.models.runtime import (
+    Runtime,
+    default_threads,
+    default_workers,
+    resolve_device,
+    resolve_dtype,
+)
 from batchserve.models.token_counts import TokenCounts, estimate_tokens
 
 __all__ = ["ExportedEmbedder"]
@@ -45,7 +61,9 @@ def _st_config(source: Path) -> dict[str, Any]:
     return {}
 
 
-def _onnx_runner(model_file: Path, threads: int) -> tuple[_Run, list[str]]:
+def _onnx_runner(
+    model_file: Path, threads: int, dtype: str, streams: int
+) -> tuple[_Run, list[str]]:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -62,18 +80,22 @@ def _onnx_runner(model_file: Path, threads: int) -> tuple[_Run, list[str]]:
     return run, names
 
 
-def _openvino_runner(model_file: Path, threads: int) -> tuple[_Run, list[str]]:
+#: OpenVINO's precision hint for each precision it is asked to compute in.
+_OV_PRECISION = {"float32": "f32", "bfloat16": "bf16"}
+
+
+def _openvino_runner(
+    model_file: Path, threads: int, dtype: str, streams: int
+) -> tuple[_Run, list[str]]:
     import openvino as ov
 
-    compiled = ov.Core().compile_model(
-        str(model_file),
-        "CPU",
-        {
-            "INFERENCE_NUM_THREADS": threads,
-            "PERFORMANCE_HINT": "LATENCY",
-            "INFERENCE_PRECISION_HINT": "f32",
-        },
-    )
+    config: dict[str, Any] = {
+        "INFERENCE_NUM_THREADS": threads * streams,
+        "NUM_STREAMS": streams,
+    }
+    if dtype in _OV_PRECISION:
+        config["INFERENCE_PRECISION_HINT"] = _OV_PRECISION[dtype]
+    compiled = ov.Core().compile_model(str(model_file), "CPU", config)
     names = [port.get_any_name() for port in compiled.inputs]
     local = threading.local()
 
@@ -99,6 +121,7 @@ class ExportedEmbedder:
         backend: the backend's name, for reports.
         threads: CPU threads per pass, for reports.
         lower_case: lower-case texts before tokenizing (the model's ``do_lower_case``).
+        dtype: the precision it computes in, for reports.
 
     Calling it blocks for the pass: run it in a worker. It may be called from several
     threads at once.
@@ -106,7 +129,6 @@ class ExportedEmbedder:
 
     kind = "embedding"
     device = "cpu"
-    dtype = "float32"
 
     def __init__(
         self,
@@ -119,6 +141,7 @@ class ExportedEmbedder:
         backend: str,
         threads: int,
         lower_case: bool = False,
+        dtype: str = "float32",
     ) -> None:
         self._tokenizer = tokenizer
         self._run = run
@@ -130,16 +153,35 @@ class ExportedEmbedder:
         self.dimension = dimension
         self.backend = backend
         self.threads = threads
+        self.dtype = dtype
 
     @classmethod
     def open(
-        cls, source: Path, model_file: Path, *, backend: str, threads: int | None = None
+        cls,
+        source: Path,
+        model_file: Path,
+        *,
+        backend: str,
+        threads: int | None = None,
+        dtype: str | None = None,
+        streams: int = 1,
     ) -> ExportedEmbedder:
         """Load ``model_file`` (exported from the model folder ``source``) on the CPU.
+
+        Args:
+            source: the model folder (its tokenizer and settings).
+            model_file: the exported file.
+            backend: ``onnx``, ``onnx-int8``, ``openvino`` or ``openvino-int8``.
+            threads: CPU threads per pass; None takes the default.
+            dtype: the precision (``float32``, ``bfloat16`` for OpenVINO; ``int8`` for the
+                int8 files); None is the backend's own (int8 or float32).
+            streams: passes that may run at once (OpenVINO's streams).
 
         Raises:
             ImportError: the backend's package is missing.
         """
+        if dtype is None:
+            dtype = "int8" if backend.endswith("-int8") else "float32"
         from transformers import AutoTokenizer
 
         threads = threads or default_threads()
@@ -147,7 +189,7 @@ class ExportedEmbedder:
         tokenizer = AutoTokenizer.from_pretrained(str(source), local_files_only=True)
         max_len = int(config.get("max_seq_length") or min(tokenizer.model_max_length, 512))
         opener = _openvino_runner if backend.startswith("openvino") else _onnx_runner
-        run, names = opener(model_file, threads)
+        run, names = opener(model_file, threads, dtype, max(1, streams))
         probe = run(_feeds(tokenizer, ["probe"], names, max_len)[0])
         return cls(
             tokenizer,
@@ -158,35 +200,64 @@ class ExportedEmbedder:
             backend=backend,
             threads=threads,
             lower_case=bool(config.get("do_lower_case", False)),
+            dtype=dtype,
         )
 
     @classmethod
-    def load(cls, source: Path, runtime: Runtime) -> ExportedEmbedder:
-        """Export ``source`` for ``runtime.backend`` if not cached, check the gate, load it.
+    def load(cls, source: Path, runtime: Runtime, *, gated: bool = True) -> ExportedEmbedder:
+        """Export ``source`` for ``runtime.backend`` if not cached, gate it, load it.
 
         Blocks while exporting (once per model and backend; see
-        :func:`~batchserve.models.export.ensure_exported`).
+        :func:`~batchserve.models.export.ensure_exported`) and, for a reduced precision
+        (int8, bfloat16), while its quality gate runs the first time
+        (:func:`~batchserve.models.gate.gate`; cached after).
+
+        Args:
+            source: the model folder.
+            runtime: backend, precision, threads, cache folder.
+            gated: run the quality gate on a reduced precision (``auto`` gates the
+                engines it may choose itself, so it loads them ungated).
 
         Raises:
-            ConfigError: the device is not the CPU, or an int8 export failed the quality
-                gate (the message gives the figures).
+            ConfigError: the device is not the CPU, the CPU cannot compute in the
+                precision, or a reduced precision failed the quality gate (the message
+                gives the figures).
             ImportError: the backend's extra is missing.
         """
         from batchserve.models.export import ensure_exported
+        from batchserve.models.gate import gate
 
         resolve_device(runtime.device, cuda_devices=0, mps=False, backend=runtime.backend)
-        threads = runtime.threads or default_threads()
-        exported = ensure_exported(
-            Path(source), runtime.backend, runtime.cache_path(), threads=threads
+        dtype = resolve_dtype(
+            runtime.dtype,
+            device="cpu",
+            requested_device=runtime.device,
+            backend=runtime.backend,
+            machine=Machine.here(gpus=False),
         )
-        quality = exported.quality
-        if quality is not None and not quality.passes:
-            raise ConfigError(
-                f"backend {runtime.backend} failed the int8 quality gate on the shipped text "
-                f"set ({'; '.join(quality.failures())}); use its full-precision backend "
-                f"(figures in {exported.folder / 'export.json'})"
+        threads = runtime.threads or default_threads()
+        workers = default_workers("cpu", threads)
+        exported = ensure_exported(Path(source), runtime.backend, runtime.cache_path())
+        model = cls.open(
+            Path(source),
+            exported.model_file,
+            backend=runtime.backend,
+            threads=threads,
+            dtype=dtype,
+            streams=workers,
+        )
+        if gated and dtype != "float32":
+            engine = Engine(runtime.backend, dtype)
+            quality = gate(
+                Path(source), engine, model, runtime.cache_path(), threads=threads, workers=workers
             )
-        return cls.open(Path(source), exported.model_file, backend=runtime.backend, threads=threads)
+            if not quality.passes:
+                raise ConfigError(
+                    f"backend {runtime.backend} at {dtype} failed the quality gate on the "
+                    f"shipped text set ({'; '.join(quality.failures())}); use float32 or "
+                    "--backend auto"
+                )
+        return model
 
     def __call__(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embed ``texts`` in one forward pass; one row per text, in order.

@@ -5,7 +5,9 @@ SPEC is one of:
 * ``minilm``: the built-in all-MiniLM-L6-v2 embedding model (the ``embeddings`` extra);
 * ``minilm:backend=onnx-int8,threads=1`` (or a folder with the same options): the same
   model on another runtime, see :class:`~batchserve.models.runtime.Runtime` (keys
-  ``backend``, ``device``, ``dtype``, ``threads``, ``cache_dir``);
+  ``backend``, ``device``, ``dtype``, ``threads``, ``cache_dir``, ``batch_size``). The
+  default backend is ``auto``: every engine the machine offers is measured once and the
+  fastest that passes the quality gate is served (:mod:`batchserve.models.choice`);
 * ``synthetic`` or ``synthetic:fixed=8ms,per_item=0.25ms,dim=8``: the seed's cost model;
 * a path to a sentence-transformers model folder;
 * ``package.module:attr``: any batch function, or model object with ``__call__`` (a class is
@@ -20,12 +22,13 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import logging
 import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from batchserve.config import CostEstimate
 from batchserve.errors import ConfigError
@@ -34,9 +37,13 @@ from batchserve.models.runtime import Runtime, default_workers
 from batchserve.models.synthetic import SyntheticModel
 from batchserve.units import parse_duration
 
+if TYPE_CHECKING:
+    from batchserve.models.choice import Verdict
+
 __all__ = [
     "RUNTIME_KEYS",
     "LoadedModel",
+    "choose_engine",
     "default_model_name",
     "load_model",
     "parse_synthetic",
@@ -44,8 +51,10 @@ __all__ = [
     "with_runtime",
 ]
 
+_log = logging.getLogger(__name__)
+
 #: The options a ``minilm`` or folder SPEC takes after ``:``.
-RUNTIME_KEYS = ("backend", "device", "dtype", "threads", "cache_dir")
+RUNTIME_KEYS = ("backend", "device", "dtype", "threads", "cache_dir", "batch_size")
 # The base ends at the first ':' that is followed by KEY= (a device may hold a ':').
 _OPTIONS = re.compile(r"^(.+?):([A-Za-z_]+=.*)$")
 
@@ -66,6 +75,10 @@ class LoadedModel:
         workers: forward passes to run at once to use the machine, where the model knows
             (``minilm`` or a folder: :func:`~batchserve.models.runtime.default_workers`);
             the server's default when ``--workers`` is not set. None: one.
+        engine: how ``minilm`` or a folder runs (``backend``, ``precision``, ``device``,
+            ``threads``) and, under ``--backend auto``, ``choice``: the verdict and the
+            table behind it (:meth:`~batchserve.models.choice.Verdict.to_dict`). None for
+            other models.
     """
 
     spec: str
@@ -76,6 +89,7 @@ class LoadedModel:
     max_input_tokens: int | None = None
     initial_cost: CostEstimate | None = None
     workers: int | None = None
+    engine: dict[str, Any] | None = None
 
 
 def parse_synthetic(spec: str) -> SyntheticModel:
@@ -153,9 +167,9 @@ def with_runtime(spec: str, options: dict[str, str]) -> str:
 def _runtime(options: dict[str, str], base: Runtime | None) -> Runtime:
     fields: dict[str, object] = {}
     for key, value in options.items():
-        if key == "threads":
+        if key in ("threads", "batch_size"):
             if not value.isdigit():
-                raise ConfigError(f"threads must be an integer >= 1, got {value!r}")
+                raise ConfigError(f"{key} must be an integer >= 1, got {value!r}")
             fields[key] = int(value)
         else:
             fields[key] = value
@@ -188,17 +202,15 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
         )
     base, options = split_runtime(spec)
     if base == "minilm" or os.path.isdir(base):
-        from batchserve.models.embeddings import SentenceEmbedder, builtin_path
+        from batchserve.models.embeddings import builtin_path
 
         rt = _runtime(options, runtime)
         path = builtin_path() if base == "minilm" else Path(base)
-        emb: Any
-        if rt.exported:
-            from batchserve.models.exported import ExportedEmbedder
-
-            emb = ExportedEmbedder.load(path, rt)
+        choice: dict[str, Any] | None = None
+        if rt.backend == "auto":
+            emb, choice = _choose(path, rt)
         else:
-            emb = SentenceEmbedder.from_path(path, rt)
+            emb = _load_engine(path, rt)
         return LoadedModel(
             spec=spec,
             fn=emb,
@@ -207,6 +219,13 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
             count_tokens=emb.count_tokens,
             max_input_tokens=emb.max_seq_length,
             workers=default_workers(emb.device, emb.threads),
+            engine={
+                "backend": emb.backend,
+                "precision": emb.dtype,
+                "device": emb.device,
+                "threads": emb.threads,
+                "choice": choice,
+            },
         )
     if ":" in spec:
         return _describe(spec, _import_callable(spec))
@@ -214,6 +233,68 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
         "model spec must be 'minilm', 'synthetic[:fixed=..,per_item=..]', a model folder "
         f"or 'package.module:attr', got {spec!r}"
     )
+
+
+def _load_engine(path: Path, rt: Runtime, *, gated: bool = True) -> Any:
+    if rt.exported:
+        from batchserve.models.exported import ExportedEmbedder
+
+        return ExportedEmbedder.load(path, rt, gated=gated)
+    from batchserve.models.embeddings import SentenceEmbedder
+
+    return SentenceEmbedder.from_path(path, rt)
+
+
+def _choose(path: Path, rt: Runtime) -> tuple[Any, dict[str, Any]]:
+    # --backend auto: the verdict of the measurement (cached per machine), then its engine.
+    fn, verdict = choose_engine(path, rt)
+    return fn, verdict.to_dict()
+
+
+def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[Any, Verdict]:
+    """``--backend auto`` for the model folder ``path``: the chosen engine, loaded, and why.
+
+    The verdict is read from the cache, or measured (and cached) when there is none for
+    this model, machine, versions and settings, or when ``refresh`` is set. Logs the
+    choice (and, when measured, the table).
+
+    Raises:
+        ConfigError: the device asked for is not here.
+    """
+    from batchserve.models.choice import choose
+    from batchserve.models.hardware import Engine, Machine
+    from batchserve.models.runtime import default_threads, resolve_device
+
+    machine = Machine.here()
+    device = resolve_device(rt.device, cuda_devices=len(machine.cuda_devices), mps=machine.mps)
+    threads = rt.threads or default_threads()
+
+    def load(engine: Engine) -> Any:
+        on = device if engine.backend == "torch" else "cpu"
+        return _load_engine(
+            path,
+            dataclasses.replace(
+                rt, backend=engine.backend, dtype=engine.dtype, device=on, threads=threads
+            ),
+            gated=False,
+        )
+
+    verdict, fn = choose(
+        path,
+        device=device,
+        threads=threads,
+        workers=default_workers(device, threads),
+        batch_size=rt.batch_size or 32,
+        cache_dir=rt.cache_path(),
+        load=load,
+        dtype=rt.dtype,
+        machine=machine,
+        refresh=refresh,
+    )
+    if not verdict.cached:
+        _log.warning("backend auto measured every engine:\n%s", verdict.table())
+    _log.warning("%s", verdict.summary())
+    return (fn if fn is not None else load(verdict.chosen)), verdict
 
 
 def _describe(spec: str, fn: BatchFn) -> LoadedModel:

@@ -18,6 +18,7 @@ beside an int8 model so the gate runs once per model, not at every start.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,8 @@ __all__ = [
     "MIN_MEAN_COSINE",
     "MIN_RANKING_AGREEMENT",
     "Quality",
+    "against",
+    "all_texts",
     "compare",
     "embed_all",
     "nearest",
@@ -106,20 +109,27 @@ class Quality:
 
 
 def embed_all(
-    embed: Embed, texts: Sequence[str], *, batch_size: int = 32
+    embed: Embed, texts: Sequence[str], *, batch_size: int = 32, workers: int = 1
 ) -> npt.NDArray[np.float32]:
     """Embed ``texts`` in batches of ``batch_size``, in order; rows are unit length.
 
     Texts are sorted by length before batching (and put back in order after), so that
-    padding costs little; an embedding does not depend on its batch.
+    padding costs little; an embedding does not depend on its batch. ``workers`` batches
+    run at once on as many threads (for a model that releases the GIL, as every engine
+    here does).
     """
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    rows: list[npt.NDArray[np.float32]] = []
-    for start in range(0, len(order), batch_size):
-        chunk = [texts[i] for i in order[start : start + batch_size]]
-        rows.append(np.asarray(embed(chunk), dtype=np.float32))
-    if not rows:
+    chunks = [
+        [texts[i] for i in order[start : start + batch_size]]
+        for start in range(0, len(order), batch_size)
+    ]
+    if not chunks:
         return np.zeros((0, 0), dtype=np.float32)
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            rows = [np.asarray(r, dtype=np.float32) for r in pool.map(embed, chunks)]
+    else:
+        rows = [np.asarray(embed(chunk), dtype=np.float32) for chunk in chunks]
     sorted_out = np.concatenate(rows)
     out = np.empty_like(sorted_out)
     out[np.asarray(order)] = sorted_out
@@ -138,9 +148,29 @@ def compare(reference: Embed, candidate: Embed, qs: QualitySet, *, batch_size: i
 
     Blocks while both embed every text, query and passage (seconds to a minute on a CPU).
     """
-    all_texts = list(qs.texts) + list(qs.queries) + list(qs.passages)
-    ref = embed_all(reference, all_texts, batch_size=batch_size)
-    cand = embed_all(candidate, all_texts, batch_size=batch_size)
+    ref = embed_all(reference, all_texts(qs), batch_size=batch_size)
+    return against(ref, candidate, qs, batch_size=batch_size)
+
+
+def all_texts(qs: QualitySet) -> list[str]:
+    """Every text of ``qs`` in the order :func:`against` expects its reference rows."""
+    return list(qs.texts) + list(qs.queries) + list(qs.passages)
+
+
+def against(
+    ref: npt.NDArray[np.float32],
+    candidate: Embed,
+    qs: QualitySet,
+    *,
+    batch_size: int = 32,
+    workers: int = 1,
+) -> Quality:
+    """Measure ``candidate`` against the reference's embeddings ``ref`` of :func:`all_texts`.
+
+    Blocks while ``candidate`` embeds every text, query and passage (``workers`` batches at
+    once).
+    """
+    cand = embed_all(candidate, all_texts(qs), batch_size=batch_size, workers=workers)
     n, q = len(qs.texts), len(qs.queries)
     cosines = np.sum(ref[:n] * cand[:n], axis=1)
     agree = 1.0

@@ -9,9 +9,16 @@ without a GPU:
 * :func:`resolve_device`: ``auto`` picks the first CUDA GPU, else Apple's ``mps``, else
   the CPU; ``cuda`` means ``cuda:0``; asking for a device that is not there is an error
   that says what is.
-* :func:`resolve_dtype`: half precision (``float16``, ``bfloat16``) is for GPUs. Asked for
-  explicitly on the CPU it is an error (it is slower there, not faster); under ``auto`` on
-  a machine without a GPU it falls back to ``float32``, so one config serves both kinds.
+* :func:`resolve_dtype`: the precision a backend runs at on the resolved device. ``auto``
+  is float32 for torch and ONNX Runtime, int8 for the ``-int8`` backends, and for
+  OpenVINO what the CPU computes in (bfloat16 with AVX-512 BF16 or AMX, else float32, as
+  OpenVINO itself would). Half precision is possible where the machine's facts say so
+  (:func:`~batchserve.models.hardware.precision_support`: a GPU, or a CPU with bfloat16
+  instructions); asked for by name where it is not, it is an error that names the missing
+  instructions; under ``--device auto`` it falls back to float32, so one config serves
+  both kinds of machine.
+* ``--backend auto`` (the default) is not resolved here: the engine is chosen by
+  measuring every possible one (:mod:`batchserve.models.choice`).
 * :func:`default_threads`: the CPU threads one forward pass uses. The server's event loop
   (HTTP parsing, batching, answering) needs a share of a core while passes run, so the
   default leaves it room on a small machine; see the function for the measurement.
@@ -31,9 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from batchserve.errors import ConfigError
+from batchserve.models.hardware import Machine, precision_support
 
 __all__ = [
     "BACKENDS",
+    "BACKEND_DTYPES",
     "DTYPES",
     "Runtime",
     "default_cache_dir",
@@ -43,10 +52,21 @@ __all__ = [
     "resolve_dtype",
 ]
 
-#: The backends of the built-in model: PyTorch, ONNX Runtime, OpenVINO; full precision or int8.
-BACKENDS = ("torch", "onnx", "onnx-int8", "openvino", "openvino-int8")
-#: Floating-point precisions; half precision is for GPUs.
-DTYPES = ("float32", "float16", "bfloat16")
+#: The backends of the built-in model: ``auto`` (measured, see :mod:`batchserve.models.choice`),
+#: PyTorch, ONNX Runtime, OpenVINO; full precision or int8.
+BACKENDS = ("auto", "torch", "onnx", "onnx-int8", "openvino", "openvino-int8")
+#: Precisions. ``-mixed`` is torch's autocast (float32 weights, products in half precision);
+#: ``auto`` lets the backend's rule (or, under backend ``auto``, the measurement) decide.
+DTYPES = ("auto", "float32", "float16", "bfloat16", "float16-mixed", "bfloat16-mixed", "int8")
+#: The precisions each backend runs at (``auto`` is every one of them).
+BACKEND_DTYPES: dict[str, tuple[str, ...]] = {
+    "auto": DTYPES[1:],
+    "torch": ("float32", "float16", "bfloat16", "float16-mixed", "bfloat16-mixed"),
+    "onnx": ("float32",),
+    "onnx-int8": ("int8",),
+    "openvino": ("float32", "bfloat16"),
+    "openvino-int8": ("int8",),
+}
 #: Where exported models are cached when neither ``--cache-dir`` nor this variable says.
 CACHE_ENV = "BATCHSERVE_CACHE_DIR"
 
@@ -58,19 +78,23 @@ class Runtime:
     """How to run an embedding model.
 
     Attributes:
-        backend: one of :data:`BACKENDS`.
+        backend: one of :data:`BACKENDS`; ``auto`` measures every engine the machine
+            offers and serves the fastest that passes the quality gate.
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
-        dtype: one of :data:`DTYPES` (half precision on GPUs only).
+        dtype: one of :data:`DTYPES`, among the backend's (:data:`BACKEND_DTYPES`).
         threads: CPU threads per forward pass; None takes :func:`default_threads`.
-        cache_dir: where exported ONNX/OpenVINO files live; None takes
-            :func:`default_cache_dir`.
+        cache_dir: where exported ONNX/OpenVINO files and the ``auto`` verdicts live;
+            None takes :func:`default_cache_dir`.
+        batch_size: the batch size ``auto`` measures the engines at (the model's
+            ``max_batch_size``); None is 32.
     """
 
-    backend: str = "torch"
+    backend: str = "auto"
     device: str = "auto"
-    dtype: str = "float32"
+    dtype: str = "auto"
     threads: int | None = None
     cache_dir: str | None = None
+    batch_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -85,17 +109,23 @@ class Runtime:
             raise ConfigError(f"threads must be an integer >= 1, got {self.threads!r}")
         if self.cache_dir is not None and not self.cache_dir:
             raise ConfigError("cache_dir must be a non-empty path when given, got ''")
-        if self.backend != "torch" and self.dtype != "float32":
+        if self.batch_size is not None and (
+            isinstance(self.batch_size, bool)
+            or not isinstance(self.batch_size, int)
+            or self.batch_size < 1
+        ):
+            raise ConfigError(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
+        allowed = BACKEND_DTYPES[self.backend]
+        if self.dtype != "auto" and self.dtype not in allowed:
             raise ConfigError(
-                f"dtype {self.dtype} is for the torch backend; backend {self.backend} runs "
-                "float32 (or int8 as its -int8 variant), got dtype "
-                f"{self.dtype!r}"
+                f"dtype {self.dtype} is not a precision of backend {self.backend}: it runs "
+                f"{', '.join(allowed)} (or auto), got dtype {self.dtype!r}"
             )
 
     @property
     def exported(self) -> bool:
         """Whether the backend runs a file exported from the torch weights."""
-        return self.backend != "torch"
+        return self.backend not in ("torch", "auto")
 
     def cache_path(self) -> Path:
         """The cache folder this runtime uses."""
@@ -133,7 +163,7 @@ def resolve_device(requested: str, *, cuda_devices: int, mps: bool, backend: str
     """
     if requested == "cpu":
         return "cpu"
-    if backend != "torch":
+    if backend not in ("torch", "auto"):
         if requested == "auto":
             return "cpu"
         raise ConfigError(
@@ -158,22 +188,44 @@ def resolve_device(requested: str, *, cuda_devices: int, mps: bool, backend: str
     return f"cuda:{index}"
 
 
-def resolve_dtype(dtype: str, *, device: str, requested_device: str) -> str:
-    """The precision to run at on ``device`` (the resolved one).
+def resolve_dtype(
+    dtype: str,
+    *,
+    device: str,
+    requested_device: str,
+    backend: str = "torch",
+    machine: Machine | None = None,
+) -> str:
+    """The precision ``backend`` runs at on ``device`` (the resolved one).
 
-    Half precision is for GPUs: on the CPU it is refused when the CPU was asked for by
-    name, and falls back to ``float32`` when ``auto`` found no GPU.
+    ``auto`` is float32 (int8 for an ``-int8`` backend; for OpenVINO, bfloat16 where the
+    CPU computes in it). A precision the machine cannot compute in (see
+    :func:`~batchserve.models.hardware.precision_support`) is refused when the device was
+    asked for by name, and falls back to float32 when ``auto`` found no device for it.
+
+    Args:
+        dtype: the precision asked for (one of :data:`DTYPES`).
+        device: the resolved device.
+        requested_device: the device asked for (``auto`` allows the fallback).
+        backend: the backend (not ``auto``).
+        machine: the facts; None is a machine with no bfloat16 or float16 on its CPU.
 
     Raises:
-        ConfigError: half precision asked for on an explicitly chosen CPU.
+        ConfigError: a precision the machine cannot compute in, asked for by name.
     """
-    if dtype == "float32" or device != "cpu":
+    facts = machine or Machine()
+    if dtype == "auto":
+        if backend.endswith("-int8"):
+            return "int8"
+        if backend == "openvino" and device == "cpu" and facts.cpu_bf16:
+            return "bfloat16"
+        return "float32"
+    reason = precision_support(dtype, device, facts)
+    if reason is None:
         return dtype
     if requested_device == "auto":
         return "float32"
-    raise ConfigError(
-        f"dtype {dtype!r} is for GPUs; on device 'cpu' use float32 (or an int8 backend)"
-    )
+    raise ConfigError(f"dtype {dtype!r} on device {device!r}: {reason}; use float32 or int8")
 
 
 def _cores() -> int:

@@ -18,7 +18,10 @@ nothing: the request counters and pass accounting of :class:`~batchserve.server.
   fitted on, beside the measured mean forward time of each batch size;
 * ``tokens`` (None unless passes are formed by tokens): padded and real tokens of the
   dispatched passes, their ratio ``waste``, the tokens queued now, the token cost model's
-  fit ``fixed_s + padded tokens * per_token_s``.
+  fit ``fixed_s + padded tokens * per_token_s``;
+* ``engine`` (None for a model that is not ``minilm`` or a folder, or not loaded yet): the
+  backend, precision, device and threads it runs on and, under ``--backend auto``,
+  ``choice``: the chosen engine and every candidate's measured rate and quality figures.
 
 Requests whose model was never known (a 404, a body that did not parse) are counted in the
 server's ``requests`` only.
@@ -67,6 +70,7 @@ def model_status(model: ServedModel, metrics: Metrics) -> dict[str, Any]:
     sizes = dict(sorted(stats.batch_sizes.items())) if stats is not None else {}
     return {
         "state": model.state,
+        "engine": model.loaded.engine if model.loaded is not None else None,
         "settings": {
             "max_batch_size": batch.max_batch_size,
             "max_wait_s": batch.max_wait_s,

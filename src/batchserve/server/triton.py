@@ -32,6 +32,7 @@ The statistics come from the server's own accounting (:meth:`Metrics.account
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from batchserve.server.account import Account
@@ -140,9 +141,35 @@ def model_config(model: ServedModel) -> dict[str, Any]:
         "parameters": {
             "spec": {"string_value": model.settings.spec},
             "admission": {"string_value": "on" if batch.admission else "off"},
+            **_engine_parameters(model),
         },
         "model_warmup": [],
     }
+
+
+def _engine_parameters(model: ServedModel) -> dict[str, dict[str, str]]:
+    # How minilm or a folder runs, and under --backend auto the choice and its table (JSON
+    # in a string parameter: Triton's parameters are strings).
+    engine = model.loaded.engine if model.loaded is not None else None
+    if not engine:
+        return {}
+    out = {
+        "engine": {"string_value": f"{engine['backend']}/{engine['precision']}"},
+        "device": {"string_value": str(engine["device"])},
+        "threads": {"string_value": str(engine["threads"])},
+    }
+    choice = engine.get("choice")
+    if choice:
+        trials = {
+            f"{t['backend']}/{t['precision']}": {
+                "items_per_s": t["items_per_s"],
+                "gated": t["gated"],
+                "unavailable": t["unavailable"],
+            }
+            for t in choice["trials"]
+        }
+        out["engine_choice"] = {"string_value": json.dumps(trials, separators=(",", ":"))}
+    return out
 
 
 def _duration(count: int, seconds: float) -> dict[str, int]:

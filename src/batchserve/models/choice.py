@@ -1,0 +1,481 @@
+"""``--backend auto``: measure every engine here, serve the fastest that keeps its quality.
+
+Theory of operation: which engine is fastest (torch or ONNX Runtime or OpenVINO; float32,
+bfloat16 or int8) depends on the CPU (AMX, VNNI, AVX-512, AVX2 only), the GPU, the text
+lengths and the batch size, so it is measured on the machine, never assumed:
+
+1. :func:`~batchserve.models.hardware.candidates` lists the engines the machine's facts
+   and the installed packages make possible (bfloat16 only where the CPU computes in it).
+2. Each is loaded (an export is made once into the cache) and timed on shipped texts at
+   the configured batch size, with as many passes at once as the server will run
+   (``workers`` threads of ``threads`` each), in rounds that alternate the engines so a
+   neighbour's load falls on all alike; the best round counts.
+3. The engines faster than the reference (torch float32) go through the quality gate
+   (:mod:`batchserve.models.gate`: mean cosine to float32 >= 0.99 and the nearest passage
+   kept for >= 95% of queries, on the shipped set), fastest first, until one passes.
+4. :func:`pick` (pure) serves the fastest engine that passed, or the reference when none
+   did: ``auto`` never serves an engine that measured slower than torch float32.
+
+The :class:`Verdict` (the choice and the table behind it) is cached as JSON, keyed by the
+model's hash, the engines' versions, the machine's identity and the settings measured at,
+so later starts on the same machine load the chosen engine at once::
+
+    CACHE/<name>-<model hash>/auto/<key>.json
+
+Two processes that start at once on an empty cache both measure; the last to finish
+writes the file. A damaged or foreign file is measured again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from batchserve.models.hardware import (
+    REFERENCE,
+    Engine,
+    Machine,
+    candidates,
+    installed_backends,
+)
+from batchserve.models.quality import Quality
+from batchserve.models.quality_set import QualitySet
+
+__all__ = ["Trial", "Verdict", "choose", "gate_order", "pick", "speed_texts"]
+
+_log = logging.getLogger(__name__)
+
+#: Format of the cached verdict; a file of another format is measured again.
+FORMAT = 1
+#: Timed rounds per engine (the best counts).
+ROUNDS = 2
+_PACKAGES = (
+    "torch",
+    "transformers",
+    "sentence-transformers",
+    "onnxruntime",
+    "onnx",
+    "openvino",
+    "nncf",
+)
+
+#: Loads an engine's batch function: (engine) -> fn. Raises ConfigError/ImportError.
+EngineLoader = Callable[[Engine], Callable[[Sequence[str]], Any]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Trial:
+    """One engine's figures.
+
+    Attributes:
+        engine: the engine.
+        items_per_s: texts per second at the batch size, with the server's passes at once;
+            None when it did not run.
+        quality: its quality figures, when it was gated (None: not needed, or the
+            reference itself).
+        unavailable: why it did not run (the machine, a missing package, a load error).
+    """
+
+    engine: Engine
+    items_per_s: float | None = None
+    quality: Quality | None = None
+    unavailable: str | None = None
+
+    @property
+    def gated(self) -> bool | None:
+        """True when it may be served on quality, False when it failed, None when unknown."""
+        if self.engine == REFERENCE:
+            return True
+        return None if self.quality is None else self.quality.passes
+
+    def to_dict(self) -> dict[str, Any]:
+        """The figures as JSON-ready values."""
+        return {
+            "backend": self.engine.backend,
+            "precision": self.engine.dtype,
+            "items_per_s": None if self.items_per_s is None else round(self.items_per_s, 2),
+            "quality": None if self.quality is None else self.quality.to_dict(),
+            "gated": self.gated,
+            "unavailable": self.unavailable,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trial:
+        """Read back what :meth:`to_dict` wrote."""
+        quality = data.get("quality")
+        rate = data.get("items_per_s")
+        return cls(
+            engine=Engine(str(data["backend"]), str(data["precision"])),
+            items_per_s=None if rate is None else float(rate),
+            quality=Quality.from_dict(quality) if quality else None,
+            unavailable=data.get("unavailable"),
+        )
+
+
+def pick(trials: Sequence[Trial]) -> Engine:
+    """The engine to serve: the fastest that passed the gate, else the reference.
+
+    Only engines that ran and passed (the reference passes by definition) are eligible,
+    so the choice is never slower than the reference as measured.
+    """
+    eligible = [t for t in trials if t.items_per_s is not None and t.gated]
+    if not eligible:
+        return REFERENCE
+    return max(eligible, key=lambda t: (t.items_per_s, t.engine == REFERENCE)).engine
+
+
+def gate_order(trials: Sequence[Trial]) -> list[Engine]:
+    """The engines worth gating: those measured faster than the reference, fastest first."""
+    ref = next((t.items_per_s for t in trials if t.engine == REFERENCE), None)
+    faster = [
+        t
+        for t in trials
+        if t.engine != REFERENCE
+        and t.items_per_s is not None
+        and (ref is None or t.items_per_s > ref)
+    ]
+    return [t.engine for t in sorted(faster, key=lambda t: -(t.items_per_s or 0.0))]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    """What ``auto`` chose, and the measurements behind it.
+
+    Attributes:
+        chosen: the engine served.
+        device: where it runs.
+        batch_size: the batch size measured at.
+        threads: CPU threads per pass.
+        workers: passes at once.
+        trials: every candidate's figures, the reference first.
+        machine: the machine's facts (:meth:`~batchserve.models.hardware.Machine.to_dict`).
+        versions: the engines' package versions.
+        key: the cache key.
+        seconds: what measuring cost (loads and exports included).
+        created: when it was measured (ISO 8601, UTC).
+        cached: whether this start read it from the cache.
+    """
+
+    chosen: Engine
+    device: str
+    batch_size: int
+    threads: int
+    workers: int
+    trials: tuple[Trial, ...]
+    machine: dict[str, Any]
+    versions: dict[str, str]
+    key: str
+    seconds: float
+    created: str
+    cached: bool = False
+
+    def trial(self, engine: Engine) -> Trial | None:
+        """The figures of ``engine``, if it was a candidate."""
+        return next((t for t in self.trials if t.engine == engine), None)
+
+    def speedup(self) -> float | None:
+        """The chosen engine's rate over the reference's, as measured."""
+        chosen, ref = self.trial(self.chosen), self.trial(REFERENCE)
+        if chosen is None or ref is None or not chosen.items_per_s or not ref.items_per_s:
+            return None
+        return chosen.items_per_s / ref.items_per_s
+
+    def summary(self) -> str:
+        """One line: the choice, its rate against the reference, where it came from."""
+        up = self.speedup()
+        rate = f" ({up:.2f}x torch/float32)" if up is not None else ""
+        where = "cached" if self.cached else f"measured in {self.seconds:.0f}s"
+        return (
+            f"backend auto chose {self.chosen}{rate} at batch {self.batch_size}, "
+            f"{self.workers} x {self.threads}-thread passes on {self.device} ({where})"
+        )
+
+    def table(self) -> str:
+        """The candidates side by side: rate, speed-up, quality, gate, the choice."""
+        ref = self.trial(REFERENCE)
+        base = ref.items_per_s if ref is not None else None
+        lines = [
+            f"{'engine':24} {'texts/s':>8} {'vs fp32':>7} {'mean cos':>8} {'min cos':>8} "
+            f"{'NN kept':>7}  gate"
+        ]
+        for t in self.trials:
+            name = str(t.engine) + (" *" if t.engine == self.chosen else "")
+            if t.items_per_s is None:
+                lines.append(f"{name:24} {'-':>8} {'-':>7}  {t.unavailable or 'not run'}")
+                continue
+            up = f"{t.items_per_s / base:6.2f}x" if base else f"{'-':>7}"
+            q = t.quality
+            figures = (
+                f"{q.mean_cosine:8.4f} {q.min_cosine:8.4f} {q.ranking_agreement * 100:6.1f}%"
+                if q is not None
+                else f"{'-':>8} {'-':>8} {'-':>7}"
+            )
+            gate = {True: "pass", False: "FAIL", None: "-"}[t.gated]
+            if t.engine == REFERENCE:
+                gate = "reference"
+            lines.append(f"{name:24} {t.items_per_s:8.1f} {up} {figures}  {gate}")
+        lines.append("* served. Gated: mean cosine to torch/float32 >= 0.99 and the nearest")
+        lines.append("  passage kept for >= 95% of queries; engines slower than it are not gated.")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values (what the cache file, ``/status`` and profile --json hold)."""
+        return {
+            "format": FORMAT,
+            "chosen": {"backend": self.chosen.backend, "precision": self.chosen.dtype},
+            "speedup_vs_torch_fp32": None if (up := self.speedup()) is None else round(up, 3),
+            "device": self.device,
+            "batch_size": self.batch_size,
+            "threads": self.threads,
+            "workers": self.workers,
+            "trials": [t.to_dict() for t in self.trials],
+            "machine": self.machine,
+            "versions": self.versions,
+            "key": self.key,
+            "seconds": round(self.seconds, 1),
+            "created": self.created,
+            "cached": self.cached,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Verdict:
+        """Read back what :meth:`to_dict` wrote.
+
+        Raises:
+            ValueError: another format.
+            KeyError: a field is missing.
+        """
+        if data.get("format") != FORMAT:
+            raise ValueError(f"verdict format {data.get('format')!r}, expected {FORMAT}")
+        chosen = data["chosen"]
+        return cls(
+            chosen=Engine(str(chosen["backend"]), str(chosen["precision"])),
+            device=str(data["device"]),
+            batch_size=int(data["batch_size"]),
+            threads=int(data["threads"]),
+            workers=int(data["workers"]),
+            trials=tuple(Trial.from_dict(t) for t in data["trials"]),
+            machine=dict(data["machine"]),
+            versions={str(k): str(v) for k, v in data["versions"].items()},
+            key=str(data["key"]),
+            seconds=float(data["seconds"]),
+            created=str(data["created"]),
+            cached=bool(data.get("cached", False)),
+        )
+
+
+def versions() -> dict[str, str]:
+    """The installed versions of the packages an engine's speed depends on."""
+    from batchserve.models.export import RECIPE
+
+    out = {"batchserve-export-recipe": str(RECIPE)}
+    for name in _PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def speed_texts(qs: QualitySet, batch_size: int, workers: int) -> list[list[str]]:
+    """The batches the engines are timed on: ``workers`` batches of ``batch_size`` texts.
+
+    Texts are taken across the shipped set's whole length range (every k-th of the texts
+    sorted by length), then grouped by length into batches, as the server groups texts
+    of similar length into one pass.
+    """
+    ordered = sorted(qs.texts, key=len)
+    count = min(len(ordered), batch_size * workers)
+    step = len(ordered) / count
+    sample = [ordered[int(i * step)] for i in range(count)]
+    return [sample[i : i + batch_size] for i in range(0, count, batch_size)]
+
+
+def _rate(fn: Callable[[Sequence[str]], Any], batches: list[list[str]], workers: int) -> float:
+    # The batches are run by `workers` threads at once, as the server's workers run passes;
+    # texts per wall second.
+    pending = list(range(len(batches)))
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                i = pending.pop()
+            try:
+                fn(batches[i])
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=work) for _ in range(max(1, workers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return sum(len(b) for b in batches) / max(time.perf_counter() - t0, 1e-9)
+
+
+def _cache_key(parts: dict[str, Any]) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _read_cached(path: Path) -> Verdict | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return dataclasses.replace(Verdict.from_dict(data), cached=True)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        _log.warning("ignoring the cached verdict %s (%s); measuring again", path, exc)
+        return None
+
+
+def _write(path: Path, verdict: Verdict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(verdict.to_dict(), f, indent=1)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def choose(
+    source: Path,
+    *,
+    device: str,
+    threads: int,
+    workers: int,
+    batch_size: int,
+    cache_dir: Path,
+    load: EngineLoader,
+    dtype: str = "auto",
+    machine: Machine | None = None,
+    installed: set[str] | None = None,
+    quality_set: QualitySet | None = None,
+    refresh: bool = False,
+    rounds: int = ROUNDS,
+) -> tuple[Verdict, Callable[[Sequence[str]], Any] | None]:
+    """The engine to serve ``source`` on, measured here or read from the cache.
+
+    Blocks while measuring: on the first start on a machine, every engine is exported,
+    loaded, timed, and the fastest gated (about two minutes for MiniLM on two cores).
+
+    Args:
+        source: the model folder.
+        device: the resolved device.
+        threads: CPU threads per pass.
+        workers: passes at once.
+        batch_size: the batch size to time at.
+        cache_dir: the cache folder.
+        load: loads one engine (the same as serving it would).
+        dtype: ``auto``, or the one precision to choose among.
+        machine: the facts; None reads them.
+        installed: the installed backends; None looks them up.
+        quality_set: the gate's texts; None is the shipped set (or $BATCHSERVE_QUALITY_SET).
+        refresh: measure even when a verdict is cached.
+        rounds: timed rounds per engine.
+
+    Returns:
+        The verdict, and the chosen engine's batch function when it was loaded while
+        measuring (None on a cached verdict: load it).
+    """
+    from batchserve.models.export import model_folder
+    from batchserve.models.gate import default_quality_set, gate, set_digest
+
+    facts = machine or Machine.here()
+    qs = quality_set if quality_set is not None else default_quality_set()
+    folder = model_folder(source, cache_dir)
+    versions_now = versions()
+    key = _cache_key(
+        {
+            "model": folder.name,
+            "versions": versions_now,
+            "machine": facts.identity(),
+            "device": device,
+            "dtype": dtype,
+            "batch_size": batch_size,
+            "threads": threads,
+            "workers": workers,
+            "set": set_digest(qs),
+            "format": FORMAT,
+        }
+    )
+    path = folder / "auto" / f"{key}.json"
+    if not refresh and (cached := _read_cached(path)) is not None:
+        return cached, None
+
+    start = time.perf_counter()
+    options = candidates(
+        facts, device, installed if installed is not None else installed_backends(), dtype=dtype
+    )
+    # The reference must load (it is what the others are gated against): its error is the
+    # caller's. Any other engine that cannot load is reported in the table, not fatal.
+    fns: dict[Engine, Callable[[Sequence[str]], Any]] = {REFERENCE: load(REFERENCE)}
+    unavailable: dict[Engine, str] = {}
+    for option in options:
+        if option.engine == REFERENCE:
+            continue
+        if option.unavailable is not None:
+            unavailable[option.engine] = option.unavailable
+            continue
+        try:
+            fns[option.engine] = load(option.engine)
+        except Exception as exc:
+            unavailable[option.engine] = f"failed to load: {exc}"
+            _log.warning("backend auto: %s failed to load: %s", option.engine, exc)
+    batches = speed_texts(qs, batch_size, workers)
+    rates: dict[Engine, float] = {}
+    for fn in fns.values():  # a first pass of each shape, untimed
+        fn(batches[0][:2])
+    for _ in range(max(1, rounds)):
+        for engine, fn in fns.items():
+            rates[engine] = max(rates.get(engine, 0.0), round(_rate(fn, batches, workers), 2))
+    trials = {
+        o.engine: Trial(
+            engine=o.engine, items_per_s=rates.get(o.engine), unavailable=unavailable.get(o.engine)
+        )
+        for o in options
+    }
+    for engine in gate_order(list(trials.values())):
+        quality = gate(source, engine, fns[engine], cache_dir, quality_set=qs, workers=workers)
+        trials[engine] = dataclasses.replace(trials[engine], quality=quality)
+        if quality.passes:
+            break
+    chosen = pick(list(trials.values()))
+    verdict = Verdict(
+        chosen=chosen,
+        device=device,
+        batch_size=batch_size,
+        threads=threads,
+        workers=workers,
+        trials=tuple(trials.values()),
+        machine=facts.to_dict(),
+        versions=versions_now,
+        key=key,
+        seconds=time.perf_counter() - start,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    _write(path, verdict)
+    return verdict, fns.get(chosen)

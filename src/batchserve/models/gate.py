@@ -1,0 +1,198 @@
+"""The quality gate, run once per model, engine and text set, and remembered.
+
+Theory of operation: an engine other than torch float32 is served only if its embeddings
+keep their meaning (:mod:`batchserve.models.quality`: mean cosine to float32 and the
+nearest passage kept). Measuring that costs one pass over the shipped set for the
+reference and one for the candidate, so both are cached beside the model's exports::
+
+    CACHE/<name>-<model hash, 16 hex>/
+        reference-<set hash>.npy          torch float32's embeddings of the set
+        gate/<backend>-<dtype>-<set hash>.json   one engine's figures
+
+The reference is computed once per model (and set), whoever asks first; each engine's
+figures once per engine. For the built-in model and the shipped set the reference also
+ships with the package (``data/reference-<model hash>-<set hash>.npy``, written by
+:func:`write_shipped_reference`; a test checks it against a fresh computation), so the
+first start on a machine does not spend a minute computing it.
+
+A file is written to a temporary name and renamed into place, so a reader never sees half
+of one; two processes that race compute the same thing twice and
+the last rename wins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from batchserve.models.export import model_folder
+from batchserve.models.hardware import Engine
+from batchserve.models.quality import Embed, Quality, against, all_texts, embed_all
+from batchserve.models.quality_set import QualitySet
+from batchserve.models.quality_set import load as load_quality_set
+from batchserve.models.quality_set import read as read_quality_set
+
+__all__ = [
+    "QUALITY_SET_ENV",
+    "default_quality_set",
+    "gate",
+    "reference_vectors",
+    "set_digest",
+    "write_shipped_reference",
+]
+
+#: A file of one's own texts for the gate (JSON like the shipped set, or lines).
+QUALITY_SET_ENV = "BATCHSERVE_QUALITY_SET"
+_log = logging.getLogger(__name__)
+
+
+def set_digest(qs: QualitySet) -> str:
+    """A short hex digest of a quality set's texts."""
+    digest = hashlib.sha256()
+    for text in all_texts(qs):
+        digest.update(text.encode() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def default_quality_set(environ: dict[str, str] | None = None) -> QualitySet:
+    """The gate's texts: the file ``$BATCHSERVE_QUALITY_SET`` names, else the shipped set.
+
+    Raises:
+        ConfigError: the file holds no text or a malformed field.
+    """
+    env = os.environ if environ is None else environ
+    path = env.get(QUALITY_SET_ENV)
+    return read_quality_set(Path(path)) if path else load_quality_set()
+
+
+def reference_vectors(
+    source: Path,
+    cache_dir: Path,
+    qs: QualitySet,
+    *,
+    threads: int | None = None,
+    workers: int = 1,
+) -> npt.NDArray[np.float32]:
+    """The unit embeddings by torch float32 of every text of ``qs``, computed once and cached.
+
+    Blocks while computing them (about a minute of one core for the shipped set), with
+    ``workers`` passes of ``threads`` threads at once.
+    """
+    folder = model_folder(source, cache_dir)
+    path = folder / f"reference-{set_digest(qs)}.npy"
+    shipped = _shipped_reference(folder.name, qs)
+    for candidate in (path, shipped):
+        try:
+            vectors: npt.NDArray[np.float32] = np.load(candidate)
+            if vectors.shape[0] == len(all_texts(qs)):
+                return vectors
+        except (OSError, ValueError):
+            pass  # missing or damaged: the next, or computed below
+    from batchserve.models.embeddings import SentenceEmbedder
+    from batchserve.models.runtime import Runtime
+
+    reference = SentenceEmbedder.from_path(
+        source, Runtime(backend="torch", device="cpu", dtype="float32", threads=threads)
+    )
+    vectors = embed_all(reference, all_texts(qs), workers=workers)
+    buf = io.BytesIO()
+    np.save(buf, vectors)
+    _write_atomic(path, buf.getvalue())
+    return vectors
+
+
+def _shipped_reference(model: str, qs: QualitySet) -> Path:
+    key = model.rpartition("-")[2]
+    return Path(__file__).parent / "data" / f"reference-{key}-{set_digest(qs)}.npy"
+
+
+def write_shipped_reference(source: Path, *, workers: int = 2) -> Path:
+    """Compute torch float32's embeddings of the shipped set for ``source``, into the package.
+
+    Run once when the built-in model or the shipped set changes, as
+    ``write_shipped_reference(builtin_path())``; returns the file written.
+    """
+    from batchserve.models.embeddings import SentenceEmbedder
+    from batchserve.models.runtime import Runtime
+
+    qs = load_quality_set()
+    with tempfile.TemporaryDirectory() as tmp:
+        name = model_folder(source, Path(tmp)).name
+    path = _shipped_reference(name, qs)
+    reference = SentenceEmbedder.from_path(
+        source, Runtime(backend="torch", device="cpu", dtype="float32", threads=1)
+    )
+    buf = io.BytesIO()
+    np.save(buf, embed_all(reference, all_texts(qs), workers=workers))
+    _write_atomic(path, buf.getvalue())
+    return path
+
+
+def gate(
+    source: Path,
+    engine: Engine,
+    candidate: Embed,
+    cache_dir: Path,
+    *,
+    quality_set: QualitySet | None = None,
+    threads: int | None = None,
+    workers: int = 1,
+) -> Quality:
+    """``engine``'s quality figures (see :mod:`batchserve.models.quality`), cached.
+
+    Args:
+        source: the model folder (its hash keys the cache).
+        engine: the engine ``candidate`` runs (its name keys the figures).
+        candidate: the engine's batch function.
+        cache_dir: the cache folder.
+        quality_set: the texts; None takes :func:`default_quality_set`.
+        threads: CPU threads of the reference's passes, if it must be computed.
+        workers: passes at once (the candidate's and the reference's).
+
+    Blocks while embedding the set with ``candidate`` (and the reference, the first time).
+    """
+    qs = quality_set if quality_set is not None else default_quality_set()
+    digest = set_digest(qs)
+    path = (
+        model_folder(source, cache_dir) / "gate" / f"{engine.backend}-{engine.dtype}-{digest}.json"
+    )
+    if path.is_file():
+        try:
+            return Quality.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError):
+            pass  # a damaged file: measured again below
+    ref = reference_vectors(source, cache_dir, qs, threads=threads, workers=workers)
+    quality = against(ref, candidate, qs, workers=workers)
+    _write_atomic(path, json.dumps(quality.to_dict(), indent=1).encode())
+    _log.warning(
+        "%s quality gate: mean cosine %.4f (min %.4f) over %d texts, nearest passage kept "
+        "for %.1f%% of %d queries: %s",
+        engine,
+        quality.mean_cosine,
+        quality.min_cosine,
+        quality.texts,
+        quality.ranking_agreement * 100,
+        quality.queries,
+        "passed" if quality.passes else "FAILED",
+    )
+    return quality

@@ -1,0 +1,213 @@
+"""``--backend auto``: the pure choice, and the measurement driven with fake engines.
+
+The fake engines cost a known time per text (a sleep, which releases the GIL as a real
+engine's pass does), so their measured order is certain on a busy machine: each is at least
+2.5x apart from the next, and a pass lasts milliseconds, far above a thread's start. Their
+quality figures are put in the gate's cache beforehand, so no real model runs here; the
+real engines are chosen end to end in ``tests/server/test_server_engine_choice.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from batchserve.models.choice import Trial, Verdict, choose, gate_order, pick, speed_texts
+from batchserve.models.export import model_folder
+from batchserve.models.gate import set_digest
+from batchserve.models.hardware import REFERENCE, Engine, Machine
+from batchserve.models.quality import Quality
+from batchserve.models.quality_set import QualitySet
+
+EPYC = Machine(cpu_model="AMD EPYC", cpu_flags=frozenset({"avx2", "fma"}), cores=2)
+ALL = {"torch", "onnx", "onnx-int8", "openvino", "openvino-int8"}
+GOOD = Quality(texts=10, mean_cosine=0.995, min_cosine=0.97, queries=4, ranking_agreement=1.0)
+BAD = Quality(texts=10, mean_cosine=0.95, min_cosine=0.80, queries=4, ranking_agreement=0.75)
+QS = QualitySet(
+    texts=tuple(f"text number {i} " + "word " * (i % 7) for i in range(24)),
+    queries=("a query",),
+    passages=("a passage", "another"),
+)
+
+
+def trial(backend: str, dtype: str, rate: float | None, quality: Quality | None = None) -> Trial:
+    return Trial(engine=Engine(backend, dtype), items_per_s=rate, quality=quality)
+
+
+def test_pick_serves_the_fastest_engine_that_passed() -> None:
+    trials = [
+        trial("torch", "float32", 10.0),
+        trial("onnx-int8", "int8", 30.0, BAD),
+        trial("openvino", "float32", 20.0, GOOD),
+        trial("onnx", "float32", 25.0),  # not gated: not eligible
+    ]
+    assert pick(trials) == Engine("openvino", "float32")
+    assert gate_order(trials) == [
+        Engine("onnx-int8", "int8"),
+        Engine("onnx", "float32"),
+        Engine("openvino", "float32"),
+    ]
+
+
+def test_pick_falls_back_to_the_reference() -> None:
+    assert pick([trial("torch", "float32", 10.0), trial("onnx", "float32", 30.0, BAD)]) == (
+        REFERENCE
+    )
+    assert pick([]) == REFERENCE
+    # an engine slower than the reference is never worth gating
+    assert gate_order([trial("torch", "float32", 10.0), trial("onnx", "float32", 9.0)]) == []
+
+
+@given(
+    st.floats(1.0, 100.0),
+    st.lists(st.tuples(st.floats(1.0, 100.0), st.sampled_from([None, True, False])), max_size=6),
+)
+def test_auto_never_serves_an_engine_measured_slower_than_torch_fp32(
+    ref: float, others: list[tuple[float, bool | None]]
+) -> None:
+    trials = [trial("torch", "float32", ref)]
+    for i, (rate, passes) in enumerate(others):
+        quality = None if passes is None else (GOOD if passes else BAD)
+        trials.append(trial(f"engine{i}", "int8", rate, quality))
+    chosen = pick(trials)
+    chosen_rate = next(t.items_per_s for t in trials if t.engine == chosen)
+    assert chosen_rate is not None
+    assert chosen_rate >= ref
+    assert chosen == REFERENCE or next(t for t in trials if t.engine == chosen).gated
+
+
+def test_speed_texts_span_the_lengths_in_batches_of_similar_length() -> None:
+    batches = speed_texts(QS, batch_size=4, workers=2)
+    assert [len(b) for b in batches] == [4, 4]
+    flat = [t for b in batches for t in b]
+    assert flat == sorted(flat, key=len)
+    assert len(flat[0]) < len(flat[-1])
+    assert speed_texts(QS, batch_size=64, workers=2) == [sorted(QS.texts, key=len)]
+
+
+class Fake:
+    """An engine whose pass costs ``per_item_s`` per text (a sleep: the GIL is free)."""
+
+    def __init__(self, per_item_s: float) -> None:
+        self.per_item_s = per_item_s
+        self.calls = 0
+
+    def __call__(self, texts: Sequence[str]) -> Any:
+        self.calls += 1
+        time.sleep(self.per_item_s * len(texts))
+        return np.ones((len(texts), 4), dtype=np.float32)
+
+
+def seed_gate(source: Path, cache: Path, engine: Engine, quality: Quality) -> None:
+    folder = model_folder(source, cache) / "gate"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"{engine.backend}-{engine.dtype}-{set_digest(QS)}.json"
+    (folder / name).write_text(json.dumps(quality.to_dict()))
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "weights.bin").write_bytes(b"not a real model")
+    return folder
+
+
+def test_choose_measures_gates_fastest_first_and_caches(source: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    fakes = {
+        Engine("torch", "float32"): Fake(0.010),
+        Engine("onnx", "float32"): Fake(0.030),  # slower than torch: never gated
+        Engine("onnx-int8", "int8"): Fake(0.001),  # fastest, fails its gate
+        Engine("openvino", "float32"): Fake(0.004),  # second, passes
+    }
+    loaded: list[Engine] = []
+
+    def load(engine: Engine) -> Any:
+        loaded.append(engine)
+        if engine not in fakes:
+            raise ImportError("openvino-int8 needs nncf")
+        return fakes[engine]
+
+    seed_gate(source, cache, Engine("onnx-int8", "int8"), BAD)
+    seed_gate(source, cache, Engine("openvino", "float32"), GOOD)
+    kwargs: dict[str, Any] = {
+        "device": "cpu",
+        "threads": 1,
+        "workers": 2,
+        "batch_size": 4,
+        "cache_dir": cache,
+        "load": load,
+        "machine": EPYC,
+        "installed": ALL,
+        "quality_set": QS,
+        "rounds": 1,
+    }
+    verdict, fn = choose(source, **kwargs)
+    assert verdict.chosen == Engine("openvino", "float32")
+    assert fn is fakes[Engine("openvino", "float32")]
+    assert not verdict.cached
+    by = {str(t.engine): t for t in verdict.trials}
+    # no bfloat16 on this CPU: not loaded, and the table says why
+    assert "lacks" in (by["torch/bfloat16"].unavailable or "")
+    assert "failed to load: openvino-int8 needs nncf" in (
+        by["openvino-int8/int8"].unavailable or ""
+    )
+    assert by["onnx-int8/int8"].gated is False
+    assert by["openvino/float32"].gated is True
+    assert by["onnx/float32"].gated is None
+    assert by["torch/float32"].gated is True
+    rates = {k: t.items_per_s for k, t in by.items() if t.items_per_s}
+    assert rates["onnx-int8/int8"] > rates["openvino/float32"] > rates["torch/float32"]
+    assert rates["torch/float32"] > rates["onnx/float32"]
+    assert (verdict.speedup() or 0.0) > 1
+    table = verdict.table()
+    assert "openvino/float32 *" in table
+    assert "FAIL" in table
+    assert "reference" in table
+    assert "openvino/float32" in verdict.summary()
+    assert "measured" in verdict.summary()
+
+    # the next start reads the verdict and loads nothing while choosing
+    loaded.clear()
+    again, fn = choose(source, **kwargs)
+    assert (again.chosen, again.cached, fn, loaded) == (verdict.chosen, True, None, [])
+    assert again.trials == verdict.trials
+    # another batch size, another machine or refresh=True measure again
+    other = Machine(cpu_model="AMD EPYC", cpu_flags=frozenset({"avx2"}), cores=8)
+    assert not choose(source, **{**kwargs, "machine": other})[0].cached
+    assert not choose(source, **{**kwargs, "batch_size": 8})[0].cached
+    assert not choose(source, **kwargs, refresh=True)[0].cached
+
+
+def test_a_damaged_verdict_is_measured_again(source: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    kwargs: dict[str, Any] = {
+        "device": "cpu",
+        "threads": 1,
+        "workers": 1,
+        "batch_size": 4,
+        "cache_dir": cache,
+        "load": lambda engine: Fake(0.0005),
+        "machine": EPYC,
+        "installed": {"torch"},
+        "quality_set": QS,
+        "rounds": 1,
+    }
+    verdict, _ = choose(source, **kwargs)
+    assert verdict.chosen == REFERENCE  # the only engine installed
+    path = model_folder(source, cache) / "auto" / f"{verdict.key}.json"
+    path.write_text("{not json")
+    again, _ = choose(source, **kwargs)
+    assert not again.cached
+    assert Verdict.from_dict(json.loads(path.read_text())).chosen == REFERENCE
+    with pytest.raises(ValueError, match="verdict format"):
+        Verdict.from_dict({**verdict.to_dict(), "format": 99})
