@@ -9,7 +9,8 @@ lengths and the batch size, so it is measured on the machine, never assumed:
 2. Each is loaded (an export is made once into the cache) and timed on shipped texts at
    the configured batch size, with as many passes at once as the server will run
    (``workers`` threads of ``threads`` each), in rounds that alternate the engines so a
-   neighbour's load falls on all alike; the best round counts.
+   neighbour's load falls on all alike; the best round counts. After the first round only
+   the reference and the engines within 80% of the best are timed again.
 3. The engines faster than the reference (torch float32) go through the quality gate
    (:mod:`batchserve.models.gate`: mean cosine to float32 >= 0.99 and the nearest passage
    kept for >= 95% of queries, on the shipped set), fastest first, until one passes.
@@ -60,6 +61,8 @@ _log = logging.getLogger(__name__)
 FORMAT = 1
 #: Timed rounds per engine (the best counts).
 ROUNDS = 2
+#: After the first round, engines below this fraction of the best rate are not timed again.
+CONTENDERS = 0.8
 _PACKAGES = (
     "torch",
     "transformers",
@@ -449,8 +452,13 @@ def choose(
     rates: dict[Engine, float] = {}
     for fn in fns.values():  # a first pass of each shape, untimed
         fn(batches[0][:2])
-    for _ in range(max(1, rounds)):
+    for round_ in range(max(1, rounds)):
+        # Rounds after the first time only the contenders (within CONTENDERS of the best so
+        # far) and the reference: an engine far behind cannot win on a second try.
+        best = max(rates.values(), default=0.0)
         for engine, fn in fns.items():
+            if round_ and engine != REFERENCE and rates[engine] < CONTENDERS * best:
+                continue
             rates[engine] = max(rates.get(engine, 0.0), round(_rate(fn, batches, workers), 2))
     trials = {
         o.engine: Trial(
