@@ -9,7 +9,7 @@ interleaved; the table gives each one's median requests/s and its ratio to the y
 * ``yardstick``: ``bench/yardstick.py``, the simplest dynamic batcher on the same stack
   (uvicorn + httptools + uvloop, a bounded queue, one thread hop per batch);
 * ``batchserve``: ``batchserve serve`` (inference requests carried by its connection
-  protocol, :mod:`batchserve.server.wire`);
+  protocol, :mod:`batchserve.server.transport.httptools`);
 * ``batchserve-asgi``: the same application under plain uvicorn, every request through ASGI
   (what the connection protocol saves);
 * ``batchserve-granian``: the same application under Granian's ASGI server (a Rust HTTP
@@ -70,7 +70,7 @@ def command(name: str, port: int) -> list[str]:
     if name == "batchserve-asgi":
         code = (
             "import sys, uvicorn; sys.path.insert(0, 'bench'); from null_app import app; "
-            "from batchserve.server.guard import guarded_protocol; "
+            "from batchserve.server.transport.guard import guarded_protocol; "
             f"uvicorn.run(app, host='127.0.0.1', port={port}, loop='uvloop', "
             "http=guarded_protocol(read_timeout_s=30), access_log=False, log_level='warning')"
         )

@@ -17,7 +17,7 @@ from server_helpers import build_app
 from uvicorn.server import ServerState
 
 from batchserve.server import App
-from batchserve.server.wire import connection_protocol
+from batchserve.server.transport.httptools import connection_protocol
 
 BODY = b'{"input": "hello world"}'
 EMBED = b"POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"

@@ -122,7 +122,8 @@ async def main():
     model = ModelSettings(name="m", spec="synthetic:fixed=0ms,per_item=0ms")
     async with App(ServerSettings(models=(model,)), loader=load_model) as app:
         await app.wait_ready()
-        assert app.tracing is None and app._exchange_type is Exchange
+        assert app.tracing is None
+        assert app._open_exchange.func is Exchange
         t = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=t, base_url="http://x") as c:
             assert (await c.post("/v1/embeddings", json={"input": "x"})).status_code == 200

@@ -2,12 +2,12 @@
 
 Theory of operation
 -------------------
-An :class:`Exchange` is what the server knows of one inference request. Two drivers run it,
-exactly as two drivers run the batching policy: the connection protocol
-(:mod:`batchserve.server.wire`, the fast path: no task, future or timer per request) and the
-ASGI app (:mod:`batchserve.server.app`, for in-process clients and everything else). Both
-call the same three steps and receive the answer through the same callback, so a request is
-answered byte for byte alike whichever driver carried it.
+An :class:`Exchange` is what the server knows of one inference request. Two transports run
+it, exactly as two drivers run the batching policy: the connection protocol
+(:mod:`batchserve.server.transport.httptools`, the fast path: no task, future or timer per
+request) and the ASGI driver (:mod:`batchserve.server.transport.asgi`, for in-process clients
+and everything else). Both call the same three steps and receive the answer through the same
+callback, so a request is answered byte for byte alike whichever transport carried it.
 
 1. :meth:`App.begin <batchserve.server.app.App.begin>` opens it from the request's head
    alone: the request is counted received, and everything that does not need the body is
@@ -20,6 +20,11 @@ answered byte for byte alike whichever driver carried it.
    its :class:`~batchserve.batcher.Waiter`. A refusal of any input withdraws the others.
 3. :meth:`Exchange.settle` is called by the batcher as each input ends; the last one builds
    the answer. An error of any input answers the request with it and withdraws the rest.
+
+A transport sees the application as a :class:`Gate` (which requests are exchanges, and
+opening one); an exchange sees it as a :class:`Host` (drain, metrics, classes, release).
+Neither names the application's class, and this module imports nothing from a transport or
+from the server's operations (metrics, views), so a new transport needs only this module.
 
 Every exchange ends exactly once, through :meth:`_finish`: its outcome is counted, then the
 driver's ``respond`` callback gets the :class:`Reply` (a client that left gets none:
@@ -36,13 +41,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from batchserve.batcher import Served
 from batchserve.errors import DeadlineExceeded, Rejected
-from batchserve.server.asgi import JSON_TYPE, Head, Headers
+from batchserve.server.http import JSON_TYPE, Head, Headers
 from batchserve.server.statuses import ApiError, from_exception, retry_after_ms
 
 if TYPE_CHECKING:
-    from batchserve.policy import WorkClass
-    from batchserve.server.app import App
+    from batchserve.policy import ClassConfig, WorkClass
     from batchserve.server.registry import ServedModel
+    from batchserve.server.settings import RequestLimits
 
 __all__ = [
     "ARRIVAL",
@@ -50,6 +55,9 @@ __all__ = [
     "TIMING_HEADERS",
     "Endpoint",
     "Exchange",
+    "Gate",
+    "Host",
+    "RequestMeter",
     "Reply",
     "passed",
     "timing_head",
@@ -137,6 +145,64 @@ class Endpoint(Protocol):
         """The protocol's error body."""
 
 
+class RequestMeter(Protocol):
+    """Where an exchange counts its outcome (the server's metrics)."""
+
+    def observe_request(
+        self,
+        model: str | None,
+        protocol: str,
+        reason: str,
+        seconds: float,
+        *,
+        outcome: str | None = None,
+    ) -> None:
+        """Count one inference request's outcome (``reason`` ``ok`` for a success)."""
+
+
+class Host(Protocol):
+    """What an exchange needs of the application that opened it."""
+
+    @property
+    def draining(self) -> bool:
+        """Whether the server admits no new requests."""
+
+    @property
+    def metrics(self) -> RequestMeter:
+        """Where the exchange's outcome is counted."""
+
+    def classify(self, exchange: Exchange, classes: ClassConfig) -> WorkClass:
+        """The class of work of ``exchange`` (and its tenant, set on it)."""
+
+    def release(self) -> None:
+        """The exchange's reply was written (or its client left)."""
+
+
+class Gate(Protocol):
+    """What a transport needs of the application: which requests are exchanges, opening one."""
+
+    @property
+    def limits(self) -> RequestLimits:
+        """The limits on a request (body size, read timeout)."""
+
+    @property
+    def draining(self) -> bool:
+        """Whether the server admits no new requests (its answers close the connection)."""
+
+    def inference_route(self, method: str, path: str) -> tuple[Endpoint, str | None] | None:
+        """The endpoint and model name (None: named by the body) of an inference request."""
+
+    def begin(
+        self,
+        endpoint: Endpoint,
+        model_name: str | None,
+        head: Head,
+        arrival: float,
+        respond: Callable[[Reply], None] | None,
+    ) -> Exchange:
+        """Open an inference exchange from the request's head (see ``App.begin``)."""
+
+
 def timing_head(served: list[Served[Any]]) -> bytes:
     """The timing headers of an answer, rendered: one comma-separated value per input.
 
@@ -172,7 +238,7 @@ class Exchange:
     """One inference request, from its head to its answer (see the module docstring).
 
     Attributes:
-        app: the application it belongs to.
+        app: the application it belongs to (as its :class:`Host`).
         endpoint: its protocol.
         head: its headers that the server reads.
         arrival: when its first byte arrived (monotonic seconds, the batcher's clock).
@@ -206,7 +272,7 @@ class Exchange:
 
     def __init__(
         self,
-        app: App,
+        app: Host,
         endpoint: Endpoint,
         head: Head,
         arrival: float,

@@ -110,7 +110,7 @@ class ServerSettings:
             request's tenant is its ``X-Tenant`` header.
         drain_timeout_s: on SIGTERM, at most this long is spent finishing accepted work.
         otel: each request and each forward pass becomes an OpenTelemetry span (the
-            ``otel`` extra; see :mod:`batchserve.server.tracing`). Off costs nothing.
+            ``otel`` extra; see :mod:`batchserve.server.ops.tracing`). Off costs nothing.
     """
 
     models: tuple[ModelSettings, ...] = (ModelSettings(name=DEFAULT_MODEL_NAME, spec="minilm"),)

@@ -7,8 +7,9 @@ chunk and a send coroutine per message; measured under load, that machinery cost
 everything batchserve does with a request. So for the requests that carry the load,
 inference ``POST``s (:meth:`App.inference_route <batchserve.server.app.App.inference_route>`),
 this protocol (a subclass of uvicorn's httptools protocol, with the head guard of
-:mod:`batchserve.server.guard`) runs the request's :class:`~batchserve.server.exchange.Exchange`
-itself, from the parser's callbacks, with no task, future or timer per request:
+:mod:`batchserve.server.transport.guard`) runs the request's
+:class:`~batchserve.server.exchange.Exchange` itself, from the parser's callbacks, with no task,
+future or timer per request:
 
 * ``on_message_begin`` notes the arrival (the request's deadline counts from its first byte);
 * ``on_headers_complete`` opens the exchange (:meth:`App.begin`): a refusal is written at
@@ -32,21 +33,18 @@ that exchange is answered.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from batchserve.server.asgi import read_head
-from batchserve.server.exchange import ARRIVAL, Exchange, Reply
-from batchserve.server.guard import MAX_HEAD_BYTES, guarded_protocol
+from batchserve.server.exchange import ARRIVAL, Exchange, Gate, Reply
+from batchserve.server.http import read_head
 from batchserve.server.statuses import ApiError
-
-if TYPE_CHECKING:
-    from batchserve.server.app import App
+from batchserve.server.transport.guard import MAX_HEAD_BYTES, guarded_protocol
 
 __all__ = ["connection_protocol"]
 
 
 def connection_protocol(
-    app: App, *, read_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYTES
+    app: Gate, *, read_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYTES
 ) -> Any:
     """The protocol class for ``uvicorn.Config(http=...)``, serving ``app``'s exchanges.
 

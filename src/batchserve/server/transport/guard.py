@@ -11,8 +11,9 @@ uvicorn's ``HttpToolsProtocol``, handed to uvicorn as its protocol class:
   opening (first request) or of its first byte (later requests on a kept-alive connection);
   otherwise the client gets 408 ``request_timeout`` and the connection is closed. A
   connection that sends nothing at all is closed silently. (The body has its own deadline:
-  see :mod:`batchserve.server.wire` and :func:`batchserve.server.asgi.read_body`.) The timer
-  is armed only when a read ends with a head still incomplete, so a request whose head
+  see :mod:`batchserve.server.transport.httptools` and
+  :func:`batchserve.server.transport.asgi.read_body`.) The timer is armed only when a read ends with
+  a head still incomplete, so a request whose head
   arrives in one read, as almost all do, costs no timer.
 * **size**: a head over ``max_head_bytes`` is refused with 431 ``head_too_large`` as soon as
   it passes the limit, and the connection is closed.
