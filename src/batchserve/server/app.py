@@ -38,6 +38,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from batchserve.batcher import BatchRecord
+from batchserve.clock import Clock, MonotonicClock
 from batchserve.models.loader import LoadedModel, load_model
 from batchserve.policy import ClassConfig, WorkClass
 from batchserve.server.deadlines import wire_deadline
@@ -75,6 +76,9 @@ class App:
         loader: turns a model SPEC into a model (tests pass their own).
         tracer: with ``settings.otel``, the OpenTelemetry tracer spans go to (default: see
             :func:`batchserve.server.ops.tracing.default_tracer`).
+        clock: the server's one clock (default: monotonic time): every batcher's, the
+            transports' (a request's arrival) and the exchanges'. Tests pass a
+            :class:`~batchserve.clock.ManualClock`.
 
     Use as an ASGI app under uvicorn (the lifespan protocol loads the models), or directly:
     ``async with App(settings) as app: await app.wait_ready()``.
@@ -86,8 +90,10 @@ class App:
         *,
         loader: Callable[[str], LoadedModel] = load_model,
         tracer: Any = None,
+        clock: Clock | None = None,
     ) -> None:
         self.settings = settings
+        self.clock: Clock = clock if clock is not None else MonotonicClock()
         self.limits = settings.limits
         self.metrics = Metrics()
         # Tracing off: plain exchanges, passes reported to the metrics alone (no cost).
@@ -108,7 +114,10 @@ class App:
                 tracing.on_batch(name, record)
 
         self.registry = Registry(
-            [ServedModel(m, on_batch=on_batch, loader=loader) for m in settings.models]
+            [
+                ServedModel(m, on_batch=on_batch, loader=loader, clock=self.clock)
+                for m in settings.models
+            ]
         )
         for m in self.registry.models.values():
             self.metrics.add_model(
@@ -169,9 +178,10 @@ class App:
 
     async def _drain(self, timeout_s: float | None) -> None:
         self.begin_drain()
-        t0 = time.monotonic()
+        now = self.clock.now
+        t0 = now()
         await self.registry.drain(timeout_s)
-        left = None if timeout_s is None else max(0.1, timeout_s - (time.monotonic() - t0))
+        left = None if timeout_s is None else max(0.1, timeout_s - (now() - t0))
         if self._inflight:
             self._idle = self._idle or asyncio.Event()
             try:
@@ -249,7 +259,7 @@ class App:
             endpoint: the protocol (from :meth:`inference_route`).
             model_name: the model named by the path, or None (named by the body).
             head: the request's headers that the server reads.
-            arrival: when its first byte arrived (monotonic seconds).
+            arrival: when its first byte arrived (on :attr:`clock`).
             respond: called once with the reply (not for a client that leaves).
         """
         self.metrics.observe_received()
@@ -266,7 +276,7 @@ class App:
                 raise ApiError("draining", "the server is shutting down and admits no new requests")
             check_body_type(head, endpoint.body_types)
             check_length(head, self.limits.max_body_bytes)
-            now = time.monotonic()
+            now = self.clock.now()
             deadline = exchange.deadline = wire_deadline(head, arrival, now)
             if model is None:
                 return exchange

@@ -35,7 +35,6 @@ a drain waits for.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,6 +44,7 @@ from batchserve.server.http import JSON_TYPE, Head, Headers
 from batchserve.server.statuses import ApiError, from_exception, retry_after_ms
 
 if TYPE_CHECKING:
+    from batchserve.clock import Clock
     from batchserve.policy import ClassConfig, WorkClass
     from batchserve.server.registry import ServedModel
     from batchserve.server.settings import RequestLimits
@@ -80,7 +80,7 @@ SERVER_TIMING = "Server-Timing"
 _SERVER_TIMING_LINE = SERVER_TIMING.lower().encode() + b": total;dur=%.3f\r\n"
 
 #: The key of the ASGI scope's ``extensions`` under which the connection protocol puts the
-#: monotonic time the request's first byte arrived.
+#: time (on the server's clock) the request's first byte arrived.
 ARRIVAL = "batchserve.arrival"
 
 
@@ -164,6 +164,10 @@ class Host(Protocol):
     """What an exchange needs of the application that opened it."""
 
     @property
+    def clock(self) -> Clock:
+        """The server's one clock (its batchers', and the arrivals')."""
+
+    @property
     def draining(self) -> bool:
         """Whether the server admits no new requests."""
 
@@ -180,6 +184,10 @@ class Host(Protocol):
 
 class Gate(Protocol):
     """What a transport needs of the application: which requests are exchanges, opening one."""
+
+    @property
+    def clock(self) -> Clock:
+        """The server's one clock: a request's arrival is read from it."""
 
     @property
     def limits(self) -> RequestLimits:
@@ -241,7 +249,7 @@ class Exchange:
         app: the application it belongs to (as its :class:`Host`).
         endpoint: its protocol.
         head: its headers that the server reads.
-        arrival: when its first byte arrived (monotonic seconds, the batcher's clock).
+        arrival: when its first byte arrived (on the server's clock, its batchers').
         model: the model it asks for, once known.
         request: the parsed body (the endpoint's own type), once parsed.
         deadline: its absolute deadline: from the wire, the body, else its class's or the
@@ -313,7 +321,7 @@ class Exchange:
             if app.draining:
                 raise ApiError("draining", "the server is shutting down and admits no new requests")
             batcher = model.require_batcher()
-            now = batcher.clock.now()
+            now = app.clock.now()
             work_class = None if model.classes is None else app.classify(self, model.classes)
             deadline = self.deadline
             if deadline is None:
@@ -398,7 +406,7 @@ class Exchange:
             return
         self._withdraw()
         self.reply = _GONE
-        self._count("cancelled", None, time.monotonic() - self.arrival)
+        self._count("cancelled", None, self.app.clock.now() - self.arrival)
 
     def release(self) -> None:
         """The driver has written the reply (or the client left): the request is over."""
@@ -418,7 +426,7 @@ class Exchange:
         self.entries = []
 
     def _finish(self, reply: Reply, reason: str, outcome: str | None = None) -> None:
-        now = time.monotonic()
+        now = self.app.clock.now()
         if reason == "ok" and self.deadline is not None and now > self.deadline:
             # The passes ended in time but the answer was built after the deadline (the
             # process was not given the CPU): a late answer is a 504, never a 200.

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol, TypeAlias
 
@@ -134,7 +133,7 @@ class AsgiDriver:
             endpoint,
             model_name,
             head,
-            arrival if arrival is not None else time.monotonic(),
+            arrival if arrival is not None else self.host.clock.now(),
             answered.set_result,
         )
         try:

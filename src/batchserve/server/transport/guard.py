@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any
 
+from batchserve.clock import Clock, MonotonicClock
 from batchserve.server.statuses import STATUS_TABLE
 
 __all__ = ["MAX_HEAD_BYTES", "guarded_protocol"]
@@ -49,8 +49,13 @@ class _HeadTooLarge(Exception):
     """Raised inside a parser callback to stop parsing a head over the limit."""
 
 
-def guarded_protocol(*, read_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYTES) -> Any:
+def guarded_protocol(
+    *, read_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYTES, clock: Clock | None = None
+) -> Any:
     """The httptools protocol class of uvicorn with the guard, for ``uvicorn.Config(http=...)``.
+
+    A request's arrival and the keep-alive's ages are read from ``clock`` (the server's;
+    default: monotonic time); the timers are the event loop's.
 
     Returns ``"auto"`` (uvicorn's own choice: h11, which limits head sizes itself but not
     their time) when ``httptools`` is not installed.
@@ -59,6 +64,7 @@ def guarded_protocol(*, read_timeout_s: float, max_head_bytes: int = MAX_HEAD_BY
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:
         return "auto"
+    now = (clock if clock is not None else MonotonicClock()).now
 
     class GuardedHttpToolsProtocol(HttpToolsProtocol):
         """``HttpToolsProtocol`` with a deadline and a size limit on request heads."""
@@ -69,7 +75,7 @@ def guarded_protocol(*, read_timeout_s: float, max_head_bytes: int = MAX_HEAD_BY
             self._head_bytes = 0
             self._in_head = False
             self._too_large = False
-            self._arrival = 0.0  # when the current request's first byte came (monotonic)
+            self._arrival = 0.0  # when the current request's first byte came (on the clock)
             self._answered = 0.0  # when the last answer was written
 
         def connection_made(self, transport: Any) -> None:
@@ -96,7 +102,7 @@ def guarded_protocol(*, read_timeout_s: float, max_head_bytes: int = MAX_HEAD_BY
 
         def _head_begun(self) -> None:
             # A request's first byte: its arrival, and its head's count and clock start.
-            self._arrival = time.monotonic()
+            self._arrival = now()
             self._head_bytes = 0
             self._in_head = True
 
@@ -132,7 +138,7 @@ def guarded_protocol(*, read_timeout_s: float, max_head_bytes: int = MAX_HEAD_BY
             self.server_state.total_requests += 1
             if self.transport.is_closing():
                 return
-            self._answered = time.monotonic()
+            self._answered = now()
             flow = self.flow
             if flow.read_paused:
                 flow.resume_reading()
@@ -148,7 +154,7 @@ def guarded_protocol(*, read_timeout_s: float, max_head_bytes: int = MAX_HEAD_BY
             self.timeout_keep_alive_task = None
             if self.transport.is_closing() or self._arrival >= self._answered:
                 return  # closed, or a request began since the last answer: it re-arms
-            left = self._answered + self.timeout_keep_alive - time.monotonic()
+            left = self._answered + self.timeout_keep_alive - now()
             if left > 0:
                 self.timeout_keep_alive_task = self.loop.call_later(
                     left, self.timeout_keep_alive_handler

@@ -51,7 +51,9 @@ def connection_protocol(
     Returns ``"auto"`` (uvicorn's own choice, every request through ASGI) when ``httptools``
     is not installed.
     """
-    guarded = guarded_protocol(read_timeout_s=read_timeout_s, max_head_bytes=max_head_bytes)
+    guarded = guarded_protocol(
+        read_timeout_s=read_timeout_s, max_head_bytes=max_head_bytes, clock=app.clock
+    )
     if guarded == "auto":
         return guarded
     from uvicorn.protocols.http.flow_control import FlowControl
