@@ -27,7 +27,8 @@ from typing import Any
 
 from batchserve.server.app import App
 from batchserve.server.exchange import Reply
-from batchserve.server.http import HEAD_FIELDS, Head, Message
+from batchserve.server.http import HEAD_FIELDS, Head
+from batchserve.server.transport.asgi import Message
 
 #: The header names the server reads, as Granian's header map takes them (``str``).
 _FIELDS = tuple((name, name.decode("latin-1")) for name in HEAD_FIELDS)
