@@ -33,7 +33,7 @@ def attrs(span: Any) -> dict[str, Any]:
     return dict(span.attributes or {})
 
 
-def test_requests_and_passes_become_linked_spans() -> None:
+async def test_requests_and_passes_become_linked_spans() -> None:
     exporter = InMemorySpanExporter()
     provider = sdk.TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -58,7 +58,7 @@ def test_requests_and_passes_become_linked_spans() -> None:
         finally:
             await app.stop()
 
-    responses = asyncio.run(main())
+    responses = await main()
     assert [r.status_code for r in responses] == [200, 200, 200, 200, 422]
     spans: list[Any] = list(exporter.get_finished_spans())
     requests = [s for s in spans if s.name == "batchserve.request"]
