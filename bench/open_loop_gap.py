@@ -27,7 +27,8 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
-from request_path import NULL, cpu_s, running
+from _harness import cpu_s
+from request_path import NULL, running
 
 from batchserve.loadgen import LoadConfig, run_load
 from batchserve.units import parse_rates

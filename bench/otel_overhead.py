@@ -23,7 +23,8 @@ import sys
 import time
 from collections.abc import Iterator
 
-from request_path import NULL, ROOT, answers, free_port, wrk
+from _harness import ROOT, answers, free_port
+from request_path import NULL, wrk
 
 #: What each contender runs with: --otel or not, and OTEL_TRACES_EXPORTER.
 CONTENDERS = {"off": None, "--otel, spans dropped": "none", "--otel, console": "console"}
