@@ -9,13 +9,71 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import re
 import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import NamedTuple
 
-__all__ = ["BENCH", "ROOT", "answers", "children", "cpu_s", "free_port", "process_cpu_s"]
+__all__ = [
+    "BENCH",
+    "ROOT",
+    "Served",
+    "answers",
+    "batchserve",
+    "children",
+    "cpu_s",
+    "free_port",
+    "process_cpu_s",
+]
 
 #: This directory, and the repository's root.
 BENCH = pathlib.Path(__file__).resolve().parent
 ROOT = BENCH.parent
+
+
+class Served(NamedTuple):
+    """A running ``batchserve serve``: its URL, address and process."""
+
+    url: str
+    host: str
+    port: int
+    proc: subprocess.Popen[str]
+
+
+@contextlib.contextmanager
+def batchserve(flags: list[str], *, env: dict[str, str] | None = None) -> Iterator[Served]:
+    """``batchserve serve --port 0 FLAGS`` from the repository root, until the block ends.
+
+    Yields once the server printed its ready line (every model loaded and warm); stops it
+    with SIGTERM (a drain) on the way out, SIGKILL if it is not gone 30 s later. Its log
+    goes to this process's stderr.
+
+    Raises:
+        RuntimeError: the server exited before it was ready.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "batchserve", "serve", "--port", "0", *flags],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = re.search(r"ready on (http://([\d.]+):(\d+))", line)
+        if found is None:
+            raise RuntimeError(f"the server did not start: {line!r}")
+        yield Served(found.group(1), found.group(2), int(found.group(3)), proc)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def free_port() -> int:
