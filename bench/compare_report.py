@@ -11,6 +11,7 @@ ok/s, the lowest p99, the highest rate held.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -588,5 +589,8 @@ def write_results(data: dict[str, Any], path: Path | None) -> str:
 
 
 if __name__ == "__main__":
-    raw = json.loads(Path(sys.argv[1]).read_text())
-    print(write_results(raw, Path(sys.argv[2]) if len(sys.argv) > 2 else None))
+    _cli = argparse.ArgumentParser(description="Rebuild the report from compare.py's raw figures.")
+    _cli.add_argument("raw", type=Path, help="bench/out/compare-<time>.json")
+    _cli.add_argument("results", type=Path, nargs="?", help="where to write it (default: print)")
+    _given = _cli.parse_args()
+    print(write_results(json.loads(_given.raw.read_text()), _given.results))

@@ -15,14 +15,13 @@ to the group, waits, then SIGKILL: nothing outlives the cell.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
 import re
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -30,7 +29,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from request_path import process_cpu_s
+from _harness import free_port, process_cpu_s
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -95,13 +94,6 @@ class Knobs:
     queue_size: int
     timeout_ms: float = 30_000.0
     extra: tuple[str, ...] = ()
-
-
-def free_port() -> int:
-    """A port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def command(server: str, model: ModelSpec, knobs: Knobs, port: int, stats: Path) -> list[str]:
@@ -397,8 +389,14 @@ def describe(argv: list[str]) -> str:
     return " ".join(out)
 
 
-if __name__ == "__main__":  # a manual check: start each server, print its URL, stop it
-    for name in sys.argv[1:] or SERVERS:
+if __name__ == "__main__":
+    _check = argparse.ArgumentParser(
+        description="A manual check: start each server, print its URL, stop it."
+    )
+    _check.add_argument(
+        "servers", nargs="*", metavar="SERVER", help=f"of {', '.join(SERVERS)} (default: all)"
+    )
+    for name in _check.parse_args().servers or SERVERS:
         r = start(
             name,
             ModelSpec(kind="sleep"),

@@ -28,7 +28,8 @@ import statistics
 import sys
 import time
 
-from request_path import cpu_s, running
+from _harness import cpu_s
+from request_path import running
 
 BODY = b'{"input": "hello world", "model": "m"}'
 

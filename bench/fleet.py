@@ -27,7 +27,8 @@ import time
 from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "reliability"))
+# The reliability harness the tests run on (and what it needs from tests/).
+sys.path[:0] = [str(ROOT / "tests" / "reliability"), str(ROOT / "tests")]
 
 from fleet_harness import (  # noqa: E402
     MODEL,
@@ -183,10 +184,10 @@ def main() -> int:
                 rate = math.floor(share * k * REPLICA_CAPACITY_PER_S)
                 rows.append(row(fleet, k, rate, duration_s, overhead_s))
                 emit(rows[-1], args.json)
-        rate = 0.4 * 3 * REPLICA_CAPACITY_PER_S  # what two replicas carry
-        rows.append(rolling_restart(fleet, rate, 16.0))
+        carried = 0.4 * 3 * REPLICA_CAPACITY_PER_S  # what two replicas carry
+        rows.append(rolling_restart(fleet, carried, 16.0))
         emit(rows[-1], args.json)
-        rows.append(sigkill(fleet, rate, 5.0))
+        rows.append(sigkill(fleet, carried, 5.0))
         emit(rows[-1], args.json)
     finally:
         fleet.close()

@@ -26,14 +26,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from _harness import batchserve
 
 from batchserve.config import BatchConfig
 from batchserve.loadgen.inprocess import run_open_loop
@@ -150,26 +150,15 @@ def http_summary(run: HttpRun, duration_s: float) -> LoadSummary:
     )
 
 
-def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str, int]:
+def server_flags(args: argparse.Namespace) -> list[str]:
     spec = f"synthetic:fixed={args.fixed * 1e3:g}ms,per_item={args.per_item * 1e3:g}ms,dim=8"
-    cmd = [
-        sys.executable, "-m", "batchserve", "serve", "--port", "0",
+    return [
         "--model", f"seed={spec}",
         "--max-batch-size", str(args.max_batch_size),
         "--max-wait", f"{args.max_wait * 1e3:g}ms",
         "--queue-size", str(args.queue_size),
         "--timeout", f"{args.timeout * 1e3:g}ms",
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1")
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    match = re.search(r"http://([\d.]+):(\d+)", line)
-    if not match:
-        proc.kill()
-        raise RuntimeError(f"server did not start: {line!r}")
-    return proc, match.group(1), int(match.group(2))
 
 
 def arun(coro: Any) -> Any:
@@ -203,11 +192,11 @@ def main() -> int:
         f"{args.timeout * 1e3:g} ms, batch<={args.max_batch_size}, wait "
         f"{args.max_wait * 1e3:g} ms, queue {args.queue_size}; {args.rounds} rounds\n"
     )
-    proc, host, port = start_server(args)
     ratios = []
     server_ratios: list[float] = []
     served = []
-    try:
+    with batchserve(server_flags(args)) as server:
+        host, port = server.host, server.port
         # One warm-up run so the server's cost model has measured the model.
         arun(http_open_loop(host, port, schedule[: len(schedule) // 3], args.timeout, "seed"))
         for r in range(args.rounds):
@@ -243,9 +232,6 @@ def main() -> int:
                     f"{server_ratios[-1]:.2f}x in-process; the rest of the HTTP p99 is the "
                     "sender's lag, the kernel and the client"
                 )
-    finally:
-        proc.terminate()
-        proc.wait(30)
     med_ratio = statistics.median(ratios)
     min_served = min(served)
     print(

@@ -41,6 +41,8 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+from _harness import batchserve
+
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.policy import ClassConfig
 from batchserve.policy.classes import parse_class
@@ -103,27 +105,9 @@ def predict(
 @contextlib.contextmanager
 def server(policy: str) -> Iterator[str]:
     """A real ``batchserve serve`` with the scenario's settings; yields its URL."""
-    args = [sys.executable, "-m", "batchserve", "serve", "--port", "0", "--model", MODEL, *SERVER]
-    if policy == "classes":
-        args += CLASS_FLAGS
-    proc = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        match = re.match(r"batchserve ready on (http://\S+) ", line)
-        if match is None:
-            proc.kill()
-            raise RuntimeError(f"server did not start: {line!r} {proc.communicate()[1]}")
-        yield match.group(1)
-    finally:
-        proc.terminate()
-        try:
-            proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+    flags = ["--model", MODEL, *SERVER, *(CLASS_FLAGS if policy == "classes" else [])]
+    with batchserve(flags) as served:
+        yield served.url
 
 
 def measure(url: str, streams: list[str], duration_s: float) -> list[dict[str, Any]]:

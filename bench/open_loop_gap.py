@@ -21,13 +21,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-import os
-import re
-import subprocess
-import sys
 from collections.abc import Iterator
 
-from request_path import NULL, cpu_s, running
+from _harness import batchserve, cpu_s
+from request_path import NULL, running
 
 from batchserve.loadgen import LoadConfig, run_load
 from batchserve.units import parse_rates
@@ -75,30 +72,9 @@ def _server(name: str) -> Iterator[tuple[str, int]]:
         with running("batchserve-rsgi") as (port, pid):
             yield f"http://127.0.0.1:{port}", pid
         return
-    server = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "batchserve", "serve", "--model", NULL, "--port", "0"),
-            *("--max-batch-size", "32", "--max-wait", "2ms", "--queue-size", "1024"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-    try:
-        assert server.stdout is not None
-        url = ""
-        for line in server.stdout:
-            found = re.search(r"ready on (http://\S+)", line)
-            if found:
-                url = found.group(1)
-                break
-        if not url:
-            sys.exit("the server did not start")
-        yield url, server.pid
-    finally:
-        server.terminate()
-        server.wait()
+    flags = ["--model", NULL, "--max-batch-size", "32", "--max-wait", "2ms"]
+    with batchserve([*flags, "--queue-size", "1024"]) as served:
+        yield served.url, served.proc.pid
 
 
 if __name__ == "__main__":

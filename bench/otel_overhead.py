@@ -7,7 +7,7 @@ that the SDK's batch processor hands to an exporter; the console exporter writin
 /dev/null stands in for a collector (``OTEL_TRACES_EXPORTER=console``), so what is measured
 is the spans' making, not a network; ``OTEL_TRACES_EXPORTER=none`` measures the spans alone,
 made and dropped. Without ``--otel`` nothing of OpenTelemetry is loaded
-(``tests/server/test_server_tracing.py`` checks it), so "off" is the plain server.
+(``tests/server/test_tracing.py`` checks it), so "off" is the plain server.
 
 Run: ``.venv/bin/python bench/otel_overhead.py [--rounds 3] [--seconds 4]``
 """
@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import statistics
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 
-from request_path import NULL, ROOT, answers, free_port, wrk
+from _harness import batchserve
+from request_path import NULL, wrk
 
 #: What each contender runs with: --otel or not, and OTEL_TRACES_EXPORTER.
 CONTENDERS = {"off": None, "--otel, spans dropped": "none", "--otel, console": "console"}
@@ -31,22 +28,10 @@ CONTENDERS = {"off": None, "--otel, spans dropped": "none", "--otel, console": "
 
 @contextlib.contextmanager
 def serving(exporter: str | None) -> Iterator[int]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "batchserve", "serve", "--port", str(port), "--model", NULL]
-    cmd += ["--max-batch-size", "64", "--max-wait", "2ms"] + (["--otel"] if exporter else [])
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OTEL_TRACES_EXPORTER": exporter or "none"}
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
-    )
-    try:
-        for _ in range(300):
-            if answers(port):
-                break
-            time.sleep(0.2)
-        yield port
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    flags = ["--model", NULL, "--max-batch-size", "64", "--max-wait", "2ms"]
+    env = {"OTEL_TRACES_EXPORTER": exporter or "none"}
+    with batchserve(flags + (["--otel"] if exporter else []), env=env) as served:
+        yield served.port
 
 
 def main() -> None:

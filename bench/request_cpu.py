@@ -8,8 +8,8 @@ in the server. What is left is the Python that a request costs between the parse
 ``write``: no syscalls, no client, no kernel, so a change to the request path shows here
 with far less noise than under ``wrk`` (``bench/request_path.py``, which adds the sockets).
 
-* ``batchserve``: the server's own protocol (:mod:`batchserve.server.wire`) on its app,
-  max batch 64, max wait 2 ms, queue 1,024;
+* ``batchserve``: the server's own protocol (:mod:`batchserve.server.transport.httptools`) on
+  its app, max batch 64, max wait 2 ms, queue 1,024;
 * ``yardstick``: uvicorn's httptools protocol running ``bench/yardstick.py``'s ASGI app.
 
 ``--refuse`` measures a refusal instead: batchserve's model is stuck in a pass (one queue
@@ -96,7 +96,7 @@ async def _protocol_class(which: str, refuse: bool) -> tuple[Any, Any]:
 
     from batchserve.config import BatchConfig, CostEstimate
     from batchserve.server import App, ModelSettings, ServerSettings
-    from batchserve.server.wire import connection_protocol
+    from batchserve.server.transport.httptools import connection_protocol
 
     if refuse:
         # Without prefetch, so that the queue's one slot stays taken behind the stuck pass

@@ -9,7 +9,7 @@ interleaved; the table gives each one's median requests/s and its ratio to the y
 * ``yardstick``: ``bench/yardstick.py``, the simplest dynamic batcher on the same stack
   (uvicorn + httptools + uvloop, a bounded queue, one thread hop per batch);
 * ``batchserve``: ``batchserve serve`` (inference requests carried by its connection
-  protocol, :mod:`batchserve.server.wire`);
+  protocol, :mod:`batchserve.server.transport.httptools`);
 * ``batchserve-asgi``: the same application under plain uvicorn, every request through ASGI
   (what the connection protocol saves);
 * ``batchserve-granian``: the same application under Granian's ASGI server (a Rust HTTP
@@ -40,6 +40,8 @@ import tempfile
 import time
 from collections.abc import Iterator
 
+from _harness import answers, cpu_s, free_port
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 OUT = HERE / "out"
@@ -49,13 +51,6 @@ LUA = """wrk.method = "POST"
 wrk.body = '{"input": "hello world", "model": "m"}'
 wrk.headers["Content-Type"] = "application/json"
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def command(name: str, port: int) -> list[str]:
@@ -70,7 +65,7 @@ def command(name: str, port: int) -> list[str]:
     if name == "batchserve-asgi":
         code = (
             "import sys, uvicorn; sys.path.insert(0, 'bench'); from null_app import app; "
-            "from batchserve.server.guard import guarded_protocol; "
+            "from batchserve.server.transport.guard import guarded_protocol; "
             f"uvicorn.run(app, host='127.0.0.1', port={port}, loop='uvloop', "
             "http=guarded_protocol(read_timeout_s=30), access_log=False, log_level='warning')"
         )
@@ -114,38 +109,6 @@ def running(name: str) -> Iterator[tuple[int, int]]:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
-
-
-def answers(port: int) -> bool:
-    """Whether the server answers an embeddings request with 200 now."""
-    body = b'{"input": "hello world", "model": "m"}'
-    request = (
-        b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
-    )
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 2) as s:
-        s.sendall(request)
-        return s.recv(64).startswith(b"HTTP/1.1 200")
-    return False
-
-
-def cpu_s(pid: int) -> float:
-    """CPU seconds of ``pid`` and its children that were waited for (a server's workers)."""
-    return sum(process_cpu_s(p) for p in [pid, *children(pid)])
-
-
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user and system) of one live process so far; 0 if it is gone."""
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return 0.0
-
-
-def children(pid: int) -> list[int]:
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{pid}/children") as f:
-        return [int(c) for c in f.read().split()]
-    return []
 
 
 def wrk(port: int, seconds: float, connections: int = 64) -> tuple[float, int]:

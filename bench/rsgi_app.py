@@ -3,8 +3,9 @@
 The issue asked whether a Rust HTTP layer should be offered (``--http granian``). This module
 is what that would run: an :class:`~batchserve.server.exchange.Exchange` per inference
 request, opened from its head (refusals before the body), fed its body, answered through its
-``respond`` callback, as the connection protocol (:mod:`batchserve.server.wire`) does; every
-other route through the ASGI application with a minimal scope. ``bench/request_path.py``
+``respond`` callback, as the connection protocol
+(:mod:`batchserve.server.transport.httptools`) does; every other route through the ASGI application
+with a minimal scope. ``bench/request_path.py``
 runs it as ``batchserve-rsgi``, embedded in one event loop with the null model (Granian,
 one Rust runtime thread).
 
@@ -25,8 +26,9 @@ import time
 from typing import Any
 
 from batchserve.server.app import App
-from batchserve.server.asgi import HEAD_FIELDS, Head, Message
 from batchserve.server.exchange import Reply
+from batchserve.server.http import HEAD_FIELDS, Head
+from batchserve.server.transport.asgi import Message
 
 #: The header names the server reads, as Granian's header map takes them (``str``).
 _FIELDS = tuple((name, name.decode("latin-1")) for name in HEAD_FIELDS)

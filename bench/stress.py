@@ -29,7 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "reliability"))
+# The reliability harness the tests run on (and what it needs from tests/).
+sys.path[:0] = [str(ROOT / "tests" / "reliability"), str(ROOT / "tests")]
 
 import scenarios  # noqa: E402
 from scenarios import Figures  # noqa: E402

@@ -7,7 +7,7 @@ from batchserve.decorator import batched
 from batchserve.errors import ConfigError
 
 
-def test_function_calls_are_batched() -> None:
+async def test_function_calls_are_batched() -> None:
     seen: list[list[int]] = []
 
     @batched(max_batch_size=8, max_wait_s=0.02)
@@ -21,11 +21,11 @@ def test_function_calls_are_batched() -> None:
         await double.aclose()
         return list(out)
 
-    assert asyncio.run(main()) == [0, 2, 4, 6, 8]
+    assert await main() == [0, 2, 4, 6, 8]
     assert seen == [[0, 1, 2, 3, 4]]
 
 
-def test_methods_get_one_batcher_per_instance() -> None:
+async def test_methods_get_one_batcher_per_instance() -> None:
     class Model:
         def __init__(self, k: int) -> None:
             self.k = k
@@ -43,7 +43,7 @@ def test_methods_get_one_batcher_per_instance() -> None:
         assert (a.calls, b.calls) == (1, 1)
         return list(ra), list(rb)
 
-    assert asyncio.run(main()) == ([0, 10, 20], [0, 100, 200])
+    assert await main() == ([0, 10, 20], [0, 100, 200])
 
 
 def test_bad_settings_fail_at_decoration() -> None:

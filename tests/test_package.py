@@ -1,6 +1,7 @@
 """The package's shape: the public API is exactly what __all__ says; the core is layered."""
 
 import ast
+import functools
 import pathlib
 import types
 
@@ -96,7 +97,7 @@ def test_the_policy_reads_no_clock_and_does_no_io() -> None:
 
 #: The request's path: it must not depend on the views of the server built on its counters.
 HOT_PATH = [
-    "server/wire.py",
+    "server/transport/httptools.py",
     "server/exchange.py",
     "batcher/engine.py",
     "batcher/answers.py",
@@ -105,22 +106,130 @@ HOT_PATH = [
     "policy/entries.py",
 ]
 VIEWS = (
-    "batchserve.server.triton",
-    "batchserve.server.status",
-    "batchserve.server.dashboard",
-    "batchserve.server.openapi_ops",
+    "batchserve.server.protocols.triton",
+    "batchserve.server.ops.live",
+    "batchserve.server.ops.dashboard",
+    "batchserve.server.ops.openapi_ops",
     "batchserve.cli.top",
 )
 
 
 def test_the_hot_path_and_the_metrics_import_none_of_the_views() -> None:
-    for entry in [*HOT_PATH, "server/metrics.py", "server/account.py"]:
+    for entry in [*HOT_PATH, "server/ops/metrics.py", "server/account.py"]:
         for name in _imports(SRC / entry):
             assert not any(name == v or name.startswith(v + ".") for v in VIEWS), (entry, name)
     # The metrics and their account are read by the server's views; they know nothing of
     # HTTP (the metrics keep their account of the passes in ``server.account``).
-    metrics = _imports(SRC / "server/metrics.py")
+    metrics = _imports(SRC / "server/ops/metrics.py")
     assert not any(
         n.startswith("batchserve.server") for n in metrics - {"batchserve.server.account"}
     )
     assert not any(n.startswith("batchserve.server") for n in _imports(SRC / "server/account.py"))
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    return {_module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+@functools.cache
+def _graph() -> dict[str, set[str]]:
+    """Every module of batchserve and those of batchserve it imports, however it imports them.
+
+    Imports inside functions and under ``TYPE_CHECKING`` count: a cycle that does not run at
+    import time still ties the modules into one. ``from package import name`` is an edge to
+    the submodule ``package.name`` when there is one, else to the package.
+    """
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names if a.name in modules)
+            elif isinstance(node, ast.ImportFrom) and node.module in modules:
+                for a in node.names:
+                    sub = f"{node.module}.{a.name}"
+                    edges.add(sub if sub in modules else node.module)
+        graph[name] = edges - {name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_anywhere_type_only_imports_included() -> None:
+    graph = _graph()
+    assert len(graph) > 90
+    assert graph["batchserve.server.app"]
+    assert _cycles(graph) == []
+
+
+def _server_imports(where: str) -> dict[str, set[str]]:
+    """The server modules under ``where`` (a module or a subpackage) and their server imports."""
+    prefix = f"batchserve.server.{where}".rstrip(".")
+    found = {
+        m: {n for n in edges if n.startswith("batchserve.server.")}
+        for m, edges in _graph().items()
+        if m == prefix or m.startswith(prefix + ".")
+    }
+    assert found, where
+    return found
+
+
+def test_the_server_is_laid_out_by_a_requests_life() -> None:
+    # ``ls server/``: the exchange and the app's state at the top, then each stage's folder.
+    entries = {p.name for p in (SRC / "server").iterdir() if p.name != "__pycache__"}
+    assert {"transport", "protocols", "ops", "exchange.py", "app.py"} <= entries
+    below = ("batchserve.server.transport", "batchserve.server.ops")
+    # The exchange and the protocols are carried by any transport and watched by the
+    # operations: they know neither (a second transport needs only the exchange).
+    for where in ("exchange", "protocols", "http", "statuses", "deadlines", "account"):
+        for module, imports in _server_imports(where).items():
+            wrong = {n for n in imports if n.startswith(below)}
+            assert not wrong, f"{module} imports {sorted(wrong)}"
+    # The operations watch the server; no transport carries them.
+    for module, imports in _server_imports("ops").items():
+        wrong = {n for n in imports if n.startswith("batchserve.server.transport")}
+        assert not wrong, f"{module} imports {sorted(wrong)}"
+    # Nothing inside the server names the application's class but the process that runs it
+    # and the package's front: a module needs a small Protocol of it (Host, Gate...).
+    for module, imports in _server_imports("").items():
+        if "batchserve.server.app" in imports:
+            assert module in {"batchserve.server", "batchserve.server.run"}, module

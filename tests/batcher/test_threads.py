@@ -64,7 +64,7 @@ async def test_wrong_number_of_outputs_is_a_clear_error() -> None:
     assert "returned 1 outputs for 2 inputs" in str(results[0])
 
 
-def test_event_loop_keeps_forming_batches_during_a_pass() -> None:
+async def test_event_loop_keeps_forming_batches_during_a_pass() -> None:
     started = threading.Event()
     release = threading.Event()
     calls: list[list[int]] = []
@@ -88,10 +88,10 @@ def test_event_loop_keeps_forming_batches_during_a_pass() -> None:
             assert [await t for t in later] == [1, 2, 3]
         assert calls == [[0], [1, 2, 3]]
 
-    asyncio.run(main())
+    await main()
 
 
-def test_two_workers_run_passes_concurrently() -> None:
+async def test_two_workers_run_passes_concurrently() -> None:
     # Each pass waits for another to be running at the same time: with one worker the
     # barrier would break (BrokenBarrierError) instead of depending on sleeps overlapping.
     together = threading.Barrier(2, timeout=10)
@@ -105,7 +105,7 @@ def test_two_workers_run_passes_concurrently() -> None:
         async with Batcher(model, cfg) as b:
             return await asyncio.gather(*(b.submit(i) for i in range(4)))
 
-    assert asyncio.run(main()) == [0, 1, 2, 3]
+    assert await main() == [0, 1, 2, 3]
 
 
 async def test_statistics_is_a_frozen_snapshot() -> None:
@@ -119,7 +119,9 @@ async def test_statistics_is_a_frozen_snapshot() -> None:
         after.queue_depth = 3  # type: ignore[misc]
 
 
-def test_a_failing_listener_does_not_stall_the_engine(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_failing_listener_does_not_stall_the_engine(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     def listener(record: BatchRecord) -> None:
         raise RuntimeError("listener broke")
 
@@ -127,5 +129,5 @@ def test_a_failing_listener_does_not_stall_the_engine(caplog: pytest.LogCaptureF
         async with Batcher(lambda xs: list(xs), on_batch=listener) as b:
             return list(await asyncio.gather(b.submit(1), b.submit(2)))
 
-    assert asyncio.run(main()) == [1, 2]
+    assert await main() == [1, 2]
     assert "on_batch listener raised" in caplog.text

@@ -14,7 +14,6 @@ require.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import pathlib
 import re
@@ -85,22 +84,18 @@ def port_number(c: dict[str, Any], port: int | str) -> int:
     return int(named[0])
 
 
-def ask(paths: list[str]) -> dict[str, httpx.Response]:
+async def ask(paths: list[str]) -> dict[str, httpx.Response]:
     """GET each path of a real app serving a synthetic model, in-process."""
-
-    async def main() -> dict[str, httpx.Response]:
-        model = ModelSettings(name="synthetic", spec="synthetic:fixed=0ms", batch=BatchConfig())
-        app = App(ServerSettings(models=(model,), limits=RequestLimits()), loader=load_model)
-        await app.start()
-        await app.wait_ready()
-        try:
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://pod") as c:
-                return {p: await c.get(p) for p in paths}
-        finally:
-            await app.stop()
-
-    return asyncio.run(main())
+    model = ModelSettings(name="synthetic", spec="synthetic:fixed=0ms", batch=BatchConfig())
+    app = App(ServerSettings(models=(model,), limits=RequestLimits()), loader=load_model)
+    await app.start()
+    await app.wait_ready()
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://pod") as c:
+            return {p: await c.get(p) for p in paths}
+    finally:
+        await app.stop()
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -134,7 +129,7 @@ def test_the_validator_refuses_a_broken_manifest() -> None:
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "InferenceService"])
-def test_pods_serve_with_arguments_batchserve_accepts(kind: str) -> None:
+async def test_pods_serve_with_arguments_batchserve_accepts(kind: str) -> None:
     doc = one(kind)
     pod = doc["spec"]["template"]["spec"] if kind == "Deployment" else doc["spec"]["predictor"]
     c = container(pod)
@@ -148,7 +143,7 @@ def test_pods_serve_with_arguments_batchserve_accepts(kind: str) -> None:
     assert probes["livenessProbe"]["path"] == "/v2/health/live"
     for probe in probes.values():
         assert port_number(c, probe["port"]) == int(args.port)
-    answers = ask([p["path"] for p in probes.values()])
+    answers = await ask([p["path"] for p in probes.values()])
     assert {r.status_code for r in answers.values()} == {200}, answers
     assert "cpu" in c["resources"]["requests"]
     assert "memory" in c["resources"]["requests"]
@@ -181,7 +176,7 @@ def test_service_and_rollout_point_at_the_pods() -> None:
     assert security["runAsUser"] != 0
 
 
-def test_hpa_scales_on_queue_depth_that_the_server_exports() -> None:
+async def test_hpa_scales_on_queue_depth_that_the_server_exports() -> None:
     hpa, deployment = one("HorizontalPodAutoscaler"), one("Deployment")
     target = hpa["spec"]["scaleTargetRef"]
     assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
@@ -189,7 +184,9 @@ def test_hpa_scales_on_queue_depth_that_the_server_exports() -> None:
     assert all(m["type"] != "Resource" for m in metrics), "CPU is the wrong signal"
     names = [m["pods"]["metric"]["name"] for m in metrics if m["type"] == "Pods"]
     assert names == ["batchserve_queue_depth"]
-    exported = set(re.findall(r"^# TYPE (\w+) ", ask(["/metrics"])["/metrics"].text, re.MULTILINE))
+    exported = set(
+        re.findall(r"^# TYPE (\w+) ", (await ask(["/metrics"]))["/metrics"].text, re.MULTILINE)
+    )
     assert set(names) <= exported
     # The Prometheus adapter serves it under that name, per pod.
     rules = yaml.safe_load(one("ConfigMap")["data"]["config.yaml"])["rules"]

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import pathlib
 import re
@@ -61,7 +60,7 @@ def test_promtool_checks_the_rules_and_runs_their_unit_tests() -> None:
     )
 
 
-def test_every_metric_named_is_one_the_server_exports() -> None:
+async def test_every_metric_named_is_one_the_server_exports() -> None:
     async def exposition() -> str:
         model = ModelSettings(name="m", spec="synthetic:fixed=0ms,per_item=0ms")
         async with App(ServerSettings(models=(model,)), loader=load_model) as app:
@@ -71,14 +70,14 @@ def test_every_metric_named_is_one_the_server_exports() -> None:
                 assert (await c.post("/v1/embeddings", json={"input": "x"})).status_code == 200
                 return (await c.get("/metrics")).text
 
-    text = asyncio.run(exposition())
+    text = await exposition()
     exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line[:1] != "#"}
     named = {m for e in rule_exprs() + dashboard_exprs() for m in _METRIC.findall(e)}
     assert len(named) >= 12
     assert named <= exported, sorted(named - exported)
 
 
-def test_label_sets_stay_bounded_whatever_clients_send() -> None:
+async def test_label_sets_stay_bounded_whatever_clients_send() -> None:
     """Model names, paths and bodies from clients never become label values."""
 
     async def exposition(names: list[str]) -> str:
@@ -97,8 +96,8 @@ def test_label_sets_stay_bounded_whatever_clients_send() -> None:
     def series(text: str) -> set[str]:
         return {line.rsplit(" ", 1)[0] for line in text.splitlines() if line[:1] != "#"}
 
-    few = series(asyncio.run(exposition([f"nope{i}" for i in range(2)])))
-    many = series(asyncio.run(exposition([f"other-{i}" for i in range(40)])))
+    few = series(await exposition([f"nope{i}" for i in range(2)]))
+    many = series(await exposition([f"other-{i}" for i in range(40)]))
     assert many == few
     assert not any("nope" in s or "other-" in s for s in many)
     assert '=""' not in "".join(many)

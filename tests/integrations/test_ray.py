@@ -74,7 +74,7 @@ def test_settings_are_checked() -> None:
     assert (config["min_replicas"], config["max_replicas"]) == (1, 3)
 
 
-def test_a_replica_reports_its_queue_depth() -> None:
+async def test_a_replica_reports_its_queue_depth() -> None:
     # Passes of 1 s of at most 8 items: once all 20 requests are in, the first pass runs
     # and the rest wait, for a second, in the queue the replica reports.
     replica = BatchserveReplica(settings(fixed="1s"))
@@ -100,7 +100,7 @@ def test_a_replica_reports_its_queue_depth() -> None:
         await replica.server.stop()
         return stats, depth, metrics, [r.status_code for r in answers]
 
-    stats, depth, metrics, statuses = asyncio.run(main())
+    stats, depth, metrics, statuses = await main()
     assert depth >= 4  # at most 8 + 8 of the 20 in the first two passes
     assert stats == {QUEUE_DEPTH_METRIC: float(depth)}
     assert f'batchserve_queue_depth{{model="synthetic"}} {float(depth)}' in metrics

@@ -40,7 +40,7 @@ def test_the_timer_fires_at_or_after_its_instant(kind: str) -> None:
     assert sorted(late)[len(late) // 2] < (0.003 if kind == "fd" else 0.006)
 
 
-def test_rearming_replaces_the_earlier_instant() -> None:
+async def test_rearming_replaces_the_earlier_instant() -> None:
     async def main() -> list[str]:
         calls: list[str] = []
         timer = make_timer(asyncio.get_running_loop(), lambda: calls.append("fired"))
@@ -50,4 +50,4 @@ def test_rearming_replaces_the_earlier_instant() -> None:
         timer.close()
         return calls
 
-    assert asyncio.run(main()) == ["fired"]
+    assert await main() == ["fired"]

@@ -39,7 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from batchserve.loadgen.config import LoadConfig
 from batchserve.loadgen.runner import loop_factory
 from batchserve.loadgen.sender import Sender, Share, ShareResult
-from batchserve.server.metrics import REQUEST_OUTCOMES
+from batchserve.server.ops.metrics import REQUEST_OUTCOMES
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -41,7 +41,7 @@ def faulty_app(env: dict[str, str], batch: BatchConfig | None = None) -> App:
     return App(settings, loader=loader)
 
 
-def test_one_request_of_each_outcome_and_they_add_up(tmp_path: pathlib.Path) -> None:
+async def test_one_request_of_each_outcome_and_they_add_up(tmp_path: pathlib.Path) -> None:
     stall = tmp_path / "stall"
     env = {
         "BATCHSERVE_FAULT_COST": "fixed=0ms,per_item=0ms,dim=4",
@@ -86,7 +86,7 @@ def test_one_request_of_each_outcome_and_they_add_up(tmp_path: pathlib.Path) -> 
         await app.stop()
         return scrape
 
-    scrape = asyncio.run(main())
+    scrape = await main()
     counts = scrape.requests()
     counts.check()
     assert counts.received == 7
@@ -102,7 +102,7 @@ def test_one_request_of_each_outcome_and_they_add_up(tmp_path: pathlib.Path) -> 
     assert scrape.value("batchserve_bisect_calls_total", model="m") == 0  # a batch of one
 
 
-def test_bisection_calls_are_in_the_metrics() -> None:
+async def test_bisection_calls_are_in_the_metrics() -> None:
     env = {"BATCHSERVE_FAULT_COST": "fixed=0ms,per_item=0ms,dim=4", "BATCHSERVE_FAULT_POISON": "p"}
     app = faulty_app(env, BatchConfig(max_batch_size=4, max_wait_s=0.05))
 
@@ -117,7 +117,7 @@ def test_bisection_calls_are_in_the_metrics() -> None:
         await app.stop()
         return scrape
 
-    scrape = asyncio.run(main())
+    scrape = await main()
     # [a b p d] raises -> [a b] ok, [p d] raises -> [p] raises, [d] ok: 4 calls after the first.
     assert scrape.value("batchserve_bisect_calls_total", model="m") == 4
     assert scrape.value("batchserve_items_total", model="m", outcome="failed") == 1

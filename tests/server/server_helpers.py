@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from batchserve.clock import Clock
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.models.loader import LoadedModel, load_model
 from batchserve.server import App, ModelSettings, RequestLimits, ServerSettings
@@ -34,6 +35,7 @@ def build_app(
     timeout_s: float = 30.0,
     limits: RequestLimits | None = None,
     api_key: str | None = None,
+    clock: Clock | None = None,
 ) -> App:
     """An app serving ``models`` (name -> LoadedModel, or a SPEC string to load for real)."""
     batch = batch or {}
@@ -52,7 +54,7 @@ def build_app(
         limits=limits or RequestLimits(),
         api_key=api_key,
     )
-    return App(settings, loader=loader)
+    return App(settings, loader=loader, clock=clock)
 
 
 @contextlib.asynccontextmanager

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from batchserve.batcher import BatchRecord
 from batchserve.server.account import Window, quantile
-from batchserve.server.metrics import Metrics
+from batchserve.server.ops.metrics import Metrics
 
 
 @given(

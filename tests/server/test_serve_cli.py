@@ -134,3 +134,17 @@ def test_bad_config_file_keys(tmp_path: pathlib.Path) -> None:
     cfg.write_text("port = [")
     with pytest.raises(ConfigError, match="config file"):
         settings(["--config", str(cfg)])
+
+
+def test_the_library_reads_the_config_file_and_its_overrides(tmp_path: pathlib.Path) -> None:
+    config = tmp_path / "serve.toml"
+    config.write_text(
+        'port = 9000\n[defaults]\nmax_wait = "5ms"\n'
+        '[models.fast]\nspec = "synthetic:fixed=1ms"\nmax_batch_size = 4\n'
+    )
+    settings = ServerSettings.from_toml(
+        config, overrides={"port": 0, "max_batch_size": ["fast=8"]}, environ={}
+    )
+    assert settings.port == 0
+    (model,) = settings.models
+    assert (model.name, model.batch.max_batch_size, model.batch.max_wait_s) == ("fast", 8, 0.005)

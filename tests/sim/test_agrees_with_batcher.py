@@ -91,7 +91,7 @@ def sim_outcomes(config: BatchConfig, arrivals: list[float], timeout_s: float) -
 
 @pytest.mark.parametrize("admission", [True, False])
 @pytest.mark.parametrize(("max_batch_size", "max_wait_s"), [(1, 0.0), (8, 0.002), (32, 0.02)])
-def test_every_request_gets_the_same_outcome_at_the_same_time(
+async def test_every_request_gets_the_same_outcome_at_the_same_time(
     admission: bool, max_batch_size: int, max_wait_s: float
 ) -> None:
     # An overload (900/s) for the small batches, so refusals and expiries happen too.
@@ -99,7 +99,7 @@ def test_every_request_gets_the_same_outcome_at_the_same_time(
     config = BatchConfig(
         max_batch_size=max_batch_size, max_wait_s=max_wait_s, queue_size=16, admission=admission
     )
-    got = asyncio.run(run_batcher(config, arrivals, 0.04))
+    got = await run_batcher(config, arrivals, 0.04)
     want = sim_outcomes(config, arrivals, 0.04)
     assert [k for k, _ in got] == [k for k, _ in want]
     assert [v for _, v in got] == pytest.approx([v for _, v in want], abs=1e-9)

@@ -92,9 +92,9 @@ async def run_batcher(config: BatchConfig) -> list[tuple[int, int, dict[str, int
 
 
 @pytest.mark.parametrize("admission", [True, False])
-def test_every_class_and_tenant_gets_the_same_outcomes(admission: bool) -> None:
+async def test_every_class_and_tenant_gets_the_same_outcomes(admission: bool) -> None:
     config = BatchConfig(max_batch_size=16, max_wait_s=0.002, queue_size=32, admission=admission)
-    got = asyncio.run(run_batcher(config))
+    got = await run_batcher(config)
     want = simulate_mix(
         config=config, cost=COST, streams=STREAMS, duration_s=DURATION_S, classes=CLASSES
     )

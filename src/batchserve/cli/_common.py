@@ -1,13 +1,28 @@
-"""Helpers shared by the CLI subcommands: argument types and error reporting."""
+"""What the CLI subcommands share: argument types, and the flag groups several take.
+
+Defaults are shown by argparse (``%(default)s``), never typed into a help text.
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from batchserve.errors import ConfigError
-from batchserve.units import parse_duration, parse_int_range, parse_rates
+from batchserve.units import format_duration, parse_duration, parse_int_range, parse_rates
+from batchserve.workload.seed import SEED_FIXED_S, SEED_PER_ITEM_S, SEED_QUEUE, SEED_TIMEOUT_S
 
-__all__ = ["duration", "int_range", "positive_duration", "positive_int", "rates"]
+__all__ = [
+    "add_cost_args",
+    "add_queue_args",
+    "duration",
+    "int_range",
+    "on_off",
+    "optional_duration",
+    "positive_duration",
+    "positive_int",
+    "rates",
+]
 
 
 def duration(text: str) -> float:
@@ -51,3 +66,85 @@ def int_range(text: str) -> tuple[int, int]:
         return parse_int_range(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def optional_duration(text: str) -> float | None:
+    """Argparse type: a duration with a unit, or ``none`` for no deadline."""
+    if text.strip().lower() == "none":
+        return None
+    value = duration(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 (or 'none'), got {text!r}")
+    return value
+
+
+def on_off(text: str) -> bool:
+    """Argparse type: ``on`` or ``off`` (as ``serve --admission`` takes it)."""
+    value = text.strip().lower()
+    if value in ("on", "true", "yes", "1"):
+        return True
+    if value in ("off", "false", "no", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"must be on or off, got {text!r}")
+
+
+def add_cost_args(p: argparse.ArgumentParser) -> None:
+    """The cost model flags: ``--fixed``/``--per-item``, or ``--profile FILE``."""
+    g = p.add_argument_group("cost of a forward pass: fixed + n * per_item")
+    g.add_argument(
+        "--fixed",
+        type=duration,
+        default=format_duration(SEED_FIXED_S),
+        help="per pass (%(default)s)",
+    )
+    g.add_argument(
+        "--per-item",
+        type=duration,
+        default=format_duration(SEED_PER_ITEM_S),
+        help="per item (%(default)s)",
+    )
+    g.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="take the cost from a profile written by `batchserve profile` (overrides "
+        "--fixed/--per-item); the server's cost model then starts from it, as with "
+        "`serve --profile`",
+    )
+    g.add_argument(
+        "--overhead",
+        type=duration,
+        default=0.0,
+        help="time the server adds to every pass on top of its cost (0: none); what "
+        "`batchserve demo` shows as the gap between measured and predicted",
+    )
+    g.add_argument(
+        "--warm-start",
+        action="store_true",
+        help="start the server's cost model from the true cost (default: from zero, as a "
+        "server started without --profile)",
+    )
+
+
+def add_queue_args(g: Any) -> None:
+    """The deadline and the queue's flags, the same in ``simulate`` and ``tune``."""
+    g.add_argument(
+        "--timeout",
+        type=optional_duration,
+        default=format_duration(SEED_TIMEOUT_S),
+        help="deadline (%(default)s)",
+    )
+    g.add_argument("--queue-size", type=positive_int, default=SEED_QUEUE, help="(%(default)s)")
+    g.add_argument(
+        "--admission",
+        type=on_off,
+        default="on",
+        metavar="on|off",
+        help="refuse at once what the cost model predicts will miss its deadline (%(default)s)",
+    )
+    g.add_argument(
+        "--prefetch",
+        type=on_off,
+        default="on",
+        metavar="on|off",
+        help="hand the model the next full batch while it is busy, as serve does (%(default)s)",
+    )

@@ -66,7 +66,7 @@ def add_class_args(p: argparse.ArgumentParser) -> None:
         type=float,
         default=1.0,
         metavar="F",
-        help="the fraction of a class's queue one tenant may hold, in (0, 1] (1)",
+        help="the fraction of a class's queue one tenant may hold, in (0, 1] (%(default)s)",
     )
 
 

@@ -36,6 +36,7 @@ from batchserve.loadgen import (
 )
 from batchserve.loadgen.config import APIS
 from batchserve.loadgen.runner import run_mix
+from batchserve.server.settings import API_KEY_ENV
 from batchserve.sim.mix import parse_stream
 from batchserve.units import parse_rates
 from batchserve.workload.arrivals import ARRIVAL_MODES
@@ -43,7 +44,7 @@ from batchserve.workload.arrivals import ARRIVAL_MODES
 __all__ = ["add_parser", "config_from_args"]
 
 #: The environment variable ``batchserve serve`` also reads its key from.
-API_KEY_ENV = "BATCHSERVE_API_KEY"
+
 #: Requests per second one sender process is given under ``--processes auto``.
 AUTO_RATE_PER_PROCESS = 10_000.0
 

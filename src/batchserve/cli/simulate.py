@@ -23,7 +23,13 @@ import json
 import random
 from typing import Any
 
-from batchserve.cli._common import duration, int_range, positive_int
+from batchserve.cli._common import (
+    add_cost_args,
+    add_queue_args,
+    duration,
+    int_range,
+    positive_int,
+)
 from batchserve.cli.classes import add_class_args, classes_from_args
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.errors import ConfigError
@@ -42,92 +48,16 @@ from batchserve.units import format_duration
 from batchserve.workload.arrivals import ARRIVAL_MODES, arrival_times
 from batchserve.workload.seed import (
     SEED_DURATION_S,
-    SEED_FIXED_S,
-    SEED_PER_ITEM_S,
-    SEED_QUEUE,
     SEED_RATE,
-    SEED_TIMEOUT_S,
 )
 from batchserve.workload.summary import batch_label
 
 __all__ = [
     "add_batch_args",
-    "add_cost_args",
     "add_parser",
     "cost_from_args",
     "initial_cost_from_args",
-    "on_off",
-    "optional_duration",
 ]
-
-
-def optional_duration(text: str) -> float | None:
-    """Argparse type: a duration with a unit, or ``none`` for no deadline."""
-    if text.strip().lower() == "none":
-        return None
-    value = duration(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 (or 'none'), got {text!r}")
-    return value
-
-
-def add_cost_args(p: argparse.ArgumentParser) -> None:
-    """The cost model flags: ``--fixed``/``--per-item``, or ``--profile FILE``."""
-    g = p.add_argument_group("cost of a forward pass: fixed + n * per_item")
-    g.add_argument("--fixed", type=duration, default=SEED_FIXED_S, help="per pass (8ms)")
-    g.add_argument("--per-item", type=duration, default=SEED_PER_ITEM_S, help="per item (0.25ms)")
-    g.add_argument(
-        "--profile",
-        metavar="FILE",
-        help="take the cost from a profile written by `batchserve profile` (overrides "
-        "--fixed/--per-item); the server's cost model then starts from it, as with "
-        "`serve --profile`",
-    )
-    g.add_argument(
-        "--overhead",
-        type=duration,
-        default=0.0,
-        help="time the server adds to every pass on top of its cost (0: none); what "
-        "`batchserve demo` shows as the gap between measured and predicted",
-    )
-    g.add_argument(
-        "--warm-start",
-        action="store_true",
-        help="start the server's cost model from the true cost (default: from zero, as a "
-        "server started without --profile)",
-    )
-
-
-def on_off(text: str) -> bool:
-    """Argparse type: ``on`` or ``off`` (as ``serve --admission`` takes it)."""
-    value = text.strip().lower()
-    if value in ("on", "true", "yes", "1"):
-        return True
-    if value in ("off", "false", "no", "0"):
-        return False
-    raise argparse.ArgumentTypeError(f"must be on or off, got {text!r}")
-
-
-def add_queue_args(g: Any) -> None:
-    """The deadline and the queue's flags, the same in ``simulate`` and ``tune``."""
-    g.add_argument(
-        "--timeout", type=optional_duration, default=SEED_TIMEOUT_S, help="deadline (250ms)"
-    )
-    g.add_argument("--queue-size", type=positive_int, default=SEED_QUEUE, help="(64)")
-    g.add_argument(
-        "--admission",
-        type=on_off,
-        default=True,
-        metavar="on|off",
-        help="refuse at once what the cost model predicts will miss its deadline (on)",
-    )
-    g.add_argument(
-        "--prefetch",
-        type=on_off,
-        default=True,
-        metavar="on|off",
-        help="hand the model the next full batch while it is busy, as serve does (on)",
-    )
 
 
 def add_batch_args(p: argparse.ArgumentParser) -> None:
@@ -135,15 +65,18 @@ def add_batch_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("load (open loop)")
     g.add_argument("--rate", type=float, default=SEED_RATE, help="requests per second")
     g.add_argument(
-        "--duration", type=duration, default=SEED_DURATION_S, help="schedule length (1.5s)"
+        "--duration",
+        type=duration,
+        default=format_duration(SEED_DURATION_S),
+        help="schedule length (%(default)s)",
     )
     g.add_argument("--arrivals", choices=ARRIVAL_MODES, default="constant", help="arrival process")
     g.add_argument("--seed", type=int, default=0, help="random seed for poisson arrivals")
     s = p.add_argument_group("server settings, as `serve` takes them")
     add_queue_args(s)
-    s.add_argument("--max-batch-size", type=positive_int, default=32, help="(32)")
-    s.add_argument("--max-wait", type=duration, default=0.002, help="(2ms)")
-    s.add_argument("--workers", type=positive_int, default=1, help="(1)")
+    s.add_argument("--max-batch-size", type=positive_int, default=32, help="(%(default)s)")
+    s.add_argument("--max-wait", type=duration, default="2ms", help="(%(default)s)")
+    s.add_argument("--workers", type=positive_int, default=1, help="(%(default)s)")
     t = p.add_argument_group("a padded model: tokens per request (one open-loop server only)")
     t.add_argument(
         "--tokens",
@@ -154,8 +87,8 @@ def add_batch_args(p: argparse.ArgumentParser) -> None:
     t.add_argument(
         "--per-token",
         type=duration,
-        default=0.0,
-        help="cost of each padded token of a pass, on top of --fixed/--per-item (0)",
+        default="0s",
+        help="cost of each padded token of a pass, on top of --fixed/--per-item (%(default)s)",
     )
     t.add_argument(
         "--batch-by",

@@ -1,6 +1,6 @@
 """``batchserve top URL``: the dashboard's view in a terminal, for a server without a browser.
 
-It polls the server's ``/status`` (:mod:`batchserve.server.status`) every ``--interval``
+It polls the server's ``/status`` (:mod:`batchserve.server.ops.live`) every ``--interval``
 and redraws, per model, what ``/dashboard`` shows: requests by outcome with their rates
 (the difference of two readings), the queue against its size, queue wait and forward p50
 and p99, the batch size distribution, refusals and other errors by reason, and the cost

@@ -20,14 +20,9 @@ import argparse
 import json
 from typing import Any
 
-from batchserve.cli._common import duration, positive_int, rates
+from batchserve.cli._common import add_cost_args, add_queue_args, duration, positive_int, rates
 from batchserve.cli.classes import add_class_args, classes_from_args
-from batchserve.cli.simulate import (
-    add_cost_args,
-    add_queue_args,
-    cost_from_args,
-    initial_cost_from_args,
-)
+from batchserve.cli.simulate import cost_from_args, initial_cost_from_args
 from batchserve.config import BatchConfig, check_positive
 from batchserve.errors import ConfigError
 from batchserve.sim import ROUTINGS
@@ -85,13 +80,19 @@ def add_parser(sub: Any) -> None:
         help="a class's p99 target (repeat), e.g. interactive=80ms",
     )
     m.add_argument(
-        "--duration", type=duration, default=3.0, help="simulated schedule per setting (3s)"
+        "--duration",
+        type=duration,
+        default="3s",
+        help="simulated schedule per setting (%(default)s)",
     )
     add_class_args(p)
     add_queue_args(p)
-    p.add_argument("--max-workers", type=positive_int, default=4, help="search 1..N (4)")
+    p.add_argument("--max-workers", type=positive_int, default=4, help="search 1..N (%(default)s)")
     p.add_argument(
-        "--max-batch-limit", type=positive_int, default=256, help="largest batch searched (256)"
+        "--max-batch-limit",
+        type=positive_int,
+        default=256,
+        help="largest batch searched (%(default)s)",
     )
     p.add_argument(
         "--max-loss",
@@ -99,7 +100,7 @@ def add_parser(sub: Any) -> None:
         default=0.01,
         help="share of requests that may go unserved while meeting the target (1%%)",
     )
-    p.add_argument("--top", type=positive_int, default=5, help="rows in the table (5)")
+    p.add_argument("--top", type=positive_int, default=5, help="rows in the table (%(default)s)")
     p.add_argument(
         "--max-replicas",
         type=positive_int,

@@ -34,7 +34,7 @@ from typing import Any
 
 from batchserve.errors import ConfigError
 from batchserve.server import App, ServerSettings
-from batchserve.server.asgi import Message, Receive, Scope, Send
+from batchserve.server.transport.asgi import Message, Receive, Scope, Send
 
 __all__ = [
     "QUEUE_DEPTH_METRIC",

@@ -75,12 +75,49 @@ from batchserve.policy.entries import (
     Entry,
     PayloadT,
 )
-from batchserve.policy.outcomes import REJECT_REASONS, Counters, PolicyStats, tally_pass
+from batchserve.policy.outcomes import PolicyStats, Tally, tally_pass
 
 __all__ = ["DONE", "QUEUED", "RUNNING", "Batch", "Entry", "Policy", "Actions"]
 
 _MIN_RETRY_S = 0.001
 _DRIFT_MARGIN = 0.02
+
+
+class _Verdicts:
+    """The policy's cached verdicts: each is reused while ``Policy._changes`` is unchanged.
+
+    Attributes:
+        screened_at: ``_changes`` when the last screen passed (-1: none).
+        screened_deadline: the deadline it passed for.
+        screened_until: the time until which its verdict holds.
+        fits_until: written by ``_refusal`` when a prediction fits: until when it does.
+        steady_until: written by ``predict_finish``: until when the prediction moves no
+            faster than the clock.
+        retry_at: ``_changes`` when ``retry_after`` was last computed (-1: never).
+        retry_reason: the reason it was computed for.
+        retry_s: its value.
+    """
+
+    __slots__ = (
+        "fits_until",
+        "retry_at",
+        "retry_reason",
+        "retry_s",
+        "screened_at",
+        "screened_deadline",
+        "screened_until",
+        "steady_until",
+    )
+
+    def __init__(self) -> None:
+        self.screened_at = -1
+        self.screened_deadline: float | None = None
+        self.screened_until = -math.inf
+        self.fits_until = -math.inf
+        self.steady_until = math.inf
+        self.retry_at = -1
+        self.retry_reason = ""
+        self.retry_s = 0.0
 
 
 class Policy(Generic[PayloadT]):
@@ -109,14 +146,7 @@ class Policy(Generic[PayloadT]):
         self._prefetch = config.prefetch
         # The depth from which the next pass is settled (no arrival can change it): full.
         self._settled_depth = config.max_batch_size
-        self._received = 0
-        self._ok = 0
-        self._late = 0
-        self._rejected = dict.fromkeys(REJECT_REASONS, 0)
-        self._expired = 0
-        self._cancelled = 0
-        self._failed = 0
-        self._pending = 0
+        self._tally = Tally()
         self._batches = 0
         self._batch_sizes: dict[int, int] = {}
         self._bisect_calls = 0
@@ -124,15 +154,7 @@ class Policy(Generic[PayloadT]):
         # that expires or dispatches, finish, close); a passed screen is reused by the next
         # offer only while it is unchanged (see ``screen``).
         self._changes = 0
-        self._screened_at = -1  # ``_changes`` when the last screen passed (-1: none)
-        self._screened_deadline: float | None = None
-        self._screened_until = -math.inf  # its verdict holds until then
-        self._fits_until = -math.inf  # written by ``_refusal`` when a prediction fits
-        self._steady_until = math.inf  # written by ``predict_finish``
-        # The last ``retry_after``: its value, reason and ``_changes`` then.
-        self._retry_s = 0.0
-        self._retry_reason = ""
-        self._retry_at = -1
+        self._verdicts = _Verdicts()
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -159,16 +181,7 @@ class Policy(Generic[PayloadT]):
     def statistics(self) -> PolicyStats:
         """A frozen snapshot of the counters, queue and cost model."""
         return PolicyStats(
-            counters=Counters(
-                received=self._received,
-                ok=self._ok,
-                late=self._late,
-                rejected=dict(self._rejected),
-                expired=self._expired,
-                cancelled=self._cancelled,
-                failed=self._failed,
-                pending=self._pending,
-            ),
+            counters=self._tally.snapshot(),
             queue_depth=len(self._queue),
             running_items=sum(len(b.entries) for b in self._running.values()),
             running_batches=len(self._running),
@@ -187,8 +200,9 @@ class Policy(Generic[PayloadT]):
         clear the whole queue (this replica is going away); ``infeasible`` is computed by
         ``offer`` from the predicted lateness.
         """
-        if self._retry_at == self._changes and self._retry_reason == reason:
-            return self._retry_s  # nothing changed since it was computed (it reads no clock)
+        verdicts = self._verdicts
+        if verdicts.retry_at == self._changes and verdicts.retry_reason == reason:
+            return verdicts.retry_s  # nothing changed since it was computed (it reads no clock)
         cfg = self.config
         fixed_s, per_item_s = self._costs()
         rate = drain_rate(
@@ -202,9 +216,9 @@ class Policy(Generic[PayloadT]):
             items = len(self._queue) + sum(len(b.entries) for b in self._running.values())
         else:
             items = min(cfg.max_batch_size, len(self._queue))
-        self._retry_at, self._retry_reason = self._changes, reason
-        self._retry_s = max(_MIN_RETRY_S, items / rate)
-        return self._retry_s
+        verdicts.retry_at, verdicts.retry_reason = self._changes, reason
+        verdicts.retry_s = max(_MIN_RETRY_S, items / rate)
+        return verdicts.retry_s
 
     def predict_finish(self, now: float) -> float:
         """When an item admitted now would finish, by the cost model."""
@@ -226,7 +240,7 @@ class Policy(Generic[PayloadT]):
             if arrival < now:
                 head = arrival
         # Until then the prediction moves no faster than the clock (for ``screen``).
-        self._steady_until = steady
+        self._verdicts.steady_until = steady
         return predict_finish_at(
             now,
             position,
@@ -260,15 +274,17 @@ class Policy(Generic[PayloadT]):
             DeadlineInfeasible: admission is on and the item is predicted to finish late
                 (or its deadline has already passed).
         """
-        self._received += 1
+        tally = self._tally
+        tally.received += 1
+        verdicts = self._verdicts
         if (
-            self._screened_at != self._changes
-            or deadline != self._screened_deadline
-            or now > self._screened_until
+            verdicts.screened_at != self._changes
+            or deadline != verdicts.screened_deadline
+            or now > verdicts.screened_until
         ):
             refusal = self._refusal(now, deadline)
             if refusal is not None:
-                self._rejected[refusal.reason] += 1
+                tally.rejected[refusal.reason] += 1
                 raise refusal
         self._changes += 1
         entry: Entry[PayloadT] = Entry(next(self._ids), payload, now, deadline, size)
@@ -281,7 +297,7 @@ class Policy(Generic[PayloadT]):
         queue[entry.id] = entry
         if deadline is not None:
             heapq.heappush(self._deadlines, (deadline, entry.id, entry))
-        self._pending += 1
+        tally.pending += 1
         return entry
 
     def screen(self, now: float, deadline: float | None) -> Rejected | None:
@@ -291,20 +307,20 @@ class Policy(Generic[PayloadT]):
             The refusal, counted as one received and refused item; or None (nothing counted,
             nothing admitted: the item is offered later, when it exists).
         """
-        self._fits_until = -math.inf
+        verdicts = self._verdicts
+        verdicts.fits_until = -math.inf
         refusal = self._refusal(now, deadline)
         if refusal is not None:
-            self._received += 1
-            self._rejected[refusal.reason] += 1
+            self._tally.refuse(refusal.reason)
         elif deadline is not None:
             # Held for the offer of this item: with nothing changed, a later prediction is
             # at most later by the time passed (every term moves with ``now`` or stays), and
             # the margin can only shrink, so the verdict stands while ``now`` is within the
             # slack. Without a fitting prediction (no admission, a probe) it is reused only
             # at the very same ``now``.
-            self._screened_at = self._changes
-            self._screened_deadline = deadline
-            self._screened_until = max(now, self._fits_until) if deadline > now else -math.inf
+            verdicts.screened_at = self._changes
+            verdicts.screened_deadline = deadline
+            verdicts.screened_until = max(now, verdicts.fits_until) if deadline > now else -math.inf
         return refusal
 
     def _refusal(self, now: float, deadline: float | None) -> Rejected | None:
@@ -356,8 +372,9 @@ class Policy(Generic[PayloadT]):
                 # it was checked against, and no later than the first running pass's
                 # predicted end: past it, the rule for overrunning passes makes it jump.
                 fits = now + (bound - finish)
-                steady = self._steady_until
-                self._fits_until = fits if fits < steady else steady
+                verdicts = self._verdicts
+                steady = verdicts.steady_until
+                verdicts.fits_until = fits if fits < steady else steady
                 return None
             if self._probe_ok(depth):
                 return None
@@ -402,8 +419,8 @@ class Policy(Generic[PayloadT]):
         del self._queue[entry.id]
         self._tail_min = None
         entry.state = DONE
-        self._cancelled += 1
-        self._pending -= 1
+        self._tally.cancelled += 1
+        self._tally.pending -= 1
         return True
 
     def close(self) -> None:
@@ -520,8 +537,8 @@ class Policy(Generic[PayloadT]):
                 entry.withdrawn = True
                 entry.state = DONE
                 expired.append(entry)
-                self._expired += 1
-                self._pending -= 1
+                self._tally.expired += 1
+                self._tally.pending -= 1
                 self._changes += 1
         return late
 
@@ -541,8 +558,8 @@ class Policy(Generic[PayloadT]):
             entry.state = DONE
             expired.append(entry)
         self._changes += 1
-        self._expired += len(expired)
-        self._pending -= len(expired)
+        self._tally.expired += len(expired)
+        self._tally.pending -= len(expired)
         return expired
 
     def finish(
@@ -590,9 +607,4 @@ class Policy(Generic[PayloadT]):
             self._batches += 1
             self._batch_sizes[ran] = self._batch_sizes.get(ran, 0) + 1
         self._bisect_calls += bisect_calls
-        ok, late, n_failed, cancelled = tally_pass(now, batch.entries, failed, skipped)
-        self._ok += ok
-        self._late += late
-        self._failed += n_failed
-        self._cancelled += cancelled
-        self._pending -= ok + late + n_failed + cancelled
+        self._tally.add_pass(*tally_pass(now, batch.entries, failed, skipped))

@@ -21,42 +21,13 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any
 
-from batchserve.policy.outcomes import REJECT_REASONS, Counters
+from batchserve.policy.outcomes import Tally
 
 if TYPE_CHECKING:
     from batchserve.policy.classes import WorkClass
     from batchserve.policy.entries import Entry
 
-__all__ = ["ClassQueue", "Lane", "Tally"]
-
-
-class Tally:
-    """Mutable outcome counters of one class and tenant label (see :class:`Counters`)."""
-
-    __slots__ = ("cancelled", "expired", "failed", "late", "ok", "pending", "received", "rejected")
-
-    def __init__(self) -> None:
-        self.received = 0
-        self.ok = 0
-        self.late = 0
-        self.rejected = dict.fromkeys(REJECT_REASONS, 0)
-        self.expired = 0
-        self.cancelled = 0
-        self.failed = 0
-        self.pending = 0
-
-    def snapshot(self) -> Counters:
-        """A frozen copy."""
-        return Counters(
-            received=self.received,
-            ok=self.ok,
-            late=self.late,
-            rejected=dict(self.rejected),
-            expired=self.expired,
-            cancelled=self.cancelled,
-            failed=self.failed,
-            pending=self.pending,
-        )
+__all__ = ["ClassQueue", "Lane"]
 
 
 class Lane:

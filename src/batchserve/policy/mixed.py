@@ -174,13 +174,14 @@ class MixedPolicy(Policy[PayloadT]):
                 each carries ``retry_after_s`` for this class and tenant.
         """
         cq = self._queue_of(work_class)
-        self._received += 1
+        own = self._tally
+        own.received += 1
         lane = self._lane(cq, tenant)
         tally = lane.tally
         tally.received += 1
         refusal = self._refusal_in(now, deadline, cq, lane)
         if refusal is not None:
-            self._rejected[refusal.reason] += 1
+            own.rejected[refusal.reason] += 1
             tally.rejected[refusal.reason] += 1
             if not lane.items:
                 cq.lanes.pop(tenant, None)
@@ -191,7 +192,7 @@ class MixedPolicy(Policy[PayloadT]):
         self._queue[entry.id] = entry
         if deadline is not None:
             heapq.heappush(self._deadlines, (deadline, entry.id, entry))
-        self._pending += 1
+        own.pending += 1
         tally.pending += 1
         return entry
 
@@ -219,10 +220,8 @@ class MixedPolicy(Policy[PayloadT]):
         lane = self._lane(cq, tenant)
         refusal = self._refusal_in(now, deadline, cq, lane)
         if refusal is not None:
-            self._received += 1
-            self._rejected[refusal.reason] += 1
-            lane.tally.received += 1
-            lane.tally.rejected[refusal.reason] += 1
+            self._tally.refuse(refusal.reason)
+            lane.tally.refuse(refusal.reason)
         if not lane.items:
             cq.lanes.pop(tenant, None)
         return refusal

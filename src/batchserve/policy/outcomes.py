@@ -17,7 +17,7 @@ from typing import Any
 from batchserve.config import CostEstimate
 from batchserve.policy.entries import DONE, Entry
 
-__all__ = ["REJECT_REASONS", "Counters", "PolicyStats", "TokenStats", "tally_pass"]
+__all__ = ["REJECT_REASONS", "Counters", "PolicyStats", "Tally", "TokenStats", "tally_pass"]
 
 #: The machine-readable reasons a policy refuses an item, in a stable order.
 REJECT_REASONS = ("queue_full", "infeasible", "draining")
@@ -100,6 +100,51 @@ class Counters:
         return (
             self.ok + self.late + self.rejected_total + self.expired + self.cancelled + self.failed
         )
+
+
+class Tally:
+    """Mutable outcome counters: a policy's, or one class and tenant label's.
+
+    :meth:`snapshot` is the frozen :class:`Counters`.
+    """
+
+    __slots__ = ("cancelled", "expired", "failed", "late", "ok", "pending", "received", "rejected")
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.ok = 0
+        self.late = 0
+        self.rejected = dict.fromkeys(REJECT_REASONS, 0)
+        self.expired = 0
+        self.cancelled = 0
+        self.failed = 0
+        self.pending = 0
+
+    def snapshot(self) -> Counters:
+        """A frozen copy."""
+        return Counters(
+            received=self.received,
+            ok=self.ok,
+            late=self.late,
+            rejected=dict(self.rejected),
+            expired=self.expired,
+            cancelled=self.cancelled,
+            failed=self.failed,
+            pending=self.pending,
+        )
+
+    def refuse(self, reason: str) -> None:
+        """Count one item received and refused for ``reason``."""
+        self.received += 1
+        self.rejected[reason] += 1
+
+    def add_pass(self, ok: int, late: int, failed: int, cancelled: int) -> None:
+        """Count the outcomes of a pass's items (:func:`tally_pass`); they are no longer pending."""
+        self.ok += ok
+        self.late += late
+        self.failed += failed
+        self.cancelled += cancelled
+        self.pending -= ok + late + failed + cancelled
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

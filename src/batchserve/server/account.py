@@ -1,6 +1,6 @@
 """The live account of a model's passes: what ``/status`` and Triton's statistics read.
 
-:class:`~batchserve.server.metrics.Metrics` keeps one :class:`Passes` per model, fed after
+:class:`~batchserve.server.ops.metrics.Metrics` keeps one :class:`Passes` per model, fed after
 every forward pass: passes and forward time by batch size, and the latest pass times and
 queue waits in fixed rings (:class:`Window`: adding a value is a store and an add, so the
 request path pays nothing for the live quantiles). :class:`Account` is its frozen snapshot, taken on

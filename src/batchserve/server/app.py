@@ -1,4 +1,4 @@
-"""The application: lifecycle, inference exchanges, the ASGI driver, drain.
+"""The application: its models, metrics and drain, and the verdict on a request's head.
 
 Theory of operation
 -------------------
@@ -8,9 +8,11 @@ An inference request is an
 (:meth:`App.begin`), where everything that needs no body is decided (API key, media type,
 declared length, the deadline from the wire, the model, drain, readiness, and the batcher's
 verdict on one more item) and a refusal is answered before the body is read. Two drivers
-carry exchanges: the connection protocol (:mod:`batchserve.server.wire`), which runs them
-with no task per request, and this app's ASGI entry point, which runs them for any ASGI
-server or in-process client and serves every other route (health, metadata, metrics, docs:
+carry exchanges (:mod:`batchserve.server.transport`): the connection protocol
+(:mod:`~batchserve.server.transport.httptools`), which runs them with no task per request,
+and the ASGI driver behind this app's ASGI entry point
+(:mod:`~batchserve.server.transport.asgi`), which runs them for any ASGI server or
+in-process client and serves every other route (health, metadata, metrics, docs:
 :mod:`batchserve.server.routes`). :meth:`App.inference_route` says which requests are
 exchanges.
 
@@ -28,6 +30,7 @@ timeout.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -35,36 +38,23 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from batchserve.batcher import BatchRecord
+from batchserve.clock import Clock, MonotonicClock
 from batchserve.models.loader import LoadedModel, load_model
 from batchserve.policy import ClassConfig, WorkClass
-from batchserve.server import kserve, openai
-from batchserve.server.asgi import (
-    ClientGone,
-    Head,
-    Message,
-    Receive,
-    Scope,
-    Send,
-    authorize,
-    check_body_type,
-    check_length,
-    json_bytes,
-    read_body,
-    read_head,
-    send,
-    watch_disconnect,
-)
-from batchserve.server.classes import TenantKeys, header_class, wire_tenant
 from batchserve.server.deadlines import wire_deadline
-from batchserve.server.exchange import ARRIVAL, Endpoint, Exchange, Reply, passed
-from batchserve.server.metrics import Metrics
+from batchserve.server.exchange import Endpoint, Exchange, Reply, passed
+from batchserve.server.http import Head, authorize, check_body_type, check_length
+from batchserve.server.ops.metrics import Metrics
+from batchserve.server.protocols import kserve, openai
 from batchserve.server.registry import Registry, ServedModel
 from batchserve.server.routes import Routes
 from batchserve.server.settings import ServerSettings
-from batchserve.server.statuses import ApiError, from_exception
+from batchserve.server.statuses import ApiError
+from batchserve.server.tenancy import TenantKeys, header_class, wire_tenant
+from batchserve.server.transport.asgi import AsgiDriver, Receive, Scope, Send
 
 if TYPE_CHECKING:
-    from batchserve.server.tracing import Tracing
+    from batchserve.server.ops.tracing import Tracing
 
 __all__ = ["App", "create_app"]
 
@@ -85,7 +75,10 @@ class App:
         settings: models, limits, API key, drain timeout.
         loader: turns a model SPEC into a model (tests pass their own).
         tracer: with ``settings.otel``, the OpenTelemetry tracer spans go to (default: see
-            :func:`batchserve.server.tracing.default_tracer`).
+            :func:`batchserve.server.ops.tracing.default_tracer`).
+        clock: the server's one clock (default: monotonic time): every batcher's, the
+            transports' (a request's arrival) and the exchanges'. Tests pass a
+            :class:`~batchserve.clock.ManualClock`.
 
     Use as an ASGI app under uvicorn (the lifespan protocol loads the models), or directly:
     ``async with App(settings) as app: await app.wait_ready()``.
@@ -97,19 +90,23 @@ class App:
         *,
         loader: Callable[[str], LoadedModel] = load_model,
         tracer: Any = None,
+        clock: Clock | None = None,
     ) -> None:
         self.settings = settings
+        self.clock: Clock = clock if clock is not None else MonotonicClock()
         self.limits = settings.limits
         self.metrics = Metrics()
         # Tracing off: plain exchanges, passes reported to the metrics alone (no cost).
         self.tracing: Tracing | None = None
-        self._exchange_type: type[Exchange] = Exchange
+        self._open_exchange: Callable[
+            [Endpoint, Head, float, Callable[[Reply], None] | None], Exchange
+        ] = functools.partial(Exchange, self)
         on_batch: Callable[[str, BatchRecord], None] = self.metrics.observe_batch
         if settings.otel:
-            from batchserve.server.tracing import TracedExchange, Tracing, default_tracer
+            from batchserve.server.ops.tracing import TracedExchange, Tracing, default_tracer
 
             tracing = self.tracing = Tracing(tracer if tracer is not None else default_tracer())
-            self._exchange_type = TracedExchange
+            self._open_exchange = functools.partial(TracedExchange, self, tracing=tracing)
             observe = self.metrics.observe_batch
 
             def on_batch(name: str, record: BatchRecord) -> None:
@@ -117,7 +114,10 @@ class App:
                 tracing.on_batch(name, record)
 
         self.registry = Registry(
-            [ServedModel(m, on_batch=on_batch, loader=loader) for m in settings.models]
+            [
+                ServedModel(m, on_batch=on_batch, loader=loader, clock=self.clock)
+                for m in settings.models
+            ]
         )
         for m in self.registry.models.values():
             self.metrics.add_model(
@@ -146,6 +146,7 @@ class App:
         self._only = self.registry.default if len(self.registry.models) == 1 else None
         self._secured = self._key is not None or self._tenant_keys is not None
         self.routes = Routes(self, secured=self._secured)
+        self._asgi = AsgiDriver(self)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -177,9 +178,10 @@ class App:
 
     async def _drain(self, timeout_s: float | None) -> None:
         self.begin_drain()
-        t0 = time.monotonic()
+        now = self.clock.now
+        t0 = now()
         await self.registry.drain(timeout_s)
-        left = None if timeout_s is None else max(0.1, timeout_s - (time.monotonic() - t0))
+        left = None if timeout_s is None else max(0.1, timeout_s - (now() - t0))
         if self._inflight:
             self._idle = self._idle or asyncio.Event()
             try:
@@ -257,12 +259,12 @@ class App:
             endpoint: the protocol (from :meth:`inference_route`).
             model_name: the model named by the path, or None (named by the body).
             head: the request's headers that the server reads.
-            arrival: when its first byte arrived (monotonic seconds).
+            arrival: when its first byte arrived (on :attr:`clock`).
             respond: called once with the reply (not for a client that leaves).
         """
         self.metrics.observe_received()
         self._inflight += 1
-        exchange = self._exchange_type(self, endpoint, head, arrival, respond)
+        exchange = self._open_exchange(endpoint, head, arrival, respond)
         try:
             if self._secured:
                 exchange.tenant = self.authorize(head)
@@ -274,7 +276,7 @@ class App:
                 raise ApiError("draining", "the server is shutting down and admits no new requests")
             check_body_type(head, endpoint.body_types)
             check_length(head, self.limits.max_body_bytes)
-            now = time.monotonic()
+            now = self.clock.now()
             deadline = exchange.deadline = wire_deadline(head, arrival, now)
             if model is None:
                 return exchange
@@ -325,112 +327,8 @@ class App:
     # -- ASGI ------------------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        """The ASGI entry point (``http`` and ``lifespan``)."""
-        kind = scope["type"]
-        if kind == "http":
-            await self._http(scope, receive, send_fn)
-        elif kind == "lifespan":
-            await self._lifespan(receive, send_fn)
-
-    async def _lifespan(self, receive: Receive, send_fn: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await self.start()
-                await send_fn({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.stop()
-                await send_fn({"type": "lifespan.shutdown.complete"})
-                return
-
-    async def _http(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        path: str = scope["path"]
-        send_fn = self._closing_when_draining(send_fn)
-        try:
-            route = self.inference_route(scope["method"], path)
-            if route is not None:
-                await self._exchange(scope, receive, send_fn, *route)
-                return
-            handler, args = self.routes.resolve(scope["method"], path)
-            await handler(scope, receive, send_fn, *args)
-        except Exception as exc:
-            error = from_exception(exc)
-            if error.reason == "internal":
-                log.exception("internal error on %s %s", scope["method"], path)
-            await self._send_error(send_fn, path, error)
-
-    async def _exchange(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send_fn: Send,
-        endpoint: Endpoint,
-        model_name: str | None,
-    ) -> None:
-        """Carry one inference exchange over ASGI: head, body, answer, disconnects."""
-        answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        arrival = scope.get("extensions", {}).get(ARRIVAL)
-        head = read_head(scope["headers"])
-        exchange = self.begin(
-            endpoint,
-            model_name,
-            head,
-            arrival if arrival is not None else time.monotonic(),
-            answered.set_result,
-        )
-        try:
-            if not exchange.done:
-                limits = self.limits
-                try:
-                    body = await read_body(receive, limits.max_body_bytes, limits.read_timeout_s)
-                except ClientGone:
-                    exchange.abandon()  # it left half way through its body
-                    return
-                except ApiError as exc:
-                    exchange.fail(exc)
-                else:
-                    exchange.feed(body)
-            if not answered.done() and not await _answered_or_gone(answered, receive):
-                exchange.abandon()
-                return
-            reply = answered.result()
-            await send(send_fn, reply.status, reply.body, reply.all_headers(), reply.content_type)
-        finally:
-            exchange.abandon()  # a no-op once answered; a cancelled handler withdraws
-            exchange.release()
-
-    def _closing_when_draining(self, send_fn: Send) -> Send:
-        """``send_fn``, adding ``Connection: close`` to answers sent while draining.
-
-        So clients stop reusing their connections before the listener closes at exit: a
-        request sent on an idle keep-alive connection just as the server closes it would
-        fail on the client's side although the server never saw it.
-        """
-
-        async def send_closing(message: Message) -> None:
-            if self.draining and message["type"] == "http.response.start":
-                message = {**message, "headers": [*message["headers"], (b"connection", b"close")]}
-            await send_fn(message)
-
-        return send_closing
-
-    async def _send_error(self, send_fn: Send, path: str, error: ApiError) -> None:
-        if path.startswith("/v2"):
-            body = json_bytes({"error": error.message})
-        else:
-            body = json_bytes(openai.error_body(error))
-        await send(send_fn, error.status, body, error.headers())
-
-
-async def _answered_or_gone(answered: asyncio.Future[Reply], receive: Receive) -> bool:
-    """Wait for the answer or the client's disconnect, whichever first; True if answered."""
-    watcher: asyncio.Future[Any] = asyncio.ensure_future(watch_disconnect(receive))
-    waiting: set[asyncio.Future[Any]] = {answered, watcher}
-    try:
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-    return answered.done()
+        """The ASGI entry point (``http`` and ``lifespan``): see :class:`AsgiDriver`."""
+        await self._asgi(scope, receive, send_fn)
 
 
 def _stats_of(model: ServedModel) -> Callable[[], Any]:

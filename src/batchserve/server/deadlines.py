@@ -83,12 +83,12 @@ def _timeout(name: bytes, raw: bytes) -> float | None:
 
 
 def wire_deadline(headers: dict[bytes, bytes], arrival: float, now: float) -> float | None:
-    """The tightest deadline the request's headers state, on the monotonic clock.
+    """The tightest deadline the request's headers state, on the server's clock.
 
     Args:
         headers: the request's headers by lower-case name (only these are read).
-        arrival: when the request's first byte arrived (monotonic seconds).
-        now: the monotonic time now (an epoch deadline is converted through it).
+        arrival: when the request's first byte arrived (on the server's clock).
+        now: the time now on that clock (an epoch deadline is converted through it).
 
     Returns:
         The absolute deadline, or None when no header bounds it.

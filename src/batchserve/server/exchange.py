@@ -2,12 +2,12 @@
 
 Theory of operation
 -------------------
-An :class:`Exchange` is what the server knows of one inference request. Two drivers run it,
-exactly as two drivers run the batching policy: the connection protocol
-(:mod:`batchserve.server.wire`, the fast path: no task, future or timer per request) and the
-ASGI app (:mod:`batchserve.server.app`, for in-process clients and everything else). Both
-call the same three steps and receive the answer through the same callback, so a request is
-answered byte for byte alike whichever driver carried it.
+An :class:`Exchange` is what the server knows of one inference request. Two transports run
+it, exactly as two drivers run the batching policy: the connection protocol
+(:mod:`batchserve.server.transport.httptools`, the fast path: no task, future or timer per
+request) and the ASGI driver (:mod:`batchserve.server.transport.asgi`, for in-process clients
+and everything else). Both call the same three steps and receive the answer through the same
+callback, so a request is answered byte for byte alike whichever transport carried it.
 
 1. :meth:`App.begin <batchserve.server.app.App.begin>` opens it from the request's head
    alone: the request is counted received, and everything that does not need the body is
@@ -21,6 +21,11 @@ answered byte for byte alike whichever driver carried it.
 3. :meth:`Exchange.settle` is called by the batcher as each input ends; the last one builds
    the answer. An error of any input answers the request with it and withdraws the rest.
 
+A transport sees the application as a :class:`Gate` (which requests are exchanges, and
+opening one); an exchange sees it as a :class:`Host` (drain, metrics, classes, release).
+Neither names the application's class, and this module imports nothing from a transport or
+from the server's operations (metrics, views), so a new transport needs only this module.
+
 Every exchange ends exactly once, through :meth:`_finish`: its outcome is counted, then the
 driver's ``respond`` callback gets the :class:`Reply` (a client that left gets none:
 :meth:`abandon`). The driver calls :meth:`release` once the reply is written, which is what
@@ -30,19 +35,19 @@ a drain waits for.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from batchserve.batcher import Served
 from batchserve.errors import DeadlineExceeded, Rejected
-from batchserve.server.asgi import JSON_TYPE, Head, Headers
+from batchserve.server.http import JSON_TYPE, Head, Headers
 from batchserve.server.statuses import ApiError, from_exception, retry_after_ms
 
 if TYPE_CHECKING:
-    from batchserve.policy import WorkClass
-    from batchserve.server.app import App
+    from batchserve.clock import Clock
+    from batchserve.policy import ClassConfig, WorkClass
     from batchserve.server.registry import ServedModel
+    from batchserve.server.settings import RequestLimits
 
 __all__ = [
     "ARRIVAL",
@@ -50,6 +55,9 @@ __all__ = [
     "TIMING_HEADERS",
     "Endpoint",
     "Exchange",
+    "Gate",
+    "Host",
+    "RequestMeter",
     "Reply",
     "passed",
     "timing_head",
@@ -72,7 +80,7 @@ SERVER_TIMING = "Server-Timing"
 _SERVER_TIMING_LINE = SERVER_TIMING.lower().encode() + b": total;dur=%.3f\r\n"
 
 #: The key of the ASGI scope's ``extensions`` under which the connection protocol puts the
-#: monotonic time the request's first byte arrived.
+#: time (on the server's clock) the request's first byte arrived.
 ARRIVAL = "batchserve.arrival"
 
 
@@ -137,6 +145,72 @@ class Endpoint(Protocol):
         """The protocol's error body."""
 
 
+class RequestMeter(Protocol):
+    """Where an exchange counts its outcome (the server's metrics)."""
+
+    def observe_request(
+        self,
+        model: str | None,
+        protocol: str,
+        reason: str,
+        seconds: float,
+        *,
+        outcome: str | None = None,
+    ) -> None:
+        """Count one inference request's outcome (``reason`` ``ok`` for a success)."""
+
+
+class Host(Protocol):
+    """What an exchange needs of the application that opened it."""
+
+    @property
+    def clock(self) -> Clock:
+        """The server's one clock (its batchers', and the arrivals')."""
+
+    @property
+    def draining(self) -> bool:
+        """Whether the server admits no new requests."""
+
+    @property
+    def metrics(self) -> RequestMeter:
+        """Where the exchange's outcome is counted."""
+
+    def classify(self, exchange: Exchange, classes: ClassConfig) -> WorkClass:
+        """The class of work of ``exchange`` (and its tenant, set on it)."""
+
+    def release(self) -> None:
+        """The exchange's reply was written (or its client left)."""
+
+
+class Gate(Protocol):
+    """What a transport needs of the application: which requests are exchanges, opening one."""
+
+    @property
+    def clock(self) -> Clock:
+        """The server's one clock: a request's arrival is read from it."""
+
+    @property
+    def limits(self) -> RequestLimits:
+        """The limits on a request (body size, read timeout)."""
+
+    @property
+    def draining(self) -> bool:
+        """Whether the server admits no new requests (its answers close the connection)."""
+
+    def inference_route(self, method: str, path: str) -> tuple[Endpoint, str | None] | None:
+        """The endpoint and model name (None: named by the body) of an inference request."""
+
+    def begin(
+        self,
+        endpoint: Endpoint,
+        model_name: str | None,
+        head: Head,
+        arrival: float,
+        respond: Callable[[Reply], None] | None,
+    ) -> Exchange:
+        """Open an inference exchange from the request's head (see ``App.begin``)."""
+
+
 def timing_head(served: list[Served[Any]]) -> bytes:
     """The timing headers of an answer, rendered: one comma-separated value per input.
 
@@ -172,10 +246,10 @@ class Exchange:
     """One inference request, from its head to its answer (see the module docstring).
 
     Attributes:
-        app: the application it belongs to.
+        app: the application it belongs to (as its :class:`Host`).
         endpoint: its protocol.
         head: its headers that the server reads.
-        arrival: when its first byte arrived (monotonic seconds, the batcher's clock).
+        arrival: when its first byte arrived (on the server's clock, its batchers').
         model: the model it asks for, once known.
         request: the parsed body (the endpoint's own type), once parsed.
         deadline: its absolute deadline: from the wire, the body, else its class's or the
@@ -206,7 +280,7 @@ class Exchange:
 
     def __init__(
         self,
-        app: App,
+        app: Host,
         endpoint: Endpoint,
         head: Head,
         arrival: float,
@@ -247,7 +321,7 @@ class Exchange:
             if app.draining:
                 raise ApiError("draining", "the server is shutting down and admits no new requests")
             batcher = model.require_batcher()
-            now = batcher.clock.now()
+            now = app.clock.now()
             work_class = None if model.classes is None else app.classify(self, model.classes)
             deadline = self.deadline
             if deadline is None:
@@ -332,7 +406,7 @@ class Exchange:
             return
         self._withdraw()
         self.reply = _GONE
-        self._count("cancelled", None, time.monotonic() - self.arrival)
+        self._count("cancelled", None, self.app.clock.now() - self.arrival)
 
     def release(self) -> None:
         """The driver has written the reply (or the client left): the request is over."""
@@ -352,7 +426,7 @@ class Exchange:
         self.entries = []
 
     def _finish(self, reply: Reply, reason: str, outcome: str | None = None) -> None:
-        now = time.monotonic()
+        now = self.app.clock.now()
         if reason == "ok" and self.deadline is not None and now > self.deadline:
             # The passes ended in time but the answer was built after the deadline (the
             # process was not given the CPU): a late answer is a 504, never a 200.

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from batchserve.batcher import Batcher, BatchRecord
+from batchserve.clock import Clock, MonotonicClock
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.errors import NotReady
 from batchserve.models.base import is_async_model
@@ -41,6 +42,7 @@ class ServedModel:
         settings: name, SPEC, batcher settings and default deadline.
         on_batch: called with the model name and each finished pass's record (metrics).
         loader: turns a SPEC into a model (the default loads it for real).
+        clock: the server's clock, its batcher's (default: monotonic time).
     """
 
     def __init__(
@@ -49,8 +51,10 @@ class ServedModel:
         *,
         on_batch: Callable[[str, BatchRecord], None] | None = None,
         loader: Callable[[str], LoadedModel] = load_model,
+        clock: Clock | None = None,
     ) -> None:
         self.settings = settings
+        self.clock: Clock = clock if clock is not None else MonotonicClock()
         self.name = settings.name
         #: Its classes of work (None: one FIFO queue).
         self.classes = settings.classes
@@ -61,7 +65,7 @@ class ServedModel:
         self.load_seconds: float | None = None
         self._on_batch = on_batch
         self._loader = loader
-        self._started = time.monotonic()
+        self._started = self.clock.now()
 
     @property
     def ready(self) -> bool:
@@ -92,8 +96,9 @@ class ServedModel:
             timeout_s=self.settings.timeout_s,
             on_batch=(lambda rec: on_batch(name, rec)) if on_batch is not None else None,
             classes=self.classes,
+            clock=self.clock,
         )
-        self.load_seconds = time.monotonic() - self._started
+        self.load_seconds = self.clock.now() - self._started
         self.state = "ready"
 
     def _load_and_warm(self) -> LoadedModel:
@@ -129,7 +134,7 @@ class ServedModel:
     def require_batcher(self) -> Batcher[Any]:
         """The batcher, or raise NotReady while the model loads (or failed to)."""
         if self.batcher is None:
-            waited = time.monotonic() - self._started
+            waited = self.clock.now() - self._started
             raise NotReady(
                 f"model {self.name!r} is {self.state} ({waited:.1f}s so far)",
                 retry_after_s=1.0,

@@ -6,40 +6,57 @@ are resolved by shape, with the per-model table :attr:`Routes.model`. :meth:`Rou
 answers 404 for an unknown path and 405 (with ``Allow``) for a method a path does not take.
 Inference routes are listed only for those 405s: the application carries them as exchanges
 (:meth:`batchserve.server.app.App.inference_route`). Each handler is a thin ASGI coroutine
-over its protocol module (:mod:`~batchserve.server.openai`, :mod:`~batchserve.server.kserve`,
-:mod:`~batchserve.server.triton`) or view (:mod:`~batchserve.server.status`,
-:mod:`~batchserve.server.dashboard`, :mod:`~batchserve.server.openapi`).
+over its protocol module (:mod:`~batchserve.server.protocols.openai`,
+:mod:`~batchserve.server.protocols.kserve`, :mod:`~batchserve.server.protocols.triton`) or
+view (:mod:`~batchserve.server.ops.live`,
+:mod:`~batchserve.server.ops.dashboard`, :mod:`~batchserve.server.ops.openapi`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from batchserve.server import kserve, openai, triton
-from batchserve.server.asgi import (
-    Receive,
-    Scope,
-    Send,
-    check_length,
-    json_bytes,
-    load_json,
-    read_body,
-    read_head,
-    send,
-)
-from batchserve.server.dashboard import DASHBOARD_HEADERS, dashboard_html
-from batchserve.server.metrics import CONTENT_TYPE
-from batchserve.server.openapi import docs_html, openapi_spec
-from batchserve.server.status import server_status
+from batchserve.server.http import Head, check_length, json_bytes, load_json, read_head
+from batchserve.server.ops.dashboard import DASHBOARD_HEADERS, dashboard_html
+from batchserve.server.ops.live import server_status
+from batchserve.server.ops.metrics import CONTENT_TYPE, Metrics
+from batchserve.server.ops.openapi import docs_html, openapi_spec
+from batchserve.server.protocols import kserve, openai, triton
+from batchserve.server.registry import Registry
+from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
+from batchserve.server.transport.asgi import Handler, Receive, Scope, Send, read_body, send
 
-if TYPE_CHECKING:
-    from batchserve.server.app import App
+__all__ = ["Handler", "RoutesHost", "Routes"]
 
-__all__ = ["Handler", "Routes"]
 
-Handler = Callable[..., Awaitable[None]]
+class RoutesHost(Protocol):
+    """What the routes read of the application."""
+
+    @property
+    def registry(self) -> Registry:
+        """The served models."""
+
+    @property
+    def metrics(self) -> Metrics:
+        """The server's metrics."""
+
+    @property
+    def limits(self) -> RequestLimits:
+        """The limits on a request."""
+
+    @property
+    def draining(self) -> bool:
+        """Whether the server admits no new requests."""
+
+    @property
+    def started_unix(self) -> float:
+        """When the server started (Unix seconds)."""
+
+    def authorize(self, head: Head) -> str | None:
+        """The tenant a request's key names; raises ``ApiError`` 401 without a key."""
+
+
 _HTML = b"text/html; charset=utf-8"
 #: The most a body to a route that is not inference may hold (the repository index's).
 _SMALL_BODY = 64 * 1024
@@ -54,7 +71,7 @@ class Routes:
         secured: whether that takes a key (the OpenAPI document says so).
     """
 
-    def __init__(self, app: App, *, secured: bool) -> None:
+    def __init__(self, app: RoutesHost, *, secured: bool) -> None:
         self.app = app
         self._secured = secured
         self._spec: bytes | None = None

@@ -2,8 +2,9 @@
 
 Theory of operation: :func:`serve` binds the listening socket itself (so port 0 gives a port
 known before anything else happens), starts uvicorn on it (httptools and uvloop when
-installed, access log off; inference requests carried by :mod:`batchserve.server.wire`) and
-the app's lifespan starts loading the models. Meanwhile
+installed, access log off; inference requests carried by
+:mod:`batchserve.server.transport.httptools`) and the app's lifespan starts loading the models.
+Meanwhile
 inference answers 503 ``not_ready``. When every model is loaded and warm, ONE line goes to
 stdout, the ready line::
 
@@ -36,7 +37,7 @@ import uvicorn
 from batchserve.models.loader import LoadedModel, load_model
 from batchserve.server.app import App
 from batchserve.server.settings import ServerSettings
-from batchserve.server.wire import connection_protocol
+from batchserve.server.transport.httptools import connection_protocol
 
 __all__ = ["SWITCH_INTERVAL_S", "bind", "serve", "serve_async"]
 

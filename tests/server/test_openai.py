@@ -171,7 +171,7 @@ async def test_unknown_route_and_wrong_method() -> None:
 def test_the_body_is_the_compact_json_of_the_documented_object(fmt: str) -> None:
     import orjson
 
-    from batchserve.server.openai import embeddings_response
+    from batchserve.server.protocols.openai import embeddings_response
 
     vectors = [np.array([0.1, -2.5, 3e-8], dtype=np.float32), [1.0, 0.30000001192092896, 7.0]]
     body = embeddings_response("m\u00e9", vectors, fmt, 5)

@@ -16,11 +16,11 @@ from typing import Any
 from batchserve import __version__
 from batchserve.server.deadlines import TIMEOUT_HEADER, WHEN_HEADER
 from batchserve.server.exchange import SERVER_TIMING, TIMING_HEADERS
-from batchserve.server.kserve import MAX_TENSORS
-from batchserve.server.openapi_ops import operation_paths, operation_schemas
+from batchserve.server.ops.openapi_ops import operation_paths, operation_schemas
+from batchserve.server.protocols.kserve import MAX_TENSORS
+from batchserve.server.protocols.tensors import DTYPES, MAX_DIMS
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import RETRY_REASONS, STATUS_TABLE
-from batchserve.server.tensors import DTYPES, MAX_DIMS
 from batchserve.units import POSITIVE_DURATION_PATTERN
 
 __all__ = ["docs_html", "openapi_spec"]

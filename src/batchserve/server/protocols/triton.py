@@ -14,7 +14,7 @@ out of ``dims``, as Triton writes it when ``max_batch_size > 0``: the texts of a
 model, ``[-1, 1]``, are ``dims [1]``).
 
 The statistics come from the server's own accounting (:meth:`Metrics.account
-<batchserve.server.metrics.Metrics.account>`), in Triton's units (counts, nanoseconds):
+<batchserve.server.ops.metrics.Metrics.account>`), in Triton's units (counts, nanoseconds):
 
 * ``success``: requests answered 200, and their time from arrival to answer;
 * ``fail``: requests that reached the model's batcher and did not succeed (late, refused,
@@ -36,7 +36,7 @@ import json
 from typing import Any
 
 from batchserve.server.account import Account
-from batchserve.server.kserve import model_metadata
+from batchserve.server.protocols.kserve import model_metadata
 from batchserve.server.registry import ServedModel
 from batchserve.server.statuses import ApiError
 

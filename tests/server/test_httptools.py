@@ -17,7 +17,8 @@ from server_helpers import build_app
 from uvicorn.server import ServerState
 
 from batchserve.server import App
-from batchserve.server.wire import connection_protocol
+from batchserve.server.transport.httptools import connection_protocol
+from support import wait_for
 
 BODY = b'{"input": "hello world"}'
 EMBED = b"POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
@@ -83,9 +84,11 @@ async def answers(transport: Transport, n: int) -> None:
     raise AssertionError(f"{n} answers expected, got {transport.written!r}")
 
 
+@pytest.mark.slow
 async def test_an_idle_connection_is_closed_after_keep_alive_and_a_busy_one_is_not(
     app: App,
 ) -> None:
+    # Real time (uvicorn's keep-alive timer is the event loop's), so not in the fast tier.
     # Keep-alive 0.3 s, a request every 0.08 s: 0.2 s of margin for a busy machine's stalls.
     busy, busy_t = connect(app, 0.3)
     idle, idle_t = connect(app, 0.3)
@@ -149,7 +152,8 @@ async def test_refusals_from_the_head_repeat_the_same_answer_each_with_its_own_t
     running, _ = connect(stuck, 5.0)
     queued, _ = connect(stuck, 5.0)
     running.data_received(EMBED)
-    await asyncio.sleep(0.05)
+    batcher = stuck.registry.require("m").require_batcher()
+    assert await wait_for(lambda: batcher.statistics().running_items == 1)
     queued.data_received(EMBED)
     refused = []
     for _ in range(3):

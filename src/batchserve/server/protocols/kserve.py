@@ -1,7 +1,7 @@
 """The KServe v2 / Open Inference Protocol: metadata, health and ``infer``.
 
 An infer request is parsed by :func:`parse_infer_request` (JSON, or JSON plus binary tensor
-data: see :mod:`batchserve.server.tensors`) into the items the batcher runs:
+data: see :mod:`batchserve.server.protocols.tensors`) into the items the batcher runs:
 
 * an **embedding** model takes one ``BYTES`` input of shape ``[N]`` or ``[N, 1]`` (UTF-8
   texts) and answers the ``FP32`` output ``embedding`` of shape ``[N, dim]``;
@@ -33,12 +33,12 @@ import numpy as np
 from batchserve import __version__
 from batchserve.batcher import Served
 from batchserve.models.loader import LoadedModel
-from batchserve.server.asgi import json_bytes, load_json
-from batchserve.server.classes import resolve_class
 from batchserve.server.exchange import Exchange, Reply, timing_head
+from batchserve.server.http import json_bytes, load_json
+from batchserve.server.protocols.tensors import Tensor, decode_tensor, encode_tensor
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
-from batchserve.server.tensors import Tensor, decode_tensor, encode_tensor
+from batchserve.server.tenancy import resolve_class
 
 __all__ = [
     "EMBEDDING_OUTPUT",
@@ -103,7 +103,7 @@ def server_metadata() -> dict[str, Any]:
     return {
         "name": "batchserve",
         "version": __version__,
-        # Triton's: model configuration and statistics (see batchserve.server.triton).
+        # Triton's: model configuration and statistics (see batchserve.server.protocols.triton).
         "extensions": ["binary_tensor_data", "model_configuration", "statistics"],
     }
 

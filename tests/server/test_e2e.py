@@ -132,7 +132,7 @@ def test_openai_client_tritonclient_and_raw_http_against_one_server() -> None:
     assert code == 0, err
 
 
-def test_sigterm_under_load_loses_nothing(tmp_path: pathlib.Path) -> None:
+async def test_sigterm_under_load_loses_nothing(tmp_path: pathlib.Path) -> None:
     record = tmp_path / "computed.txt"
     env = {"BATCHSERVE_TEST_RECORD": str(record), "BATCHSERVE_TEST_SLEEP": "0.05"}
     args = [
@@ -165,7 +165,7 @@ def test_sigterm_under_load_loses_nothing(tmp_path: pathlib.Path) -> None:
                     tasks.append(asyncio.ensure_future(one(client, f"request {i}")))
                 await asyncio.gather(*tasks)
 
-        asyncio.run(load())
+        await load()
         code, err = server.wait()
     assert code == 0, err
     assert "draining" in err

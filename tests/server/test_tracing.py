@@ -33,7 +33,7 @@ def attrs(span: Any) -> dict[str, Any]:
     return dict(span.attributes or {})
 
 
-def test_requests_and_passes_become_linked_spans() -> None:
+async def test_requests_and_passes_become_linked_spans() -> None:
     exporter = InMemorySpanExporter()
     provider = sdk.TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -58,7 +58,7 @@ def test_requests_and_passes_become_linked_spans() -> None:
         finally:
             await app.stop()
 
-    responses = asyncio.run(main())
+    responses = await main()
     assert [r.status_code for r in responses] == [200, 200, 200, 200, 422]
     spans: list[Any] = list(exporter.get_finished_spans())
     requests = [s for s in spans if s.name == "batchserve.request"]
@@ -122,7 +122,8 @@ async def main():
     model = ModelSettings(name="m", spec="synthetic:fixed=0ms,per_item=0ms")
     async with App(ServerSettings(models=(model,)), loader=load_model) as app:
         await app.wait_ready()
-        assert app.tracing is None and app._exchange_type is Exchange
+        assert app.tracing is None
+        assert app._open_exchange.func is Exchange
         t = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=t, base_url="http://x") as c:
             assert (await c.post("/v1/embeddings", json={"input": "x"})).status_code == 200

@@ -1,7 +1,7 @@
 """``GET /dashboard``: one self-contained HTML page that shows the server live.
 
 The page (``dashboard.html`` beside this module) carries its own CSS and JavaScript and
-loads nothing from anywhere: it polls ``status`` (:mod:`batchserve.server.status`, a path
+loads nothing from anywhere: it polls ``status`` (:mod:`batchserve.server.ops.live`, a path
 relative to the page, so it also works behind a proxy's prefix) once a second and draws,
 per model, requests by outcome with their rates (the difference of two readings), the
 queue against its size, queue wait and forward time p50/p99, the batch size distribution,
@@ -34,4 +34,4 @@ DASHBOARD_HEADERS = [
 @cache
 def dashboard_html() -> bytes:
     """The page's bytes (read once from the package)."""
-    return (resources.files("batchserve.server") / "dashboard.html").read_bytes()
+    return (resources.files("batchserve.server.ops") / "dashboard.html").read_bytes()

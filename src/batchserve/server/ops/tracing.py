@@ -32,14 +32,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from batchserve.batcher import BatchRecord, Served
-from batchserve.server.exchange import Endpoint, Exchange, Reply
+from batchserve.server.exchange import Endpoint, Exchange, Host, Reply
 from batchserve.server.statuses import STATUS_TABLE
-
-if TYPE_CHECKING:
-    from batchserve.server.app import App
 
 __all__ = ["TracedExchange", "Tracing", "default_tracer"]
 
@@ -134,19 +131,20 @@ class Tracing:
 class TracedExchange(Exchange):
     """An :class:`Exchange` that is also a span, from its arrival to its answer."""
 
-    __slots__ = ("span",)
+    __slots__ = ("span", "tracing")
 
     def __init__(
         self,
-        app: App,
+        app: Host,
         endpoint: Endpoint,
         head: Any,
         arrival: float,
         respond: Callable[[Reply], None] | None,
+        *,
+        tracing: Tracing,
     ) -> None:
         super().__init__(app, endpoint, head, arrival, respond)
-        tracing = app.tracing
-        assert tracing is not None
+        self.tracing = tracing
         self.span = tracing.tracer.start_span(
             "batchserve.request",
             start_time=_unix_ns(arrival),
@@ -156,8 +154,8 @@ class TracedExchange(Exchange):
     def settle(self, index: int, served: Served[Any] | None, error: BaseException | None) -> None:
         """As :meth:`Exchange.settle`; a served input registers this span with its pass."""
         model = self.model
-        tracing = self.app.tracing
-        if served is not None and model is not None and tracing is not None:
+        tracing = self.tracing
+        if served is not None and model is not None:
             key = (model.name, served.batch_id)
             tracing.pending.setdefault(key, []).append(self.span.get_span_context())
         super().settle(index, served, error)

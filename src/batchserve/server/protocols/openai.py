@@ -26,8 +26,8 @@ import numpy as np
 import orjson
 
 from batchserve.batcher import Served
-from batchserve.server.asgi import json_bytes, load_json
 from batchserve.server.exchange import Exchange, Reply, timing_head
+from batchserve.server.http import json_bytes, load_json
 from batchserve.server.registry import Registry
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError

@@ -1,9 +1,10 @@
-"""The few HTTP and ASGI primitives the server needs, with no framework in between.
+"""The request head and the JSON bodies, as every transport and protocol reads them.
 
-The server is a bare ASGI application: measured on a trivial endpoint, a framework's routing
-and request objects cost more per request than they save here (see
-``bench/framework_overhead.py``), and a bare app reads ``http.disconnect`` directly, which
-is how a caller who leaves gets its queued work cancelled.
+The server is a bare ASGI application and, on its fast path, a connection protocol of its
+own: measured on a trivial endpoint, a framework's routing and request objects cost more per
+request than they save here (see ``bench/framework_overhead.py``). This module holds what
+both transports and the protocols share; the ASGI I/O is in
+:mod:`batchserve.server.transport.asgi`.
 
 * :func:`read_head` picks the headers the server reads out of a request's header list, in
   one pass (:data:`HEAD_FIELDS`); the checks below read that dict.
@@ -11,11 +12,6 @@ is how a caller who leaves gets its queued work cancelled.
 * :func:`check_body_type` refuses (415) a body whose ``Content-Type`` or
   ``Content-Encoding`` the endpoint cannot read, and :func:`check_length` (413) one whose
   ``Content-Length`` is over the limit, both before reading it.
-* :func:`read_body` reads the request body under a byte limit and a time limit (408: a
-  client that sends its body slowly, or stops half way, holds nothing for long); a client
-  that disconnects half way raises :class:`ClientGone`.
-* :func:`send` answers a status, headers and a body in one go.
-* :func:`watch_disconnect` waits for the client to leave after its body was read.
 * :func:`json_bytes` and :func:`load_json`: JSON through ``orjson`` (measured: about 8x the
   standard library's speed for a small request, 15x for a 384-float embedding), falling
   back to the standard library for what ``orjson`` refuses, so that every body gets the
@@ -24,10 +20,9 @@ is how a caller who leaves gets its queued work cancelled.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
-from collections.abc import Awaitable, Callable, Collection, Iterable, MutableMapping
+from collections.abc import Collection, Iterable
 from typing import Any, TypeAlias
 
 import orjson
@@ -38,12 +33,8 @@ from batchserve.server.statuses import ApiError
 __all__ = [
     "HEAD_FIELDS",
     "JSON_TYPE",
-    "ClientGone",
     "Head",
     "Headers",
-    "Receive",
-    "Scope",
-    "Send",
     "authorize",
     "bearer",
     "unauthorized",
@@ -51,16 +42,9 @@ __all__ = [
     "check_length",
     "json_bytes",
     "load_json",
-    "read_body",
     "read_head",
-    "send",
-    "watch_disconnect",
 ]
 
-Scope: TypeAlias = MutableMapping[str, Any]
-Message: TypeAlias = MutableMapping[str, Any]
-Receive: TypeAlias = Callable[[], Awaitable[Message]]
-Send: TypeAlias = Callable[[Message], Awaitable[None]]
 Headers: TypeAlias = list[tuple[bytes, bytes]]
 #: A request's headers that the server reads, by lower-case name.
 Head: TypeAlias = dict[bytes, bytes]
@@ -80,10 +64,6 @@ HEAD_FIELDS = frozenset(
 )
 
 JSON_TYPE = b"application/json"
-
-
-class ClientGone(Exception):
-    """The client disconnected before its request's body had arrived whole."""
 
 
 def read_head(headers: Iterable[tuple[bytes, bytes]]) -> Head:
@@ -223,80 +203,3 @@ def load_json(body: bytes) -> Any:
         raise ApiError(
             "malformed", "body must be valid JSON: it is nested too deeply", param="body"
         ) from None
-
-
-async def read_body(
-    receive: Receive, limit: int, timeout_s: float | None = None, declared: int | None = None
-) -> bytes:
-    """The whole request body, at most ``limit`` bytes, within ``timeout_s`` seconds.
-
-    Args:
-        receive: the ASGI receive callable.
-        limit: the most bytes the body may have.
-        timeout_s: seconds from the call in which the whole body must arrive (None: no limit).
-        declared: the ``Content-Length`` (from :func:`check_length`), for the messages.
-
-    Raises:
-        ApiError: ``too_large`` (413) once the body exceeds ``limit``; ``request_timeout``
-            (408, the connection is then closed) if the whole body has not arrived
-            ``timeout_s`` seconds after the call.
-        ClientGone: the client disconnected before the body was whole.
-    """
-    chunks: list[bytes] = []
-    total = 0
-    # One deadline for the whole body, not for each read: a client that trickles a byte at
-    # a time (slow loris) must not hold the request open for ever.
-    until = None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s
-    while True:
-        try:
-            async with asyncio.timeout_at(until):
-                message = await receive()
-        except TimeoutError:
-            raise ApiError(
-                "request_timeout",
-                f"the body must arrive within {timeout_s:g}s (--read-timeout); "
-                f"{total} bytes came"
-                + (f" of the {declared} declared" if declared is not None else ""),
-                param="body",
-            ) from None
-        if message["type"] == "http.disconnect":
-            raise ClientGone("the client disconnected while sending its body")
-        chunk = message.get("body", b"")
-        if chunk:
-            total += len(chunk)
-            if total > limit:
-                raise ApiError(
-                    "too_large",
-                    f"body must be at most {limit} bytes (--max-body-bytes), got more",
-                    param="body",
-                )
-            chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-async def send(
-    send_fn: Send,
-    status: int,
-    body: bytes,
-    headers: Headers | None = None,
-    content_type: bytes = JSON_TYPE,
-) -> None:
-    """Send one complete response."""
-    all_headers: Headers = [
-        (b"content-type", content_type),
-        (b"content-length", str(len(body)).encode()),
-    ]
-    if headers:
-        all_headers.extend(headers)
-    await send_fn({"type": "http.response.start", "status": status, "headers": all_headers})
-    await send_fn({"type": "http.response.body", "body": body})
-
-
-async def watch_disconnect(receive: Receive) -> None:
-    """Return when the client disconnects (call after the body was read whole)."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return

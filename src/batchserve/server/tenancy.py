@@ -18,7 +18,7 @@ import hmac
 
 from batchserve.errors import ConfigError
 from batchserve.policy import ClassConfig, WorkClass
-from batchserve.server.asgi import Head, bearer, unauthorized
+from batchserve.server.http import Head, bearer, unauthorized
 from batchserve.server.statuses import ApiError
 
 __all__ = [

@@ -11,8 +11,8 @@ from batchserve_testmodels import Recorder, double, upper, vector
 from server_helpers import build_app, client_for, embedding_model
 
 from batchserve.models.loader import LoadedModel
+from batchserve.server.protocols.tensors import pack_bytes, unpack_bytes
 from batchserve.server.statuses import ApiError
-from batchserve.server.tensors import pack_bytes, unpack_bytes
 
 tritonhttp = pytest.importorskip("tritonclient.http")
 from tritonclient.http._utils import _get_inference_request  # noqa: E402

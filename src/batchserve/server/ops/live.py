@@ -1,8 +1,8 @@
 """The server's live status as one small JSON document: what ``/dashboard`` and ``top`` show.
 
 Built on demand from what the server already keeps, so asking costs the request path
-nothing: the request counters and pass accounting of :class:`~batchserve.server.metrics.Metrics`
-(through :meth:`~batchserve.server.metrics.Metrics.account`) and each batcher's frozen
+nothing: the request counters and pass accounting of :class:`~batchserve.server.ops.metrics.Metrics`
+(through :meth:`~batchserve.server.ops.metrics.Metrics.account`) and each batcher's frozen
 ``statistics()``. Per model:
 
 * ``requests``: requests by outcome (every outcome, zeros included) since the start; a
@@ -35,7 +35,7 @@ from typing import Any
 from batchserve import __version__
 from batchserve.policy import PolicyStats
 from batchserve.server.account import quantile
-from batchserve.server.metrics import (
+from batchserve.server.ops.metrics import (
     OUTCOME_OF_REASON,
     REQUEST_OUTCOMES,
     UNKNOWN_MODEL,

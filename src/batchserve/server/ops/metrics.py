@@ -18,8 +18,8 @@ no served model can have) and there are no ``*_created`` series.
 
 The same counters answer the server's other views of itself, read on demand through
 :meth:`Metrics.account` (a frozen :class:`Account` per model): Triton's statistics
-extension (:mod:`batchserve.server.triton`) and the live status behind the dashboard
-(:mod:`batchserve.server.status`). For those, each pass also adds to its batch size's count
+extension (:mod:`batchserve.server.protocols.triton`) and the live status behind the dashboard
+(:mod:`batchserve.server.ops.live`). For those, each pass also adds to its batch size's count
 and forward time, and to two bounded windows of the latest forward times and queue waits
 (quantiles of what is happening now, not since the start); all of it per pass, on the
 batcher's ``on_batch``, never per request.

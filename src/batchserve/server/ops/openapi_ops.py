@@ -1,9 +1,9 @@
 """The OpenAPI description of Triton's extensions and of the operations endpoints.
 
-:func:`~batchserve.server.openapi.openapi_spec` adds these paths and schemas to the
+:func:`~batchserve.server.ops.openapi.openapi_spec` adds these paths and schemas to the
 document: Triton's model configuration, statistics and repository index
-(:mod:`batchserve.server.triton`), the live status (:mod:`batchserve.server.status`) and
-the dashboard (:mod:`batchserve.server.dashboard`). The schemas state what every answer
+(:mod:`batchserve.server.protocols.triton`), the live status (:mod:`batchserve.server.ops.live`) and
+the dashboard (:mod:`batchserve.server.ops.dashboard`). The schemas state what every answer
 holds, so a generated test can check the answers against them.
 """
 

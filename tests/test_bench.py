@@ -1,0 +1,56 @@
+"""Every bench script starts as the README runs it: by path, from the repository root.
+
+Run as a fresh clone runs them: the tests' own directories are not on the path (a script
+that still reaches into ``tests/`` puts them there itself, and says so).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+#: Scripts that are modules for other scripts, not commands.
+MODULES = {"null_app.py"}
+SCRIPTS = sorted(
+    p.name for p in BENCH.glob("*.py") if not p.name.startswith("_") and p.name not in MODULES
+)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    tests = ROOT / "tests"
+    kept = [
+        p
+        for p in env.get("PYTHONPATH", "").split(os.pathsep)
+        if p and not pathlib.Path(p).resolve().is_relative_to(tests)
+    ]
+    env["PYTHONPATH"] = os.pathsep.join(kept)
+    return env
+
+
+def test_every_script_is_listed_in_the_bench_readme() -> None:
+    readme = (BENCH / "README.md").read_text()
+    missing = [s for s in SCRIPTS if f"`{s}`" not in readme]
+    assert not missing, f"bench/README.md's table has no line for {missing}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_answers_help_from_the_repository_root(script: str) -> None:
+    done = subprocess.run(
+        [sys.executable, f"bench/{script}", "--help"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage:" in done.stdout
