@@ -14,6 +14,10 @@ previous pass (tokenizing the next batch while the current one runs), once the f
 cheap. The answering (JSON encoding on the event loop) is measured per request by
 ``bench/request_cpu.py``.
 
+``--pad-multiple 16`` also runs the exported engines with each batch's length padded up to
+a multiple of 16 tokens (shape buckets), to see whether fewer distinct shapes pay for the
+extra tokens.
+
 Run: ``.venv/bin/python bench/pass_breakdown.py [--texts short] [--batch 32]``
 """
 
@@ -35,11 +39,27 @@ from batchserve.models.loader import load_model
 from batchserve.models.quality_set import load as load_quality_set
 
 
-def stages(fn: Any, batch: list[str]) -> tuple[float, float, float]:
+def bucketed(fn: ExportedEmbedder, batch: list[str], multiple: int) -> dict[str, Any]:
+    """The engine's feeds with the length padded up to a multiple of ``multiple`` tokens."""
+    enc = fn._tokenizer(
+        [t.strip() for t in batch],
+        padding=True,
+        truncation="longest_first",
+        max_length=fn.max_seq_length,
+        return_tensors="np",
+        pad_to_multiple_of=multiple,
+    )
+    return {n: np.asarray(enc[n], dtype=np.int64) for n in fn._inputs}
+
+
+def stages(fn: Any, batch: list[str], multiple: int = 0) -> tuple[float, float, float]:
     """Seconds of tokenize, forward and normalize for one pass of ``fn`` on ``batch``."""
     t0 = time.perf_counter()
     if isinstance(fn, ExportedEmbedder):
-        feeds, _ = _feeds(fn._tokenizer, batch, fn._inputs, fn.max_seq_length)
+        if multiple:
+            feeds = bucketed(fn, batch, multiple)
+        else:
+            feeds, _ = _feeds(fn._tokenizer, batch, fn._inputs, fn.max_seq_length)
         t1 = time.perf_counter()
         out = np.asarray(fn._run(feeds), dtype=np.float32)
     elif isinstance(fn, SentenceEmbedder):
@@ -70,6 +90,13 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--batches", type=int, default=8, help="batches per repeat")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--pad-multiple",
+        type=int,
+        default=0,
+        help="also run ONNX Runtime/OpenVINO with lengths padded to a multiple of N tokens "
+        "(shape buckets), beside the plain padding",
+    )
     args = parser.parse_args()
     specs = args.spec or ["minilm:backend=onnx-int8,threads=1", "minilm:backend=torch,threads=1"]
     ordered = sorted(load_quality_set().texts, key=len)
@@ -83,16 +110,22 @@ def main() -> int:
     for spec in specs:
         fn = load_model(spec).fn
         fn(batches[0][:2])
-        totals = np.zeros(3)
+        multiples = [0]
+        if args.pad_multiple and isinstance(fn, ExportedEmbedder):
+            multiples.append(args.pad_multiple)
+        totals = {m: np.zeros(3) for m in multiples}
         for _ in range(args.repeats):
-            for batch in batches:
-                totals += stages(fn, batch)
-        per = totals / (args.repeats * len(batches)) * 1e3
-        share = totals / totals.sum() * 100
-        print(
-            f"{spec:40} {per[0]:6.1f}ms {share[0]:5.1f}% {per[1]:7.1f}ms {share[1]:5.1f}% "
-            f"{per[2]:5.2f}ms {share[2]:4.1f}%"
-        )
+            for m in multiples:  # alternated, so a neighbour's load falls on both alike
+                for batch in batches:
+                    totals[m] += stages(fn, batch, m)
+        for m, total in totals.items():
+            per = total / (args.repeats * len(batches)) * 1e3
+            share = total / total.sum() * 100
+            name = spec + (f" (pad to x{m})" if m else "")
+            print(
+                f"{name:40} {per[0]:6.1f}ms {share[0]:5.1f}% {per[1]:7.1f}ms {share[1]:5.1f}% "
+                f"{per[2]:5.2f}ms {share[2]:4.1f}%"
+            )
     return 0
 
 

@@ -27,15 +27,14 @@ import argparse
 import http.client
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _harness import batchserve
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -43,25 +42,6 @@ from batchserve.models.quality import MIN_MEAN_COSINE, MIN_RANKING_AGREEMENT, ne
 from batchserve.models.quality_set import load as load_quality_set
 
 MODEL = "all-MiniLM-L6-v2"
-
-
-def start(flags: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], int, float]:
-    """A server on a free port; its process, port and seconds until it was ready."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "batchserve", "serve", "--port", "0", *flags],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, **env},
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    match = re.match(r"batchserve ready on http://[^:]+:(\d+) ", line)
-    if match is None:
-        proc.kill()
-        raise RuntimeError(f"server did not start: {line!r}")
-    return proc, int(match.group(1)), time.perf_counter() - t0
 
 
 def engine_of(port: int) -> dict[str, Any]:
@@ -119,16 +99,13 @@ def main() -> int:
     engines: dict[str, dict[str, Any]] = {}
     for r in range(args.rounds):
         for name, flags in servers.items():
-            proc, port, ready_s = start(flags, env)
-            try:
-                starts[name].append(ready_s)
-                engines[name] = engine_of(port)
-                rate, vectors = send(port, texts, args.per_request)
+            t0 = time.perf_counter()
+            with batchserve(flags, env=env) as served:
+                starts[name].append(time.perf_counter() - t0)
+                engines[name] = engine_of(served.port)
+                rate, vectors = send(served.port, texts, args.per_request)
                 rates[name].append(rate)
                 answers[name] = vectors
-            finally:
-                proc.terminate()
-                proc.wait(30)
             print(f"[round {r + 1}] {name}: {rate:.1f} texts/s", file=sys.stderr)
     auto, ref = answers["auto"], answers["torch"]
     cos = np.sum(auto * ref, axis=1) / (np.linalg.norm(auto, axis=1) * np.linalg.norm(ref, axis=1))

