@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+from typing import Any
 
 import pytest
 
@@ -85,3 +86,54 @@ def test_cli_profiles_each_backend_with_its_quality(
         assert row["quality"]["mean_cosine"] > 0.9999
         assert row["quality"]["ranking_agreement"] == 1.0
         assert (tmp_path / f"prof-{row['backend']}.json").is_file()
+
+
+def test_profile_backends_measures_afresh_and_prints_the_table(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    from batchserve.cli import profile_backends
+    from batchserve.models.choice import Trial, Verdict
+    from batchserve.models.hardware import Engine
+    from batchserve.models.runtime import Runtime
+
+    calls: list[tuple[pathlib.Path, Runtime, bool]] = []
+    good = Quality(texts=10, mean_cosine=0.995, min_cosine=0.97, queries=4, ranking_agreement=1.0)
+    verdict = Verdict(
+        chosen=Engine("onnx-int8", "int8"),
+        device="cpu",
+        batch_size=16,
+        threads=1,
+        workers=2,
+        trials=(
+            Trial(engine=Engine("torch", "float32"), items_per_s=10.0),
+            Trial(engine=Engine("onnx-int8", "int8"), items_per_s=16.0, quality=good),
+            Trial(engine=Engine("torch", "bfloat16"), unavailable="no bf16 here"),
+        ),
+        machine={},
+        versions={},
+        key="k",
+        seconds=1.0,
+        created="",
+    )
+
+    def fake(path: pathlib.Path, runtime: Runtime, *, refresh: bool = False) -> Any:
+        calls.append((path, runtime, refresh))
+        return None, verdict
+
+    monkeypatch.setattr(profile_backends, "choose_engine", fake)
+    argv = ["profile", "--backends", "--max-batch-size", "16", "--threads", "1"]
+    assert main([*argv, "--cache-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "onnx-int8/int8 *" in out
+    assert "1.60x" in out
+    assert "no bf16 here" in out
+    assert "backend auto chose onnx-int8/int8 (1.60x torch/float32) at batch 16" in out
+    (_, runtime, refresh) = calls[0]
+    assert (runtime.backend, runtime.batch_size, runtime.threads, refresh) == ("auto", 16, 1, True)
+    assert runtime.cache_dir == str(tmp_path)
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["chosen"] == {"backend": "onnx-int8", "precision": "int8"}
+    assert data["speedup_vs_torch_fp32"] == 1.6
+    assert main(["profile", "--backends", "--model", "synthetic"]) != 0
+    assert "--backends applies to minilm or a model folder" in capsys.readouterr().err
