@@ -37,7 +37,16 @@ PEERS_DIR = BENCH / "peers"
 VENVS = BENCH / ".venvs"
 MAIN_PYTHON = ROOT / ".venv" / "bin" / "python"
 
-SERVERS = ("batchserve", "litserve", "mosec", "rayserve", "infinity", "fastapi")
+SERVERS = (
+    "batchserve",
+    "litserve",
+    "mosec",
+    "rayserve",
+    "infinity",
+    "infinity-onnx",
+    "infinity-int8",
+    "fastapi",
+)
 PEERS = SERVERS[1:]
 PEER_SCRIPT = {
     "litserve": "litserve_server.py",
@@ -46,6 +55,34 @@ PEER_SCRIPT = {
     "infinity": "infinity_server.py",
     "fastapi": "fastapi_server.py",
 }
+#: A peer run another way: (its environment and script, the extra flags its script takes).
+#: Infinity's engines and precisions, each a peer of its own so a run reports each at its
+#: best: ONNX Runtime through optimum on batchserve's ONNX export of the shipped weights,
+#: and torch with its int8 (dynamic quantization on the CPU).
+PEER_VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "infinity-onnx": ("infinity", ["--engine", "optimum", "--dtype", "float32"]),
+    "infinity-int8": ("infinity", ["--engine", "torch", "--dtype", "int8"]),
+}
+
+
+def _base(server: str) -> str:
+    return PEER_VARIANTS[server][0] if server in PEER_VARIANTS else server
+
+
+def onnx_export() -> Path:
+    """batchserve's ONNX export of the shipped MiniLM (made once, in the user's cache)."""
+    code = (
+        "from batchserve.models.embeddings import builtin_path as b\n"
+        "from batchserve.models.export import ensure_exported as e\n"
+        "from batchserve.models.runtime import default_cache_dir as c\n"
+        "print(e(b(), 'onnx', c()).model_file)"
+    )
+    res = subprocess.run(
+        [str(MAIN_PYTHON), "-c", code], capture_output=True, text=True, check=True, timeout=300
+    )
+    return Path(res.stdout.strip().splitlines()[-1])
+
+
 MODEL_NAME = "bench"
 READY_TIMEOUT_S = {"rayserve": 240.0}
 DEFAULT_READY_TIMEOUT_S = 120.0
@@ -120,9 +157,12 @@ def command(server: str, model: ModelSpec, knobs: Knobs, port: int, stats: Path)
             "0",
             *knobs.extra,
         ]
+    base = _base(server)
     return [
-        str(VENVS / server / "bin" / "python"),
-        str(PEERS_DIR / PEER_SCRIPT[server]),
+        str(VENVS / base / "bin" / "python"),
+        str(PEERS_DIR / PEER_SCRIPT[base]),
+        *(PEER_VARIANTS[server][1] if server in PEER_VARIANTS else []),
+        *(["--onnx-file", str(onnx_export())] if server == "infinity-onnx" else []),
         "--port",
         str(port),
         "--model",
@@ -143,7 +183,7 @@ def command(server: str, model: ModelSpec, knobs: Knobs, port: int, stats: Path)
 
 
 #: Peers that serve only real models (the MiniLM scenario).
-REAL_MODELS_ONLY = frozenset({"infinity"})
+REAL_MODELS_ONLY = frozenset({"infinity", *PEER_VARIANTS})
 
 
 def available(server: str, model: ModelSpec | None = None) -> str | None:
@@ -152,7 +192,7 @@ def available(server: str, model: ModelSpec | None = None) -> str | None:
         return f"{server} serves real models only"
     if server == "batchserve":
         return None if MAIN_PYTHON.exists() else f"{MAIN_PYTHON} is missing"
-    python = VENVS / server / "bin" / "python"
+    python = VENVS / _base(server) / "bin" / "python"
     if not python.exists():
         return f"{python} is missing: run python bench/peers/setup.py"
     return None

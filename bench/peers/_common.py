@@ -41,9 +41,13 @@ BatchFn = Callable[[Sequence[str]], list[list[float]]]
 DIMENSION = 8  # the synthetic models' vector length, as batchserve's synthetic default
 
 
-def peer_args(description: str) -> argparse.Namespace:
-    """Parse the command line every peer script takes."""
+def peer_args(
+    description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None
+) -> argparse.Namespace:
+    """Parse the command line every peer script takes (and ``extra``'s own flags)."""
     p = argparse.ArgumentParser(description=description)
+    if extra is not None:
+        extra(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--model", choices=("sleep", "null", "minilm"), default="sleep")

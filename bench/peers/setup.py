@@ -36,7 +36,11 @@ PEERS: dict[str, tuple[list[str], str, list[str]]] = {
     "fastapi": (["fastapi", "uvicorn[standard]"], "fastapi", ["fastapi", "uvicorn"]),
     # Infinity: an embedding server (MiniLM scenario only: it serves real models, not the
     # synthetic ones).
-    "infinity": (["infinity-emb[server,torch]"], "infinity_emb", ["infinity-emb", "fastapi"]),
+    "infinity": (
+        ["infinity-emb[server,torch,optimum]"],
+        "infinity_emb",
+        ["infinity-emb", "fastapi"],
+    ),
     # fastembed: ONNX Runtime in process, an encode-alone baseline (no server), run on the
     # ONNX file batchserve exports from the shipped weights (its own models download).
     "fastembed": (["fastembed"], "fastembed", ["fastembed", "onnxruntime"]),

@@ -33,8 +33,6 @@ import dataclasses
 import importlib.metadata
 import json
 import logging
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -352,18 +350,6 @@ def _read_cached(path: Path) -> Verdict | None:
         return None
 
 
-def _write(path: Path, verdict: Verdict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(verdict.to_dict(), f, indent=1)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def choose(
     source: Path,
     *,
@@ -404,7 +390,7 @@ def choose(
         The verdict, and the chosen engine's batch function when it was loaded while
         measuring (None on a cached verdict: load it).
     """
-    from batchserve.models.export import model_folder
+    from batchserve.models.export import model_folder, write_atomic
     from batchserve.models.gate import default_quality_set, gate, set_digest
 
     facts = machine or Machine.here()
@@ -485,5 +471,5 @@ def choose(
         seconds=time.perf_counter() - start,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
     )
-    _write(path, verdict)
+    write_atomic(path, json.dumps(verdict.to_dict(), indent=1).encode())
     return verdict, fns.get(chosen)

@@ -70,7 +70,7 @@ from typing import Any
 from batchserve.errors import ConfigError
 from batchserve.models.quality_set import load as load_quality_set
 
-__all__ = ["RECIPE", "Exported", "ensure_exported", "model_folder", "model_key"]
+__all__ = ["RECIPE", "Exported", "ensure_exported", "model_folder", "model_key", "write_atomic"]
 
 #: How the backends are made; bump it when that changes.
 RECIPE = 5
@@ -115,6 +115,22 @@ def model_key(source: Path) -> str:
 def model_folder(source: Path, cache_dir: Path) -> Path:
     """The cache folder of the model folder ``source``: its exports, reference and gates."""
     return Path(cache_dir) / f"{_slug(Path(source).name)}-{model_key(Path(source))[:16]}"
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` under a temporary name, then rename it into place.
+
+    A reader sees the old file or the new one, never half of one (one file system).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def _read(folder: Path, backend: str) -> Exported | None:

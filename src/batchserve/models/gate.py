@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from batchserve.models.export import model_folder
+from batchserve.models.export import model_folder, write_atomic
 from batchserve.models.hardware import Engine
 from batchserve.models.quality import Embed, Quality, against, all_texts, embed_all
 from batchserve.models.quality_set import QualitySet
@@ -60,18 +60,6 @@ def set_digest(qs: QualitySet) -> str:
     for text in all_texts(qs):
         digest.update(text.encode() + b"\0")
     return digest.hexdigest()[:12]
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def default_quality_set(environ: dict[str, str] | None = None) -> QualitySet:
@@ -117,7 +105,7 @@ def reference_vectors(
     vectors = embed_all(reference, all_texts(qs), workers=workers)
     buf = io.BytesIO()
     np.save(buf, vectors)
-    _write_atomic(path, buf.getvalue())
+    write_atomic(path, buf.getvalue())
     return vectors
 
 
@@ -144,7 +132,7 @@ def write_shipped_reference(source: Path, *, workers: int = 2) -> Path:
     )
     buf = io.BytesIO()
     np.save(buf, embed_all(reference, all_texts(qs), workers=workers))
-    _write_atomic(path, buf.getvalue())
+    write_atomic(path, buf.getvalue())
     return path
 
 
@@ -183,7 +171,7 @@ def gate(
             pass  # a damaged file: measured again below
     ref = reference_vectors(source, cache_dir, qs, threads=threads, workers=workers)
     quality = against(ref, candidate, qs, workers=workers)
-    _write_atomic(path, json.dumps(quality.to_dict(), indent=1).encode())
+    write_atomic(path, json.dumps(quality.to_dict(), indent=1).encode())
     _log.warning(
         "%s quality gate: mean cosine %.4f (min %.4f) over %d texts, nearest passage kept "
         "for %.1f%% of %d queries: %s",
