@@ -42,6 +42,7 @@ off']`` (the last adds flags to every batchserve server: an A/B run of one setti
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import statistics
@@ -119,6 +120,7 @@ class Plan:
     real_s: float
     warmup_s: float
     quick: bool
+    real_offer: float = REAL_OFFER_FACTOR
 
     @classmethod
     def make(cls, *, quick: bool, repeats: int | None) -> Plan:
@@ -582,7 +584,7 @@ def real_scenario(bench: Bench) -> None:
         flush=True,
     )
     max_batch = min(first["best_batch"], 64)
-    rate = round(REAL_OFFER_FACTOR * first["best_per_s"], -1)
+    rate = round(bench.plan.real_offer * first["best_per_s"], -1)
     knobs = Knobs(
         max_batch=max_batch, max_wait_ms=2.0, queue_size=1024, timeout_ms=REAL_DEADLINE_MS
     )
@@ -635,6 +637,13 @@ def main(argv: list[str] | None = None) -> int:
         help="more flags for every batchserve server, e.g. '--prefetch off' (an A/B run)",
     )
     p.add_argument(
+        "--real-offer",
+        type=float,
+        default=REAL_OFFER_FACTOR,
+        help="real: the rate offered, as a multiple of encode alone's best (torch float32); "
+        "above the served engine's capacity to measure goodput past saturation",
+    )
+    p.add_argument(
         "--quick",
         action="store_true",
         help="smoke run: short runs, seed scenario only unless --scenarios is given",
@@ -664,7 +673,9 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"peers without an environment (run bench/peers/setup.py): {missing}", file=sys.stderr
         )
-    plan = Plan.make(quick=args.quick, repeats=args.repeats)
+    plan = dataclasses.replace(
+        Plan.make(quick=args.quick, repeats=args.repeats), real_offer=args.real_offer
+    )
     # SIGTERM unwinds like Ctrl-C, so that every started server is stopped on the way out.
     signal.signal(signal.SIGTERM, _interrupt)
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -57,7 +57,7 @@ PEER_SCRIPT = {
 }
 #: A peer run another way: (its environment and script, the extra flags its script takes).
 #: Infinity's engines and precisions, each a peer of its own so a run reports each at its
-#: best: ONNX Runtime through optimum on batchserve's ONNX export of the shipped weights,
+#: best: ONNX Runtime through optimum (on its own export of the shipped weights),
 #: and torch with its int8 (dynamic quantization on the CPU).
 PEER_VARIANTS: dict[str, tuple[str, list[str]]] = {
     "infinity-onnx": ("infinity", ["--engine", "optimum", "--dtype", "float32"]),
@@ -67,20 +67,6 @@ PEER_VARIANTS: dict[str, tuple[str, list[str]]] = {
 
 def _base(server: str) -> str:
     return PEER_VARIANTS[server][0] if server in PEER_VARIANTS else server
-
-
-def onnx_export() -> Path:
-    """batchserve's ONNX export of the shipped MiniLM (made once, in the user's cache)."""
-    code = (
-        "from batchserve.models.embeddings import builtin_path as b\n"
-        "from batchserve.models.export import ensure_exported as e\n"
-        "from batchserve.models.runtime import default_cache_dir as c\n"
-        "print(e(b(), 'onnx', c()).model_file)"
-    )
-    res = subprocess.run(
-        [str(MAIN_PYTHON), "-c", code], capture_output=True, text=True, check=True, timeout=300
-    )
-    return Path(res.stdout.strip().splitlines()[-1])
 
 
 MODEL_NAME = "bench"
@@ -162,7 +148,6 @@ def command(server: str, model: ModelSpec, knobs: Knobs, port: int, stats: Path)
         str(VENVS / base / "bin" / "python"),
         str(PEERS_DIR / PEER_SCRIPT[base]),
         *(PEER_VARIANTS[server][1] if server in PEER_VARIANTS else []),
-        *(["--onnx-file", str(onnx_export())] if server == "infinity-onnx" else []),
         "--port",
         str(port),
         "--model",
@@ -439,7 +424,7 @@ if __name__ == "__main__":
     for name in _check.parse_args().servers or SERVERS:
         r = start(
             name,
-            ModelSpec(kind="sleep"),
+            ModelSpec(kind="minilm" if name in REAL_MODELS_ONLY else "sleep"),
             Knobs(max_batch=32, max_wait_ms=2, queue_size=64),
             logs=BENCH / "out" / "logs",
             tag="check",

