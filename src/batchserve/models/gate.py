@@ -96,6 +96,13 @@ def reference_vectors(
                 return vectors
         except (OSError, ValueError):
             pass  # missing or damaged: the next, or computed below
+    return _compute_reference(source, qs, path, threads=threads, workers=workers)
+
+
+def _compute_reference(
+    source: Path, qs: QualitySet, path: Path, *, threads: int | None, workers: int
+) -> npt.NDArray[np.float32]:
+    # torch float32 on the CPU embeds every text of the set; the vectors are saved to path.
     from batchserve.models.embeddings import SentenceEmbedder
     from batchserve.models.runtime import Runtime
 
@@ -120,19 +127,11 @@ def write_shipped_reference(source: Path, *, workers: int = 2) -> Path:
     Run once when the built-in model or the shipped set changes, as
     ``write_shipped_reference(builtin_path())``; returns the file written.
     """
-    from batchserve.models.embeddings import SentenceEmbedder
-    from batchserve.models.runtime import Runtime
-
     qs = load_quality_set()
     with tempfile.TemporaryDirectory() as tmp:
         name = model_folder(source, Path(tmp)).name
     path = _shipped_reference(name, qs)
-    reference = SentenceEmbedder.from_path(
-        source, Runtime(backend="torch", device="cpu", dtype="float32", threads=1)
-    )
-    buf = io.BytesIO()
-    np.save(buf, embed_all(reference, all_texts(qs), workers=workers))
-    write_atomic(path, buf.getvalue())
+    _compute_reference(source, qs, path, threads=1, workers=workers)
     return path
 
 
