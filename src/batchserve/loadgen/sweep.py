@@ -19,7 +19,7 @@ from batchserve.loadgen.report import LoadReport
 from batchserve.loadgen.runner import LoadRun, run_load
 from batchserve.loadgen.sender import Progress
 
-__all__ = ["plot_sweep", "run_sweep"]
+__all__ = ["log_ticks", "plot_sweep", "run_sweep"]
 
 
 def run_sweep(
@@ -55,7 +55,7 @@ def plot_sweep(reports: Sequence[LoadReport], path: str | Path, *, title: str = 
     """Write a PNG of the sweep to ``path`` (matplotlib, no display needed)."""
     try:
         from matplotlib.figure import Figure
-        from matplotlib.ticker import FormatStrFormatter, FuncFormatter
+        from matplotlib.ticker import FixedLocator, FormatStrFormatter, NullFormatter
     except ImportError as exc:
         raise ImportError("--plot needs matplotlib: pip install 'batchserve[plot]'") from exc
 
@@ -76,10 +76,17 @@ def plot_sweep(reports: Sequence[LoadReport], path: str | Path, *, title: str = 
     lat_ax.plot(offered, [r.summary.p99_ms for r in reports], "s-", label="p99")
     lat_ax.set_xlabel("offered rate (requests/s)")
     lat_ax.set_ylabel("latency from scheduled send (ms)")
-    if any(r.summary.p99_ms > 0 for r in reports):
+    latencies = [v for r in reports for v in (r.summary.p50_ms, r.summary.p99_ms) if v > 0]
+    if latencies:
         lat_ax.set_yscale("log")
+        lo, hi = min(latencies), max(latencies)
+        ticks = log_ticks(lo, hi)
+        # The limits hold every tick, so a narrow range (5 to 23 ms) is labelled at
+        # 5, 7, 10, 15, 20, 30 rather than at the one power of ten or 2x inside it.
+        lat_ax.set_ylim(min(lo, ticks[0]) / 1.1, max(hi, ticks[-1]) * 1.1)
+        lat_ax.yaxis.set_major_locator(FixedLocator(ticks))
         lat_ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-        lat_ax.yaxis.set_minor_formatter(FuncFormatter(_minor_log_label))
+        lat_ax.yaxis.set_minor_formatter(NullFormatter())
     lat_ax.set_title("latency and batch size")
     lat_ax.grid(alpha=0.3)
     batch_ax = lat_ax.twinx()
@@ -95,11 +102,27 @@ def plot_sweep(reports: Sequence[LoadReport], path: str | Path, *, title: str = 
     fig.savefig(str(path), format="png", dpi=110)
 
 
-def _minor_log_label(value: float, _pos: int) -> str:
-    """Label the minor ticks at 2x and 5x a power of ten; leave the others bare."""
-    if value <= 0:
-        return ""
-    mantissa = value / 10 ** math.floor(math.log10(value))
-    return (
-        f"{value:g}" if round(mantissa) in (2, 5) and abs(mantissa - round(mantissa)) < 1e-6 else ""
-    )
+#: Mantissas of the labelled ticks of a log axis, coarsest first.
+_TICK_SETS = ((1.0,), (1.0, 2.0, 5.0), (1.0, 1.5, 2.0, 3.0, 5.0, 7.0))
+
+
+def log_ticks(lo: float, hi: float, *, at_least: int = 4) -> list[float]:
+    """Labelled ticks for a log axis spanning ``lo`` to ``hi`` (both > 0).
+
+    The coarsest of 1-10-100, 1-2-5 and 1-1.5-2-3-5-7 (times powers of ten) that puts at
+    least ``at_least`` ticks in the range, from the nearest tick at or below ``lo`` to the
+    nearest at or above ``hi``; the finest when none does.
+    """
+    if lo <= 0 or hi < lo:
+        raise ValueError(f"log_ticks needs 0 < lo <= hi, got {lo} and {hi}")
+    first = math.floor(math.log10(lo)) - 1
+    last = math.ceil(math.log10(hi)) + 1
+    ticks: list[float] = []
+    for mantissas in _TICK_SETS:
+        every = sorted(float(f"{m * 10**e:.6g}") for e in range(first, last + 1) for m in mantissas)
+        start = max(t for t in every if t <= lo)
+        end = min(t for t in every if t >= hi)
+        ticks = [t for t in every if start <= t <= end]
+        if sum(lo <= t <= hi for t in ticks) >= at_least:
+            break
+    return ticks
