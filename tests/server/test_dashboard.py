@@ -197,3 +197,17 @@ def test_top_shows_the_padding_of_passes_by_tokens(
     out = console.export_text()
     assert "by tokens: padding waste 1.10x, 17.40 ms + 310 us/padded token" in out
     assert "by tokens" in out.split(MODEL, 1)[1]
+
+
+@pytest.mark.slow
+def test_the_docs_page_reads_at_1280_px_without_scrolling_sideways() -> None:
+    with server_process(["--model", "synthetic"]) as server, open_browser() as page:
+        page.goto(server.url + "/docs")
+        page.wait_for("document.readyState === 'complete'")
+        widths = page.evaluate(
+            "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+        )
+        backticks = page.evaluate("document.body.innerText.includes('`')")
+        page.screenshot(ARTIFACTS / "docs.png")
+    assert widths[0] <= widths[1], widths
+    assert backticks is False

@@ -63,6 +63,9 @@ async def test_openapi_lists_every_route_the_app_serves() -> None:
     assert docs.headers["content-type"].startswith("text/html")
     assert "X-Request-Timeout" in docs.text
     assert "<script" not in docs.text
+    # markdown's inline code is set as code, never shown as raw backticks
+    assert "`" not in docs.text
+    assert "<code>openai</code>" in docs.text
 
 
 def test_the_readme_status_table_is_the_servers() -> None:

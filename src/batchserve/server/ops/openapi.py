@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from typing import Any
 
 from batchserve import __version__
@@ -511,9 +512,18 @@ def openapi_spec(
     }
 
 
+_INLINE_CODE = re.compile(r"`([^`]+)`")
+
+
+def _text(text: str) -> str:
+    # A description's text, escaped, with its `inline code` set as code (the descriptions
+    # are written in the markdown that OpenAPI's own viewers render).
+    return _INLINE_CODE.sub(r"<code>\1</code>", html.escape(text))
+
+
 def docs_html(spec: dict[str, Any]) -> str:
     """A self-contained HTML page describing ``spec`` (no scripts, no external assets)."""
-    e = html.escape
+    e = _text
     rows = []
     for path, ops in spec["paths"].items():
         for method, op in ops.items():
@@ -540,8 +550,14 @@ def docs_html(spec: dict[str, Any]) -> str:
     schemas = e(json.dumps(spec["components"]["schemas"], indent=2))
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>batchserve API</title>"
-        "<style>body{font-family:sans-serif;max-width:60em;margin:auto;padding:1em}"
-        "section{border-top:1px solid #ccc}code{background:#f4f4f4}</style></head><body>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        "<style>body{font-family:sans-serif;max-width:60em;margin:auto;padding:1em;"
+        "overflow-wrap:anywhere}section{border-top:1px solid #ccc}"
+        "code{background:#f4f4f4;overflow-wrap:anywhere}"
+        "pre{white-space:pre-wrap;overflow-x:auto;background:#f8f8f8;padding:.5em}"
+        "table{border-collapse:collapse;width:100%}"
+        "td,th{border:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top}"
+        "</style></head><body>"
         f"<h1>{e(info['title'])} {e(info['version'])}</h1><p>{e(info['description'])}</p>"
         "<p>Machine-readable: <a href='/openapi.json'>/openapi.json</a>.</p>"
         "<h2>Outcomes and status codes</h2><table><tr><th>X-Reason</th><th>status</th>"
