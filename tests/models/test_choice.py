@@ -188,9 +188,9 @@ def test_choose_measures_gates_fastest_first_and_caches(source: Path, tmp_path: 
     assert not choose(source, **kwargs, refresh=True)[0].cached
 
 
-def test_a_damaged_verdict_is_measured_again(source: Path, tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    kwargs: dict[str, Any] = {
+def torch_only(cache: Path) -> dict[str, Any]:
+    """choose()'s arguments for a machine with only torch installed, a fast fake engine."""
+    return {
         "device": "cpu",
         "threads": 1,
         "workers": 1,
@@ -202,6 +202,11 @@ def test_a_damaged_verdict_is_measured_again(source: Path, tmp_path: Path) -> No
         "quality_set": QS,
         "rounds": 1,
     }
+
+
+def test_a_damaged_verdict_is_measured_again(source: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    kwargs = torch_only(cache)
     verdict, _ = choose(source, **kwargs)
     assert verdict.chosen == REFERENCE  # the only engine installed
     path = model_folder(source, cache) / "auto" / f"{verdict.key}.json"
@@ -211,3 +216,18 @@ def test_a_damaged_verdict_is_measured_again(source: Path, tmp_path: Path) -> No
     assert Verdict.from_dict(json.loads(path.read_text())).chosen == REFERENCE
     with pytest.raises(ValueError, match="verdict format"):
         Verdict.from_dict({**verdict.to_dict(), "format": 99})
+
+
+def test_a_cache_that_cannot_be_written_costs_a_warning_not_the_start(
+    source: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache = tmp_path / "cache"
+    folder = model_folder(source, cache)
+    folder.mkdir(parents=True)
+    (folder / "auto").write_text("a file where the verdicts' folder should be")
+    kwargs = torch_only(cache)
+    verdict, fn = choose(source, **kwargs)
+    assert verdict.chosen == REFERENCE
+    assert fn is not None
+    assert "could not keep" in caplog.text
+    assert not choose(source, **kwargs)[0].cached  # measured again, as the warning says

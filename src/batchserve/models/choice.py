@@ -390,7 +390,7 @@ def choose(
         The verdict, and the chosen engine's batch function when it was loaded while
         measuring (None on a cached verdict: load it).
     """
-    from batchserve.models.export import model_folder, write_atomic
+    from batchserve.models.export import model_folder, write_cached
     from batchserve.models.gate import default_quality_set, gate, set_digest
 
     facts = machine or Machine.here()
@@ -471,5 +471,5 @@ def choose(
         seconds=time.perf_counter() - start,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
     )
-    write_atomic(path, json.dumps(verdict.to_dict(), indent=1).encode())
+    write_cached(path, json.dumps(verdict.to_dict(), indent=1).encode())
     return verdict, fns.get(chosen)

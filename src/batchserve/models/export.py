@@ -70,7 +70,15 @@ from typing import Any
 from batchserve.errors import ConfigError
 from batchserve.models.quality_set import load as load_quality_set
 
-__all__ = ["RECIPE", "Exported", "ensure_exported", "model_folder", "model_key", "write_atomic"]
+__all__ = [
+    "RECIPE",
+    "Exported",
+    "ensure_exported",
+    "model_folder",
+    "model_key",
+    "write_atomic",
+    "write_cached",
+]
 
 #: How the backends are made; bump it when that changes.
 RECIPE = 5
@@ -131,6 +139,22 @@ def write_atomic(path: Path, data: bytes) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def write_cached(path: Path, data: bytes) -> bool:
+    """:func:`write_atomic` for a result that can be measured again; whether it was written.
+
+    A cache folder that cannot be written (read-only, full) costs a warning and the
+    measurement next time, never the start.
+    """
+    try:
+        write_atomic(path, data)
+    except OSError as exc:
+        _log.warning(
+            "could not keep %s in the cache (%s); it is measured again next time", path, exc
+        )
+        return False
+    return True
 
 
 def _read(folder: Path, backend: str) -> Exported | None:

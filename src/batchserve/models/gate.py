@@ -28,12 +28,13 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-from batchserve.models.export import model_folder, write_atomic
+from batchserve.models.export import model_folder, write_atomic, write_cached
 from batchserve.models.hardware import Engine
 from batchserve.models.quality import Embed, Quality, against, all_texts, embed_all
 from batchserve.models.quality_set import QualitySet
@@ -100,7 +101,13 @@ def reference_vectors(
 
 
 def _compute_reference(
-    source: Path, qs: QualitySet, path: Path, *, threads: int | None, workers: int
+    source: Path,
+    qs: QualitySet,
+    path: Path,
+    *,
+    threads: int | None,
+    workers: int,
+    keep: Callable[[Path, bytes], object] = write_cached,
 ) -> npt.NDArray[np.float32]:
     # torch float32 on the CPU embeds every text of the set; the vectors are saved to path.
     from batchserve.models.embeddings import SentenceEmbedder
@@ -112,7 +119,7 @@ def _compute_reference(
     vectors = embed_all(reference, all_texts(qs), workers=workers)
     buf = io.BytesIO()
     np.save(buf, vectors)
-    write_atomic(path, buf.getvalue())
+    keep(path, buf.getvalue())
     return vectors
 
 
@@ -131,7 +138,7 @@ def write_shipped_reference(source: Path, *, workers: int = 2) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         name = model_folder(source, Path(tmp)).name
     path = _shipped_reference(name, qs)
-    _compute_reference(source, qs, path, threads=1, workers=workers)
+    _compute_reference(source, qs, path, threads=1, workers=workers, keep=write_atomic)
     return path
 
 
@@ -170,7 +177,7 @@ def gate(
             pass  # a damaged file: measured again below
     ref = reference_vectors(source, cache_dir, qs, threads=threads, workers=workers)
     quality = against(ref, candidate, qs, workers=workers)
-    write_atomic(path, json.dumps(quality.to_dict(), indent=1).encode())
+    write_cached(path, json.dumps(quality.to_dict(), indent=1).encode())
     _log.warning(
         "%s quality gate: mean cosine %.4f (min %.4f) over %d texts, nearest passage kept "
         "for %.1f%% of %d queries: %s",
