@@ -98,6 +98,9 @@ class ServerProcess:
             raise RuntimeError(f"server did not start: {line!r} {err}")
         self.url = match.group(1)
         self.port = int(self.url.rsplit(":", 1)[1])
+        found = re.search(r" grpc=(\S+)", line)
+        #: ``host:port`` of the gRPC service (``--grpc-port``), else None.
+        self.grpc = found.group(1) if found else None
 
     def stop(self, timeout_s: float = 30) -> tuple[int, str]:
         """SIGTERM, then the exit status and stderr."""

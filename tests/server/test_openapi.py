@@ -10,7 +10,7 @@ from server_helpers import build_app, client_for, embedding_model
 
 from batchserve.errors import DeadlineExceeded, ModelError, NotReady, OutputMismatch, QueueFull
 from batchserve.server.exchange import SERVER_TIMING, TIMING_HEADERS
-from batchserve.server.statuses import STATUS_TABLE, ApiError, from_exception
+from batchserve.server.statuses import GRPC_TABLE, STATUS_TABLE, ApiError, from_exception
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 
@@ -70,8 +70,9 @@ async def test_openapi_lists_every_route_the_app_serves() -> None:
 
 def test_the_readme_status_table_is_the_servers() -> None:
     readme = (ROOT / "README.md").read_text()
-    rows = dict(re.findall(r"^\| `(\w+)` \| (\d{3}) \|", readme, re.M))
-    assert rows == {reason: str(status) for reason, (status, _) in STATUS_TABLE.items()}
+    rows = re.findall(r"^\| `(\w+)` \| (\d{3}) \| `(\w+)` \|", readme, re.M)
+    assert {r: s for r, s, _ in rows} == {r: str(s) for r, (s, _) in STATUS_TABLE.items()}
+    assert {r: code for r, _, code in rows} == GRPC_TABLE
 
 
 def test_core_errors_map_through_the_one_table() -> None:

@@ -10,6 +10,7 @@ The same settings can come from ``--config FILE`` (TOML)::
 
     host = "127.0.0.1"
     port = 8000
+    grpc_port = 8001          # KServe v2 over gRPC too (unset: HTTP only)
     drain_timeout = "30s"
     max_body_bytes = 8388608
     max_inputs = 2048
@@ -86,6 +87,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--config", metavar="FILE", help="TOML config file (see below)")
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
+    p.add_argument(
+        "--grpc-port",
+        type=int,
+        metavar="PORT",
+        help="also serve KServe v2 over gRPC on this port (Triton's 8001; 0 picks a free one; "
+        "default: no gRPC; needs the grpc extra)",
+    )
     p.add_argument(
         "--model",
         action="append",

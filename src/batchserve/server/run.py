@@ -10,13 +10,15 @@ stdout, the ready line::
 
     batchserve ready on http://127.0.0.1:8000 models=all-MiniLM-L6-v2
 
-(other messages go to stderr). A model that fails to load stops the server; its error is
+(other messages go to stderr). With ``grpc_port`` the same app's models are served over gRPC
+too (:mod:`batchserve.server.transport.grpc`, on the same event loop), and the ready line ends
+with ``grpc=HOST:PORT``. A model that fails to load stops the server; its error is
 raised to the caller (the CLI prints it and exits 1).
 
 The first SIGTERM (or SIGINT) stops admitting (new inference requests: 503 ``draining`` with
-Retry-After; ``/v2/health/ready``: 503), finishes every accepted request and sends its
-response, bounded by ``drain_timeout_s``, then closes the listener and returns 0. A second
-signal exits at once with status 1 and says so on stderr.
+Retry-After, gRPC calls ``UNAVAILABLE``; ``/v2/health/ready``: 503), finishes every accepted
+request and sends its response, bounded by ``drain_timeout_s``, then closes the listeners and
+returns 0. A second signal exits at once with status 1 and says so on stderr.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Generator
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import uvicorn
 
+from batchserve.errors import ConfigError
 from batchserve.models.loader import LoadedModel, load_model
 from batchserve.server.app import App
 from batchserve.server.settings import ServerSettings
@@ -52,6 +55,9 @@ __all__ = ["SWITCH_INTERVAL_S", "bind", "serve", "serve_async"]
 #: yardstick's requests/s where 5 ms gave 0.90x and 1 ms 0.87x (``bench/request_path.py``,
 #: one run each).
 SWITCH_INTERVAL_S = 0.001
+
+#: Once drained, how long gRPC calls still being written may take before the listener closes.
+_GRPC_GRACE_S = 5.0
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -86,12 +92,18 @@ class _Server(uvicorn.Server):
         yield
 
 
+class _Stoppable(Protocol):
+    async def stop(self, grace_s: float | None) -> None: ...
+
+
 class _Lifecycle:
     """Signals -> drain -> exit."""
 
     def __init__(self, app: App, server: _Server, drain_timeout_s: float, err: TextIO) -> None:
         self.app = app
         self.server = server
+        #: The gRPC transport, when served: stopped once the app has drained.
+        self.grpc: _Stoppable | None = None
         self.drain_timeout_s = drain_timeout_s
         self.err = err
         self.signalled = False
@@ -121,6 +133,9 @@ class _Lifecycle:
     async def _drain(self) -> None:
         try:
             await self.app.drain(self.drain_timeout_s)
+            if self.grpc is not None:
+                # Every accepted call is answered: what is left is writing the last replies.
+                await self.grpc.stop(_GRPC_GRACE_S)
         finally:
             self.server.should_exit = True
 
@@ -162,7 +177,25 @@ async def serve_async(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, life.on_signal, sig)
     names = ",".join(m.name for m in settings.models)
-    print(f"batchserve: listening on {url}, loading models={names}", file=err, flush=True)
+    grpc_line = ""
+    if settings.grpc_port is not None:
+        try:
+            from batchserve.server.transport.grpc import GrpcTransport
+        except ImportError as exc:
+            sock.close()
+            raise ConfigError(
+                f"--grpc-port needs grpcio: pip install 'batchserve[grpc]' ({exc})"
+            ) from None
+        transport = life.grpc = GrpcTransport(app)
+        try:
+            grpc_port = await transport.start(settings.host, settings.grpc_port)
+        except RuntimeError:
+            sock.close()
+            raise OSError(f"gRPC could not bind {settings.host}:{settings.grpc_port}") from None
+        grpc_line = f" grpc={url_host}:{grpc_port}"
+    print(
+        f"batchserve: listening on {url}{grpc_line}, loading models={names}", file=err, flush=True
+    )
     serving = loop.create_task(server.serve(sockets=[sock]))
     load_error: BaseException | None = None
     try:
@@ -181,7 +214,9 @@ async def serve_async(
                 gc.collect()
                 gc.freeze()
                 if not life.signalled:
-                    print(f"batchserve ready on {url} models={names}", file=out, flush=True)
+                    print(
+                        f"batchserve ready on {url} models={names}{grpc_line}", file=out, flush=True
+                    )
         await serving
         if not ready.done() or ready.cancelled():
             ready.cancel()
@@ -190,6 +225,8 @@ async def serve_async(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         sock.close()
+        if life.grpc is not None:
+            await life.grpc.stop(0)
     if load_error is not None:
         raise load_error
     return 0

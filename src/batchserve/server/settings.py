@@ -118,6 +118,8 @@ class ServerSettings:
         models: the served models; the first is the default (used when a request names none).
         host: the address to bind.
         port: the port to bind; 0 picks a free one (printed in the ready line).
+        grpc_port: also serve KServe v2 over gRPC on this port of ``host`` (0: a free one,
+            printed in the ready line); None: no gRPC (the ``grpc`` extra).
         limits: request limits.
         api_key: if set, inference endpoints need ``Authorization: Bearer <api_key>``.
         tenant_keys: (tenant, key) pairs: a request that carries one of these keys as its
@@ -132,6 +134,7 @@ class ServerSettings:
     models: tuple[ModelSettings, ...] = (ModelSettings(name=DEFAULT_MODEL_NAME, spec="minilm"),)
     host: str = "127.0.0.1"
     port: int = 8000
+    grpc_port: int | None = None
     limits: RequestLimits = field(default_factory=RequestLimits)
     api_key: str | None = None
     tenant_keys: tuple[tuple[str, str], ...] = field(default=(), repr=False)
@@ -147,10 +150,13 @@ class ServerSettings:
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ConfigError(f"model names must be unique, got {', '.join(dupes)} twice")
-        if isinstance(self.port, bool) or not isinstance(self.port, int):
-            raise ConfigError(f"port must be an integer, got {self.port!r}")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"port must be in 0..65535, got {self.port!r}")
+        for name, port in (("port", self.port), ("grpc_port", self.grpc_port)):
+            if port is None and name == "grpc_port":
+                continue
+            if isinstance(port, bool) or not isinstance(port, int):
+                raise ConfigError(f"{name} must be an integer, got {port!r}")
+            if not 0 <= port <= 65535:
+                raise ConfigError(f"{name} must be in 0..65535, got {port!r}")
         if self.api_key is not None and not self.api_key:
             raise ConfigError("api_key must be non-empty when given, got ''")
         keys = [k for _, k in self.tenant_keys]
@@ -215,6 +221,7 @@ _RUNTIME = ("backend", "device", "dtype", "threads", "cache_dir")
 _SERVER_KEYS = {
     "host": "str",
     "port": "int",
+    "grpc_port": "int",
     "drain_timeout": "duration",
     "max_body_bytes": "int",
     "max_inputs": "int",

@@ -29,6 +29,35 @@ method_not_allowed      405     the route exists for another method
 internal                500     a fault of the server itself (including a model that broke the
                                 one-output-per-input contract)
 ======================  ======  ===========================================================
+
+Over gRPC (:mod:`batchserve.server.transport.grpc`) the same reasons answer with the status
+codes of :data:`GRPC_TABLE`, derived from nothing else: one reason, one HTTP status, one gRPC
+code. The reason and the retry delay travel as trailing metadata (``x-reason``,
+``retry-after``, ``retry-after-ms``), named like the HTTP headers.
+
+======================  ======================  ==================================================
+reason                  gRPC code               why this code
+======================  ======================  ==================================================
+queue_full              RESOURCE_EXHAUSTED      refused for load; retry after ``retry-after-ms``
+infeasible              RESOURCE_EXHAUSTED      refused for load; retry after ``retry-after-ms``
+draining                UNAVAILABLE             this server will not take it; another replica may
+not_ready               UNAVAILABLE             the model is loading; retry after ``retry-after-ms``
+deadline_exceeded       DEADLINE_EXCEEDED       the call's deadline passed
+malformed               INVALID_ARGUMENT        the message's bytes or tensors are not readable
+request_timeout         DEADLINE_EXCEEDED       (HTTP only: gRPC reads whole messages)
+unsupported_media_type  INVALID_ARGUMENT        (HTTP only)
+head_too_large          RESOURCE_EXHAUSTED      as grpcio answers metadata over its limit
+invalid                 INVALID_ARGUMENT        a field breaks a rule (the message names it)
+too_large               INVALID_ARGUMENT        inputs or characters over a limit (a message over
+                                                the size limit is grpcio's RESOURCE_EXHAUSTED)
+model_error             INVALID_ARGUMENT        Triton answers an input a model cannot process as
+                                                its INVALID_ARG, which it sends as HTTP 400 and
+                                                gRPC INVALID_ARGUMENT: 422 is that class here
+unauthorized            UNAUTHENTICATED         no or a wrong key in ``authorization`` metadata
+not_found               NOT_FOUND               no such model (or version)
+method_not_allowed      UNIMPLEMENTED           (HTTP only)
+internal                INTERNAL                a fault of the server itself
+======================  ======================  ==================================================
 """
 
 from __future__ import annotations
@@ -44,7 +73,14 @@ from batchserve.errors import (
     Rejected,
 )
 
-__all__ = ["STATUS_TABLE", "ApiError", "from_exception", "retry_after_headers", "retry_after_ms"]
+__all__ = [
+    "GRPC_TABLE",
+    "STATUS_TABLE",
+    "ApiError",
+    "from_exception",
+    "retry_after_headers",
+    "retry_after_ms",
+]
 
 #: reason -> (HTTP status, when it happens). The only table from outcome to status.
 STATUS_TABLE: dict[str, tuple[int, str]] = {
@@ -64,6 +100,27 @@ STATUS_TABLE: dict[str, tuple[int, str]] = {
     "not_found": (404, "no such route or model"),
     "method_not_allowed": (405, "the route exists for another method"),
     "internal": (500, "a fault of the server itself"),
+}
+
+#: reason -> gRPC status code (the name of a ``grpc.StatusCode`` member: this module does not
+#: import grpcio, an optional extra). The same keys as :data:`STATUS_TABLE` (a test checks).
+GRPC_TABLE: dict[str, str] = {
+    "queue_full": "RESOURCE_EXHAUSTED",
+    "infeasible": "RESOURCE_EXHAUSTED",
+    "draining": "UNAVAILABLE",
+    "not_ready": "UNAVAILABLE",
+    "deadline_exceeded": "DEADLINE_EXCEEDED",
+    "malformed": "INVALID_ARGUMENT",
+    "request_timeout": "DEADLINE_EXCEEDED",
+    "unsupported_media_type": "INVALID_ARGUMENT",
+    "head_too_large": "RESOURCE_EXHAUSTED",
+    "invalid": "INVALID_ARGUMENT",
+    "too_large": "INVALID_ARGUMENT",
+    "model_error": "INVALID_ARGUMENT",
+    "unauthorized": "UNAUTHENTICATED",
+    "not_found": "NOT_FOUND",
+    "method_not_allowed": "UNIMPLEMENTED",
+    "internal": "INTERNAL",
 }
 
 #: Reasons that are refusals: the response carries Retry-After and Retry-After-Ms.

@@ -50,8 +50,11 @@ __all__ = [
     "generic_items",
     "model_metadata",
     "parse_infer_request",
+    "priority_param",
+    "request_items",
     "server_metadata",
     "stack_outputs",
+    "timeout_param",
 ]
 
 EMBEDDING_OUTPUT = "embedding"
@@ -186,12 +189,17 @@ def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
         inputs=inputs,
         outputs=_requested_outputs(data.get("outputs")),
         binary_default=params.get("binary_data_output") is True,
-        timeout_s=_timeout(params.get("timeout")),
-        priority=_priority(params.get("priority")),
+        timeout_s=timeout_param(params.get("timeout")),
+        priority=priority_param(params.get("priority")),
     )
 
 
-def _priority(value: Any) -> int | str | None:
+def priority_param(value: Any) -> int | str | None:
+    """``parameters.priority``: a level (an integer) or a class name; None when not given.
+
+    Raises:
+        ApiError: ``invalid`` for any other value.
+    """
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | str):
@@ -222,7 +230,12 @@ def _requested_outputs(value: Any) -> dict[str, bool]:
     return out
 
 
-def _timeout(value: Any) -> float | None:
+def timeout_param(value: Any) -> float | None:
+    """``parameters.timeout`` (microseconds, as Triton reads it) in seconds; None: not given.
+
+    Raises:
+        ApiError: ``invalid`` unless it is a finite number > 0.
+    """
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
@@ -341,6 +354,41 @@ def generic_items(request: InferRequest, limits: RequestLimits) -> list[Any]:
     return [{name: r[i] for name, r in rows.items()} for i in range(n)]
 
 
+def request_items(exchange: Exchange, req: InferRequest, limits: RequestLimits) -> list[Any]:
+    """The items of a parsed infer request to ``exchange.model`` (both transports).
+
+    Sets the exchange's class of work from ``parameters.priority`` and tightens its deadline
+    to ``parameters.timeout`` from arrival, when the request gives them.
+
+    Raises:
+        ApiError: the inputs do not fit the model (see :func:`embedding_items`,
+            :func:`generic_items`), or an output it does not produce is asked for.
+    """
+    model = exchange.model
+    assert model is not None
+    loaded = model.loaded
+    assert loaded is not None
+    items: list[Any]
+    if loaded.kind == "embedding":
+        items = embedding_items(req, limits)
+        extra = set(req.outputs) - {EMBEDDING_OUTPUT}
+        if extra:
+            raise ApiError(
+                "invalid",
+                f"outputs asks for {sorted(extra)}; this model produces ['{EMBEDDING_OUTPUT}']",
+                param="outputs",
+            )
+    else:
+        items = generic_items(req, limits)
+    if req.priority is not None and model.classes is not None:
+        exchange.work_class = resolve_class(model.classes, req.priority, "parameters.priority")
+    if req.timeout_s is not None:
+        own = exchange.arrival + req.timeout_s
+        if exchange.deadline is None or own < exchange.deadline:
+            exchange.deadline = own
+    return items
+
+
 def build_infer_response(
     *,
     model: str,
@@ -427,30 +475,10 @@ class InferEndpoint:
         model = exchange.model
         assert model is not None
         model.require_batcher()
-        loaded = model.loaded
-        assert loaded is not None
         header = exchange.head.get(b"inference-header-content-length")
         req = parse_infer_request(body, None if header is None else header.decode("latin-1"))
         exchange.request = req
-        items: list[Any]
-        if loaded.kind == "embedding":
-            items = embedding_items(req, self.limits)
-            extra = set(req.outputs) - {EMBEDDING_OUTPUT}
-            if extra:
-                raise ApiError(
-                    "invalid",
-                    f"outputs asks for {sorted(extra)}; this model produces ['{EMBEDDING_OUTPUT}']",
-                    param="outputs",
-                )
-        else:
-            items = generic_items(req, self.limits)
-        if req.priority is not None and model.classes is not None:
-            exchange.work_class = resolve_class(model.classes, req.priority, "parameters.priority")
-        if req.timeout_s is not None:
-            own = exchange.arrival + req.timeout_s
-            if exchange.deadline is None or own < exchange.deadline:
-                exchange.deadline = own
-        return items
+        return request_items(exchange, req, self.limits)
 
     def answer(self, exchange: Exchange, served: list[Served[Any]]) -> Reply:
         """The output tensors, JSON or binary as asked, with the timing headers."""

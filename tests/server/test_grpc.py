@@ -1,0 +1,503 @@
+"""KServe v2 over gRPC: the real client (tritonclient.grpc) against the same app as HTTP.
+
+In-process tests start the app and its gRPC transport on the test's loop, on port 0 of
+127.0.0.1, and call it with ``tritonclient.grpc.aio`` or a bare grpcio channel (for trailing
+metadata, hostile bytes, and typed contents, which tritonclient never sends). The slow tests
+run ``batchserve serve --grpc-port 0`` in a subprocess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import grpc
+import grpc.aio
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as tc
+import tritonclient.grpc.aio as tc_aio
+from batchserve_testmodels import Gate, Recorder, double, poisoned, upper, vector
+from server_helpers import ROOT, build_app, client_for, embedding_model, server_process
+from tritonclient.utils import InferenceServerException
+
+from batchserve.config import BatchConfig
+from batchserve.models.loader import LoadedModel
+from batchserve.server import App, ModelSettings, RequestLimits, ServerSettings
+from batchserve.server.protocols.proto import grpc_service_pb2 as pb
+from batchserve.server.statuses import GRPC_TABLE, STATUS_TABLE
+from batchserve.server.transport.grpc import GrpcTransport, grpc_timeout
+from support import wait_for
+
+ONE_AT_A_TIME = BatchConfig(
+    max_batch_size=1, max_wait_s=0.0, queue_size=1, admission=False, prefetch=False
+)
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+
+
+@contextlib.asynccontextmanager
+async def serving(app: App, *, wait: bool = True) -> AsyncIterator[tuple[str, httpx.AsyncClient]]:
+    """The app over HTTP (in-process) and gRPC (127.0.0.1, a free port): address, client."""
+    async with client_for(app, wait=wait) as http:
+        transport = GrpcTransport(app)
+        port = await transport.start("127.0.0.1", 0)
+        try:
+            yield f"127.0.0.1:{port}", http
+        finally:
+            await transport.stop(None)
+
+
+async def call(
+    address: str,
+    request: pb.ModelInferRequest | bytes,
+    *,
+    metadata: Sequence[tuple[str, str]] = (),
+    deadline_s: float | None = None,
+) -> tuple[pb.ModelInferResponse, dict[str, str]]:
+    """One ModelInfer on a bare channel: the response and its trailing metadata."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        method: grpc.aio.UnaryUnaryMultiCallable[bytes, pb.ModelInferResponse] = (
+            channel.unary_unary(INFER, response_deserializer=pb.ModelInferResponse.FromString)
+        )
+        body = request if isinstance(request, bytes) else request.SerializeToString()
+        rpc = method(body, metadata=tuple(metadata), timeout=deadline_s)
+        response = await rpc
+        trailing = await rpc.trailing_metadata()
+    return response, {k: str(v) for k, v in (trailing or ())}
+
+
+async def refused(
+    address: str, request: pb.ModelInferRequest | bytes, **kw: Any
+) -> grpc.aio.AioRpcError:
+    """The error of a ModelInfer that must fail."""
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call(address, request, **kw)
+    return info.value
+
+
+def texts(model: str, *values: str, **kw: Any) -> pb.ModelInferRequest:
+    """A ModelInfer of BYTES texts as typed contents (tritonclient sends raw contents)."""
+    request = pb.ModelInferRequest(model_name=model, **kw)
+    tensor = request.inputs.add(name="text", datatype="BYTES", shape=[len(values)])
+    tensor.contents.bytes_contents.extend(v.encode() for v in values)
+    return request
+
+
+def metadata_of(error: grpc.aio.AioRpcError) -> dict[str, str]:
+    return {k: str(v) for k, v in (error.trailing_metadata() or ())}
+
+
+def check_refusal(error: grpc.aio.AioRpcError, code: grpc.StatusCode, reason: str) -> None:
+    assert error.code() == code, error.details()
+    md = metadata_of(error)
+    assert md["x-reason"] == reason
+    assert int(md["retry-after-ms"]) >= 1
+    assert int(md["retry-after"]) >= 1
+
+
+def queue_depth(app: App, name: str) -> int:
+    batcher = app.registry.models[name].batcher
+    assert batcher is not None
+    return batcher.statistics().queue_depth
+
+
+# -- the table --------------------------------------------------------------------------------
+
+
+def test_every_reason_has_one_grpc_code() -> None:
+    assert set(GRPC_TABLE) == set(STATUS_TABLE)
+    for reason, code in GRPC_TABLE.items():
+        assert grpc.StatusCode[code] is not grpc.StatusCode.OK, reason
+    assert GRPC_TABLE["queue_full"] == GRPC_TABLE["infeasible"] == "RESOURCE_EXHAUSTED"
+    assert GRPC_TABLE["draining"] == GRPC_TABLE["not_ready"] == "UNAVAILABLE"
+
+
+def test_a_deadline_is_written_in_the_finest_unit_that_fits() -> None:
+    assert grpc_timeout(0.05) == b"50000000n"
+    assert grpc_timeout(0.25) == b"250000u"
+    assert grpc_timeout(2.5) == b"2500000u"
+    assert grpc_timeout(1000.0) == b"1000000m"
+    assert grpc_timeout(-1.0) == b"0n"
+    assert grpc_timeout(1e12) == b"99999999H"
+
+
+def test_the_generated_module_is_what_the_proto_makes(tmp_path: pathlib.Path) -> None:
+    proto = ROOT / "src/batchserve/server/protocols/proto"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{proto}",
+            f"--python_out={tmp_path}",
+            f"--pyi_out={tmp_path}",
+            str(proto / "grpc_service.proto"),
+        ],
+        check=True,
+    )
+    made = (tmp_path / "grpc_service_pb2.py").read_text()
+    # The one edit, named in the .proto: a pool of its own, beside tritonclient's messages.
+    made = made.replace("_descriptor_pool.Default()", "_descriptor_pool.DescriptorPool()")
+    assert made == (proto / "grpc_service_pb2.py").read_text()
+    assert (tmp_path / "grpc_service_pb2.pyi").read_text() == (
+        proto / "grpc_service_pb2.pyi"
+    ).read_text()
+
+
+# -- the service through tritonclient ---------------------------------------------------------
+
+
+async def test_health_metadata_and_triton_s_extensions() -> None:
+    app = build_app(
+        {"emb": embedding_model(Recorder(), dim=4), "double": LoadedModel(spec="d", fn=double)}
+    )
+    async with serving(app) as (address, _):
+        client = tc_aio.InferenceServerClient(address)
+        try:
+            assert await client.is_server_live()
+            assert await client.is_server_ready()
+            assert await client.is_model_ready("emb")
+            meta = await client.get_server_metadata(as_json=True)
+            assert meta["name"] == "batchserve"
+            assert "statistics" in meta["extensions"]
+            model = await client.get_model_metadata("emb", as_json=True)
+            assert model["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": ["-1", "1"]}]
+            assert model["outputs"][0]["shape"] == ["-1", "4"]
+            config = (await client.get_model_config("emb", as_json=True))["config"]
+            assert config["max_batch_size"] == 32
+            assert config["dynamic_batching"]["max_queue_delay_microseconds"] == "2000"
+            assert config["input"][0]["data_type"] == "TYPE_STRING"
+            index = await client.get_model_repository_index(as_json=True)
+            assert [m["name"] for m in index["models"]] == ["emb", "double"]
+            assert {m["state"] for m in index["models"]} == {"READY"}
+            stats = await client.get_inference_statistics(as_json=True)
+            assert [s["name"] for s in stats["model_stats"]] == ["emb", "double"]
+            with pytest.raises(InferenceServerException) as info:
+                await client.get_model_config("nope")
+            assert info.value.status() == "StatusCode.NOT_FOUND"
+            assert "served: emb, double" in info.value.message()
+            with pytest.raises(InferenceServerException) as info:
+                await client.get_model_metadata("emb", model_version="2")
+            assert info.value.status() == "StatusCode.NOT_FOUND"
+        finally:
+            await client.close()
+
+
+async def test_texts_in_embeddings_out_with_statistics_and_metrics() -> None:
+    app = build_app({"emb": embedding_model(Recorder(), dim=4)})
+    async with serving(app) as (address, http):
+        client = tc_aio.InferenceServerClient(address)
+        try:
+            x = tc_aio.InferInput("text", [2, 1], "BYTES")
+            x.set_data_from_numpy(np.array([[b"hello"], [b"world"]], dtype=object))
+            result = await client.infer("emb", [x], request_id="r1")
+            out = result.as_numpy("embedding")
+            assert out is not None
+            np.testing.assert_allclose(out, [vector("hello"), vector("world")], rtol=1e-6)
+            assert result.get_response().id == "r1"
+            stats = (await client.get_inference_statistics("emb", as_json=True))["model_stats"][0]
+            assert stats["inference_stats"]["success"]["count"] == "1"
+            assert stats["inference_count"] == "2"
+        finally:
+            await client.close()
+        metrics = (await http.get("/metrics")).text
+    assert 'batchserve_requests_total{model="emb",outcome="ok",reason="ok"} 1.0' in metrics
+    assert 'protocol="grpc"' in metrics
+
+
+async def test_typed_contents_and_raw_contents_give_the_same_answer() -> None:
+    app = build_app(
+        {"double": LoadedModel(spec="d", fn=double), "upper": LoadedModel(spec="u", fn=upper)}
+    )
+    async with serving(app) as (address, _):
+        typed = pb.ModelInferRequest(model_name="double")
+        t = typed.inputs.add(name="x", datatype="FP32", shape=[2, 3])
+        t.contents.fp32_contents.extend([1, 2, 3, 4, 5, 6])
+        raw = pb.ModelInferRequest(model_name="double")
+        raw.inputs.add(name="x", datatype="FP32", shape=[2, 3])
+        raw.raw_input_contents.append(np.arange(1, 7, dtype="<f4").tobytes())
+        answers = []
+        for request in (typed, raw):
+            response, _ = await call(address, request)
+            assert [(o.name, o.datatype, list(o.shape)) for o in response.outputs] == [
+                ("output", "FP32", [2, 3])
+            ]
+            answers.append(response.raw_output_contents[0])
+        assert answers[0] == answers[1]
+        x = np.frombuffer(answers[0], dtype="<f4").reshape(2, 3)
+        np.testing.assert_array_equal(x, np.arange(1, 7).reshape(2, 3) * 2)
+
+        ints = pb.ModelInferRequest(model_name="double")
+        t = ints.inputs.add(name="n", datatype="INT8", shape=[2])
+        t.contents.int_contents.extend([7, -8])
+        response, _ = await call(address, ints)
+        assert response.outputs[0].datatype == "INT8"
+        assert np.frombuffer(response.raw_output_contents[0], dtype="i1").tolist() == [14, -16]
+        t.contents.int_contents[0] = 300
+        error = await refused(address, ints)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "contents.int_contents is not INT8" in str(error.details())
+
+        response, _ = await call(address, texts("upper", "ab", "c"))
+        assert response.outputs[0].datatype == "BYTES"
+        assert response.raw_output_contents[0] == b"\x02\x00\x00\x00AB\x01\x00\x00\x00C"
+
+
+async def test_the_timing_facts_come_as_trailing_metadata() -> None:
+    app = build_app({"emb": embedding_model(Recorder())})
+    async with serving(app) as (address, _):
+        _, md = await call(address, texts("emb", "a", "b"))
+    assert md["x-batch-size"] == "2,2"
+    assert set(md) >= {"x-queue-wait-s", "x-batch-id", "x-forward-s", "server-timing"}
+    assert md["server-timing"].startswith("total;dur=")
+
+
+# -- statuses ---------------------------------------------------------------------------------
+
+
+async def test_bad_input_is_invalid_argument_naming_the_field_and_rule() -> None:
+    app = build_app(
+        {"emb": embedding_model(Recorder()), "double": LoadedModel(spec="d", fn=double)}
+    )
+    async with serving(app) as (address, _):
+        error = await refused(address, texts("emb", "a", ""))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert error.details() == "text[1] must not be empty"
+        assert metadata_of(error)["x-reason"] == "invalid"
+
+        request = pb.ModelInferRequest(model_name="double")
+        t = request.inputs.add(name="x", datatype="FP32", shape=[2])
+        t.contents.fp32_contents.extend([1.0])
+        error = await refused(address, request)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "shape [2] holds 2 elements, contents.fp32_contents has 1" in str(error.details())
+
+        request.raw_input_contents.append(b"\x00" * 3)
+        error = await refused(address, request)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "needs 8 bytes" in str(error.details())
+
+        error = await refused(address, b"\xff\xff\xff not protobuf")
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert metadata_of(error)["x-reason"] == "malformed"
+
+        error = await refused(address, texts("nope", "a"))
+        assert error.code() == grpc.StatusCode.NOT_FOUND
+        error = await refused(address, texts("emb", "a", model_version="7"))
+        assert error.code() == grpc.StatusCode.NOT_FOUND
+        assert "no version '7'" in str(error.details())
+
+
+async def test_the_key_is_read_from_authorization_metadata() -> None:
+    app = build_app({"emb": embedding_model(Recorder())}, api_key="sesame")
+    async with serving(app) as (address, _):
+        error = await refused(address, texts("emb", "a"))
+        assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+        error = await refused(address, texts("emb", "a"), metadata=[("authorization", "Bearer x")])
+        assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+        await call(address, texts("emb", "a"), metadata=[("authorization", "Bearer sesame")])
+        client = tc_aio.InferenceServerClient(address)
+        try:  # health and metadata take no key, as over HTTP
+            assert await client.is_model_ready("emb")
+        finally:
+            await client.close()
+
+
+async def test_a_full_queue_is_resource_exhausted_and_draining_unavailable() -> None:
+    gate = Gate()
+    app = build_app({"g": embedding_model(gate)}, batch={"g": ONE_AT_A_TIME})
+    async with serving(app) as (address, _):
+        holder = asyncio.ensure_future(call(address, texts("g", "holder")))
+        await asyncio.to_thread(gate.entered.wait, 5)
+        queued = asyncio.ensure_future(call(address, texts("g", "queued")))
+        assert await wait_for(lambda: queue_depth(app, "g") == 1)
+        check_refusal(
+            await refused(address, texts("g", "x")),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "queue_full",
+        )
+        app.begin_drain()
+        check_refusal(
+            await refused(address, texts("g", "x")), grpc.StatusCode.UNAVAILABLE, "draining"
+        )
+        gate.release()
+        await holder
+        await queued  # accepted before the drain: answered
+
+
+async def test_a_loading_model_is_unavailable() -> None:
+    loaded = threading.Event()
+
+    def loader(spec: str) -> LoadedModel:
+        loaded.wait(10)
+        return embedding_model(Recorder())
+
+    settings = ServerSettings(models=(ModelSettings(name="slow", spec="slow"),))
+    app = App(settings, loader=loader)
+    try:
+        async with serving(app, wait=False) as (address, _):
+            check_refusal(
+                await refused(address, texts("slow", "x")), grpc.StatusCode.UNAVAILABLE, "not_ready"
+            )
+            client = tc_aio.InferenceServerClient(address)
+            try:
+                assert not await client.is_server_ready()
+                assert not await client.is_model_ready("slow")
+            finally:
+                await client.close()
+            loaded.set()
+    finally:
+        loaded.set()
+
+
+async def test_the_tightest_deadline_wins_and_is_deadline_exceeded() -> None:
+    gate = Gate()
+    cfg = BatchConfig(
+        max_batch_size=1, max_wait_s=0.0, queue_size=8, admission=False, prefetch=False
+    )
+    app = build_app({"g": embedding_model(gate)}, batch={"g": cfg})
+    async with serving(app) as (address, _):
+        holder = asyncio.ensure_future(call(address, texts("g", "holder")))
+        await asyncio.to_thread(gate.entered.wait, 5)
+        # parameters.timeout (50 ms) is tighter than the call's own (10 s): the server answers.
+        request = texts("g", "late")
+        request.parameters["timeout"].int64_param = 50_000
+        error = await refused(address, request, deadline_s=10)
+        assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert metadata_of(error)["x-reason"] == "deadline_exceeded"
+        # The call's own deadline (50 ms) is tighter than parameters.timeout (10 s).
+        request.parameters["timeout"].int64_param = 10_000_000
+        error = await refused(address, request, deadline_s=0.05)
+        assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert await wait_for(lambda: queue_depth(app, "g") == 0)
+        gate.release()
+        await holder
+    assert gate.seen == ["holder"]
+
+
+async def test_a_model_error_fails_only_its_call() -> None:
+    app = build_app(
+        {"p": embedding_model(poisoned)},
+        batch={"p": BatchConfig(max_batch_size=8, max_wait_s=0.05)},
+    )
+    async with serving(app) as (address, _):
+        good, bad = await asyncio.gather(
+            call(address, texts("p", "fine")),
+            refused(address, texts("p", "poison")),
+        )
+    assert good[0].outputs[0].shape == [1, 4]
+    assert bad.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert metadata_of(bad)["x-reason"] == "model_error"
+    assert "cannot embed 'poison'" in str(bad.details())
+
+
+async def test_a_cancelled_call_never_reaches_the_model() -> None:
+    gate = Gate()
+    cfg = BatchConfig(
+        max_batch_size=1, max_wait_s=0.0, queue_size=8, admission=False, prefetch=False
+    )
+    app = build_app({"g": embedding_model(gate)}, batch={"g": cfg})
+    async with serving(app) as (address, http):
+        holder = asyncio.ensure_future(call(address, texts("g", "holder")))
+        await asyncio.to_thread(gate.entered.wait, 5)
+        leaver = asyncio.ensure_future(call(address, texts("g", "leaver")))
+        assert await wait_for(lambda: queue_depth(app, "g") == 1)
+        leaver.cancel()
+        assert await wait_for(lambda: queue_depth(app, "g") == 0)
+        gate.release()
+        await holder
+        batcher = app.registry.models["g"].batcher
+        assert batcher is not None
+        assert await wait_for(lambda: batcher.statistics().counters.cancelled == 1)
+        metrics = (await http.get("/metrics")).text
+    assert gate.seen == ["holder"]
+    assert 'batchserve_requests_total{model="g",outcome="cancelled",reason="cancelled"} 1.0' in (
+        metrics
+    )
+    assert app.inflight == 0
+
+
+async def test_a_message_over_the_size_limit_is_refused_by_grpcio() -> None:
+    app = build_app({"emb": embedding_model(Recorder())}, limits=RequestLimits(max_body_bytes=1024))
+    async with serving(app) as (address, _):
+        error = await refused(address, texts("emb", "x" * 2000))
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        await call(address, texts("emb", "x" * 500))
+
+
+# -- a real server ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_tritonclient_sync_and_callbacks_then_sigterm_drains_both() -> None:
+    args = ["--model", "m=synthetic:fixed=100ms", "--grpc-port", "0", "--max-batch-size", "4"]
+    with server_process(args) as server:
+        assert server.grpc is not None
+        client = tc.InferenceServerClient(server.grpc)
+        assert client.is_server_ready()
+        x = tc.InferInput("text", [1], "BYTES")
+        x.set_data_from_numpy(np.array([b"hi"], dtype=object))
+        out = client.infer("m", [x]).as_numpy("embedding")
+        assert out is not None
+        assert out.shape == (1, 8)
+        with pytest.raises(InferenceServerException) as info:
+            client.infer("m", [x], model_version="2")
+        assert info.value.status() == "StatusCode.NOT_FOUND"
+
+        done: list[Any] = []
+        lock = threading.Condition()
+
+        def callback(result: Any, error: Any) -> None:
+            with lock:
+                done.append(error if error is not None else result.as_numpy("embedding").shape)
+                lock.notify_all()
+
+        for _ in range(8):
+            client.async_infer("m", [x], callback)
+        # Every call is accepted before the signal: counted received (2 calls before these),
+        # it is admitted in the same step.
+        assert wait_for_sync(lambda: received(server.url) == 10)
+        server.proc.send_signal(signal.SIGTERM)
+        with lock:
+            assert lock.wait_for(lambda: len(done) == 8, 10)
+        assert done == [(1, 8)] * 8
+        code, err = server.wait(20)
+        client.close()
+    assert code == 0, err
+    assert "draining" in err
+
+
+def received(url: str) -> int:
+    return int(httpx.get(url + "/status", timeout=5).json()["received"])
+
+
+def wait_for_sync(predicate: Any, timeout_s: float = 10) -> bool:
+    import time
+
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            if predicate():
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.01)
+    return False
+
+
+@pytest.mark.slow
+def test_the_ready_line_names_the_grpc_address() -> None:
+    with server_process(["--model", "m=synthetic", "--grpc-port", "0"]) as server:
+        assert server.grpc is not None
+        host, port = server.grpc.rsplit(":", 1)
+        assert host == "127.0.0.1"
+        assert int(port) > 0
+        server.stop()
