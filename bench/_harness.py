@@ -34,12 +34,14 @@ ROOT = BENCH.parent
 
 
 class Served(NamedTuple):
-    """A running ``batchserve serve``: its URL, address and process."""
+    """A running ``batchserve serve``: its URL, address and process (and gRPC address)."""
 
     url: str
     host: str
     port: int
     proc: subprocess.Popen[str]
+    #: ``host:port`` of the gRPC service when served (``--grpc-port``), else None.
+    grpc: str | None = None
 
 
 @contextlib.contextmanager
@@ -66,7 +68,14 @@ def batchserve(flags: list[str], *, env: dict[str, str] | None = None) -> Iterat
         found = re.search(r"ready on (http://([\d.]+):(\d+))", line)
         if found is None:
             raise RuntimeError(f"the server did not start: {line!r}")
-        yield Served(found.group(1), found.group(2), int(found.group(3)), proc)
+        grpc = re.search(r" grpc=(\S+)", line)
+        yield Served(
+            found.group(1),
+            found.group(2),
+            int(found.group(3)),
+            proc,
+            grpc.group(1) if grpc else None,
+        )
     finally:
         proc.terminate()
         try:
