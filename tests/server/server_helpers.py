@@ -91,7 +91,7 @@ class ServerProcess:
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
-        match = re.match(r"batchserve ready on (http://\S+) models=", line)
+        match = re.match(r"batchserve ready on (https?://\S+) models=", line)
         if match is None:
             self.proc.kill()
             _, err = self.proc.communicate(timeout=10)

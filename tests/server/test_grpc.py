@@ -32,6 +32,7 @@ from server_helpers import ROOT, build_app, client_for, embedding_model, server_
 from tritonclient.utils import InferenceServerException
 
 from batchserve.config import BatchConfig
+from batchserve.errors import ConfigError
 from batchserve.models.loader import LoadedModel
 from batchserve.server import App, ModelSettings, RequestLimits, ServerSettings
 from batchserve.server.protocols.kserve import generic_items, parse_infer_request
@@ -584,3 +585,105 @@ def test_hostile_binary_tensor_bodies_are_refused_never_crash(
         except ApiError as error:
             refusal = error
         assert refusal is None or refusal.status in (400, 413, 422), refusal
+
+
+# -- TLS --------------------------------------------------------------------------------------
+
+
+def self_signed(directory: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """A certificate for 127.0.0.1 and localhost, and its key, made here: (cert, key)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+@pytest.mark.slow
+# geventhttpclient (under tritonclient.http) checks the host name with ssl.match_hostname.
+@pytest.mark.filterwarnings("ignore:ssl.match_hostname:DeprecationWarning")
+def test_tls_on_both_transports_with_the_real_clients(tmp_path: pathlib.Path) -> None:
+    import ssl
+
+    import openai
+    import tritonclient.http as th
+
+    cert, key = self_signed(tmp_path)
+    args = ["--model", "m=synthetic", "--grpc-port", "0"]
+    args += ["--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
+    with server_process(args) as server:
+        assert server.url.startswith("https://127.0.0.1:")
+        assert server.grpc is not None
+        text = np.array([b"hi"], dtype=object)
+
+        grpc_client = tc.InferenceServerClient(server.grpc, ssl=True, root_certificates=str(cert))
+        x = tc.InferInput("text", [1], "BYTES")
+        x.set_data_from_numpy(text)
+        out = grpc_client.infer("m", [x]).as_numpy("embedding")
+        assert out is not None
+        assert out.shape == (1, 8)
+        grpc_client.close()
+
+        http_client = th.InferenceServerClient(
+            server.url.removeprefix("https://"),
+            ssl=True,
+            ssl_context_factory=lambda: ssl.create_default_context(cafile=str(cert)),
+        )
+        y = th.InferInput("text", [1], "BYTES")
+        y.set_data_from_numpy(text)
+        out = http_client.infer("m", [y]).as_numpy("embedding")
+        assert out is not None
+        assert out.shape == (1, 8)
+        http_client.close()
+
+        verify = ssl.create_default_context(cafile=str(cert))
+        with openai.DefaultHttpxClient(verify=verify) as h:
+            ai = openai.OpenAI(base_url=server.url + "/v1", api_key="-", http_client=h)
+            assert len(ai.embeddings.create(model="m", input="hi").data[0].embedding) == 8
+        assert httpx.get(server.url + "/v2/health/live", verify=verify).status_code == 200
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(server.url + "/v2/health/live")  # not trusted without the cert
+        code, err = server.stop()
+    assert code == 0, err
+
+
+def test_a_certificate_needs_its_key_and_ports_their_range() -> None:
+    with pytest.raises(ConfigError, match="ssl_certfile and ssl_keyfile go together"):
+        ServerSettings(ssl_certfile="cert.pem")
+    with pytest.raises(ConfigError, match=r"grpc_port must be in 0\.\.65535, got 70000"):
+        ServerSettings(grpc_port=70000)
+    settings = ServerSettings.from_toml(None, overrides={"grpc_port": "8001"})
+    assert settings.grpc_port == 8001

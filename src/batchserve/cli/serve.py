@@ -11,6 +11,8 @@ The same settings can come from ``--config FILE`` (TOML)::
     host = "127.0.0.1"
     port = 8000
     grpc_port = 8001          # KServe v2 over gRPC too (unset: HTTP only)
+    ssl_certfile = "cert.pem" # TLS on both (unset: plain HTTP and gRPC); with...
+    ssl_keyfile = "key.pem"   # ... its private key
     drain_timeout = "30s"
     max_body_bytes = 8388608
     max_inputs = 2048
@@ -94,6 +96,12 @@ def add_parser(sub: Any) -> None:
         help="also serve KServe v2 over gRPC on this port (Triton's 8001; 0 picks a free one; "
         "default: no gRPC; needs the grpc extra)",
     )
+    p.add_argument(
+        "--ssl-certfile",
+        metavar="FILE",
+        help="serve HTTPS (and gRPC over TLS) with this PEM certificate chain",
+    )
+    p.add_argument("--ssl-keyfile", metavar="FILE", help="the certificate's PEM private key")
     p.add_argument(
         "--model",
         action="append",

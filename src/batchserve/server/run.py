@@ -12,8 +12,9 @@ stdout, the ready line::
 
 (other messages go to stderr). With ``grpc_port`` the same app's models are served over gRPC
 too (:mod:`batchserve.server.transport.grpc`, on the same event loop), and the ready line ends
-with ``grpc=HOST:PORT``. A model that fails to load stops the server; its error is
-raised to the caller (the CLI prints it and exits 1).
+with ``grpc=HOST:PORT``. With ``ssl_certfile`` and ``ssl_keyfile`` both transports serve TLS
+with that certificate (the ready line's URL is then ``https://``). A model that fails to load
+stops the server; its error is raised to the caller (the CLI prints it and exits 1).
 
 The first SIGTERM (or SIGINT) stops admitting (new inference requests: 503 ``draining`` with
 Retry-After, gRPC calls ``UNAVAILABLE``; ``/v2/health/ready``: 503), finishes every accepted
@@ -160,7 +161,8 @@ async def serve_async(
     sock = bind(settings.host, settings.port)
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
-    url = f"http://{url_host}:{port}"
+    scheme = "http" if settings.ssl_certfile is None else "https"
+    url = f"{scheme}://{url_host}:{port}"
     config = uvicorn.Config(
         app,
         lifespan="on",
@@ -170,6 +172,8 @@ async def serve_async(
         timeout_graceful_shutdown=5,
         timeout_keep_alive=5,
         http=connection_protocol(app, read_timeout_s=settings.limits.read_timeout_s),
+        ssl_certfile=settings.ssl_certfile,
+        ssl_keyfile=settings.ssl_keyfile,
     )
     server = _Server(config)
     life = _Lifecycle(app, server, settings.drain_timeout_s, err)
@@ -180,15 +184,20 @@ async def serve_async(
     grpc_line = ""
     if settings.grpc_port is not None:
         try:
-            from batchserve.server.transport.grpc import GrpcTransport
+            from batchserve.server.transport.grpc import GrpcTransport, tls_credentials
         except ImportError as exc:
             sock.close()
             raise ConfigError(
                 f"--grpc-port needs grpcio: pip install 'batchserve[grpc]' ({exc})"
             ) from None
         transport = life.grpc = GrpcTransport(app)
+        credentials = None
+        if settings.ssl_certfile is not None and settings.ssl_keyfile is not None:
+            credentials = tls_credentials(settings.ssl_certfile, settings.ssl_keyfile)
         try:
-            grpc_port = await transport.start(settings.host, settings.grpc_port)
+            grpc_port = await transport.start(
+                settings.host, settings.grpc_port, credentials=credentials
+            )
         except RuntimeError:
             sock.close()
             raise OSError(f"gRPC could not bind {settings.host}:{settings.grpc_port}") from None

@@ -121,6 +121,8 @@ class ServerSettings:
         grpc_port: also serve KServe v2 over gRPC on this port of ``host`` (0: a free one,
             printed in the ready line); None: no gRPC (the ``grpc`` extra).
         limits: request limits.
+        ssl_certfile: serve HTTPS and gRPC over TLS with this PEM certificate (chain) ...
+        ssl_keyfile: ... and this PEM private key; both or neither.
         api_key: if set, inference endpoints need ``Authorization: Bearer <api_key>``.
         tenant_keys: (tenant, key) pairs: a request that carries one of these keys as its
             bearer token belongs to that tenant. With any, inference endpoints need a key
@@ -135,6 +137,8 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 8000
     grpc_port: int | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
     limits: RequestLimits = field(default_factory=RequestLimits)
     api_key: str | None = None
     tenant_keys: tuple[tuple[str, str], ...] = field(default=(), repr=False)
@@ -157,6 +161,11 @@ class ServerSettings:
                 raise ConfigError(f"{name} must be an integer, got {port!r}")
             if not 0 <= port <= 65535:
                 raise ConfigError(f"{name} must be in 0..65535, got {port!r}")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ConfigError(
+                "ssl_certfile and ssl_keyfile go together, got "
+                f"ssl_certfile={self.ssl_certfile!r} and ssl_keyfile={self.ssl_keyfile!r}"
+            )
         if self.api_key is not None and not self.api_key:
             raise ConfigError("api_key must be non-empty when given, got ''")
         keys = [k for _, k in self.tenant_keys]
@@ -222,6 +231,8 @@ _SERVER_KEYS = {
     "host": "str",
     "port": "int",
     "grpc_port": "int",
+    "ssl_certfile": "str",
+    "ssl_keyfile": "str",
     "drain_timeout": "duration",
     "max_body_bytes": "int",
     "max_inputs": "int",

@@ -60,7 +60,14 @@ if TYPE_CHECKING:
     from batchserve.server.registry import Registry
     from batchserve.server.settings import RequestLimits
 
-__all__ = ["MAX_METADATA_BYTES", "SERVICE", "GrpcHost", "GrpcTransport", "grpc_timeout"]
+__all__ = [
+    "MAX_METADATA_BYTES",
+    "SERVICE",
+    "GrpcHost",
+    "GrpcTransport",
+    "grpc_timeout",
+    "tls_credentials",
+]
 
 #: The service's full name, as clients call it.
 SERVICE = "inference.GRPCInferenceService"
@@ -92,6 +99,16 @@ def grpc_timeout(seconds: float) -> bytes:
         if value < 100_000_000:
             return b"%d%s" % (value, unit)
     return b"99999999H"
+
+
+def tls_credentials(certfile: str, keyfile: str) -> grpc.ServerCredentials:
+    """Server credentials for TLS from a PEM certificate chain and its PEM private key.
+
+    Raises:
+        OSError: a file cannot be read.
+    """
+    with open(keyfile, "rb") as key, open(certfile, "rb") as cert:
+        return grpc.ssl_server_credentials([(key.read(), cert.read())])
 
 
 class Accounts(Protocol):
