@@ -687,3 +687,71 @@ def test_a_certificate_needs_its_key_and_ports_their_range() -> None:
         ServerSettings(grpc_port=70000)
     settings = ServerSettings.from_toml(None, overrides={"grpc_port": "8001"})
     assert settings.grpc_port == 8001
+
+
+# -- ModelStreamInfer -------------------------------------------------------------------------
+
+
+async def test_a_stream_s_requests_batch_together_and_each_is_answered() -> None:
+    recorder = Recorder()
+    app = build_app(
+        {"emb": embedding_model(recorder)},
+        batch={"emb": BatchConfig(max_batch_size=3, max_wait_s=0.2)},
+    )
+    async with serving(app) as (address, http):
+        client = tc_aio.InferenceServerClient(address)
+
+        async def requests() -> AsyncIterator[dict[str, Any]]:
+            for i, text in enumerate(["a", "b", "", "nope", "c"]):
+                x = tc_aio.InferInput("text", [1], "BYTES")
+                x.set_data_from_numpy(np.array([text.encode()], dtype=object))
+                model = "nope" if text == "nope" else "emb"
+                yield {"model_name": model, "inputs": [x], "request_id": str(i)}
+
+        answers: dict[str, Any] = {}
+        errors: list[str] = []
+        try:
+            async for result, error in client.stream_infer(requests()):
+                if error is not None:
+                    errors.append(error.message())
+                else:
+                    answers[result.get_response().id] = result.as_numpy("embedding")
+        finally:
+            await client.close()
+        metrics = (await http.get("/metrics")).text
+    assert sorted(answers) == ["0", "1", "4"]
+    np.testing.assert_allclose(answers["4"], [vector("c")], rtol=1e-6)
+    assert sorted(errors) == [
+        "model 'nope' is not served here; served: emb",
+        "text[0] must not be empty",
+    ]
+    assert sorted(recorder.seen) == ["a", "b", "c"]
+    # One pass: the stream's requests batched together (within the 200 ms max wait).
+    assert [sorted(b) for b in recorder.batches] == [["a", "b", "c"]]
+    assert 'batchserve_requests_total{model="emb",outcome="ok",reason="ok"} 3.0' in metrics
+    assert app.inflight == 0
+
+
+async def test_cancelling_a_stream_cancels_its_queued_requests() -> None:
+    gate = Gate()
+    cfg = BatchConfig(
+        max_batch_size=1, max_wait_s=0.0, queue_size=8, admission=False, prefetch=False
+    )
+    app = build_app({"g": embedding_model(gate)}, batch={"g": cfg})
+    async with serving(app) as (address, _):
+        holder = asyncio.ensure_future(call(address, texts("g", "holder")))
+        await asyncio.to_thread(gate.entered.wait, 5)
+        async with grpc.aio.insecure_channel(address) as channel:
+            stream: grpc.aio.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(
+                "/inference.GRPCInferenceService/ModelStreamInfer"
+            )
+            rpc = stream()
+            await rpc.write(texts("g", "one").SerializeToString())
+            await rpc.write(texts("g", "two").SerializeToString())
+            assert await wait_for(lambda: queue_depth(app, "g") == 2)
+            rpc.cancel()
+            assert await wait_for(lambda: queue_depth(app, "g") == 0)
+        gate.release()
+        await holder
+        assert await wait_for(lambda: app.inflight == 0)
+    assert gate.seen == ["holder"]

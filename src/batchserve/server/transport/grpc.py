@@ -22,6 +22,9 @@ process, event loop, models and batchers. A ``ModelInfer`` call is one exchange:
    the reply's reason, its message, and ``x-reason``, ``retry-after`` and ``retry-after-ms``
    as trailing metadata.
 
+``ModelStreamInfer`` runs one exchange per message of the stream, the same way, and writes
+each answer as it ends (:meth:`GrpcTransport.model_stream_infer`).
+
 A client that cancels its call (or whose deadline grpcio enforces first) cancels the
 handler: the exchange is abandoned, its items leave the queue and never reach the model,
 and it is counted ``cancelled``. The other RPCs read the same registry and accounting as
@@ -204,6 +207,7 @@ class GrpcTransport:
             # Undecoded both ways: the endpoint decodes it once admitted, and the reply's
             # body is the serialized response.
             "ModelInfer": grpc.unary_unary_rpc_method_handler(self.model_infer),
+            "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(self.model_stream_infer),
             "ModelConfig": _unary(self.model_config, pb.ModelConfigRequest),
             "ModelStatistics": _unary(self.model_statistics, pb.ModelStatisticsRequest),
             "RepositoryIndex": _unary(self.repository_index, pb.RepositoryIndexRequest),
@@ -272,6 +276,65 @@ class GrpcTransport:
         )
         raise AssertionError("unreachable: abort raises")
 
+    # -- ModelStreamInfer: an exchange per message ----------------------------------------
+
+    async def model_stream_infer(self, requests: Any, context: _Context) -> None:
+        """A stream of inference requests, each its own exchange, answered as each ends.
+
+        Each message read is opened and fed at once, as a ModelInfer call is (its deadline:
+        ``parameters.timeout``, the stream's own gRPC deadline, else the model's default,
+        from its arrival), so the requests of one stream batch together and with everyone
+        else's. Each answer is written when it is ready, in the order they end (Triton's
+        order too: match them by ``id``): a ``ModelStreamInferResponse`` holding the
+        response, or the error's message in ``error_message`` (its reason is not sent: a
+        stream has one status, at its end). The stream ends OK once the client has closed
+        its side and every request is answered. A client that cancels the stream cancels
+        every request of it still unanswered.
+        """
+        host = self.host
+        metadata = context.invocation_metadata()
+        answers: asyncio.Queue[Exchange | None] = asyncio.Queue()
+        opened: list[Exchange] = []
+
+        async def read() -> None:
+            while True:
+                body = await context.read()
+                if body is grpc.aio.EOF:
+                    break
+                head = _head(metadata, context.time_remaining())
+                exchange = host.begin(self.endpoint, None, head, host.clock.now(), None)
+                exchange.respond = _put(answers, exchange)
+                opened.append(exchange)
+                if exchange.done:
+                    answers.put_nowait(exchange)
+                else:
+                    exchange.feed(body)
+            answers.put_nowait(None)
+
+        reader = asyncio.ensure_future(read())
+        written = 0
+        reading = True
+        try:
+            while reading or written < len(opened):
+                exchange = await answers.get()
+                if exchange is None:
+                    reading = False
+                    continue
+                reply = exchange.reply
+                assert reply is not None
+                await context.write(_stream_answer(reply))
+                exchange.release()
+                written += 1
+            await reader
+        except asyncio.CancelledError:
+            for exchange in opened:
+                exchange.abandon()
+            raise
+        finally:
+            reader.cancel()
+            for exchange in opened:
+                exchange.release()
+
     # -- health, metadata and Triton's extensions ------------------------------------------
 
     def server_live(self, request: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
@@ -322,6 +385,31 @@ class GrpcTransport:
         return kserve_grpc.repository_index(
             triton.repository_index(models, ready_only=request.ready)
         )
+
+
+def _put(answers: asyncio.Queue[Exchange | None], exchange: Exchange) -> Callable[[Reply], None]:
+    return lambda reply: answers.put_nowait(exchange)
+
+
+def _stream_answer(reply: Reply) -> bytes:
+    # A ModelStreamInferResponse, written by hand: the response's serialized bytes become
+    # its field 2 (infer_response) as they are, without decoding and encoding them again.
+    if reply.status == 200:
+        return _INFER_RESPONSE_TAG + _varint(len(reply.body)) + reply.body
+    message = reply.body.decode("utf-8", "replace")
+    return pb.ModelStreamInferResponse(error_message=message).SerializeToString()
+
+
+_INFER_RESPONSE_TAG = bytes([2 << 3 | 2])  # field 2, length-delimited
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def _head(metadata: Iterable[tuple[str, str | bytes]] | None, remaining: float | None) -> Head:
