@@ -755,3 +755,13 @@ async def test_cancelling_a_stream_cancels_its_queued_requests() -> None:
         await holder
         assert await wait_for(lambda: app.inflight == 0)
     assert gate.seen == ["holder"]
+
+
+def test_a_shape_of_no_data_whose_other_axes_overflow_numpy_is_invalid() -> None:
+    # Found by the fuzzing above: numpy refused the reshape with a ValueError (a 500).
+    request = pb.ModelInferRequest(model_name="m")
+    request.inputs.add(name="x", datatype="BOOL", shape=[0, *[64] * 11])
+    error = _refusal(request.SerializeToString())
+    assert error is not None
+    assert error.reason == "invalid"
+    assert "non-zero axes must multiply to at most" in error.message

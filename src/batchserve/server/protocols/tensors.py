@@ -107,6 +107,8 @@ def pack_bytes(elements: list[bytes]) -> bytes:
 
 #: The most axes a tensor may have (numpy's own limit is 64).
 MAX_DIMS = 32
+#: The most its non-zero axes may multiply to (numpy's limit on bytes is 2**63 - 1).
+MAX_SHAPE_PRODUCT = 2**48
 
 
 def _shape(spec: Any, name: str) -> tuple[int, ...]:
@@ -122,6 +124,15 @@ def _shape(spec: Any, name: str) -> tuple[int, ...]:
         raise ApiError(
             "invalid",
             f"inputs[{name!r}].shape must have at most {MAX_DIMS} axes, got {len(spec)}",
+            param="shape",
+        )
+    # numpy refuses a shape whose axes other than 0 multiply past its size limit, even with
+    # an axis of 0 (no data at all): refused here, by name, not as a fault of the server.
+    if math.prod(d for d in spec if d) > MAX_SHAPE_PRODUCT:
+        raise ApiError(
+            "invalid",
+            f"inputs[{name!r}].shape's non-zero axes must multiply to at most "
+            f"{MAX_SHAPE_PRODUCT}, got {list(spec)!r:.200}",
             param="shape",
         )
     return tuple(spec)
