@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -765,3 +766,40 @@ def test_a_shape_of_no_data_whose_other_axes_overflow_numpy_is_invalid() -> None
     assert error is not None
     assert error.reason == "invalid"
     assert "non-zero axes must multiply to at most" in error.message
+
+
+@pytest.mark.slow
+def test_perf_analyzer_over_grpc_unary_and_streaming() -> None:
+    from tools import ensure_perf_analyzer
+
+    binary, env = ensure_perf_analyzer()
+    model = "synthetic"
+    args = ["--model", "synthetic:fixed=2ms,per_item=0.1ms", "--max-wait", "1ms"]
+    with server_process([*args, "--grpc-port", "0"]) as server:
+        assert server.grpc is not None
+        for extra in ([], ["--streaming"]):
+            cmd = [
+                binary,
+                "-m", model,
+                "-u", server.grpc,
+                "-i", "grpc",
+                "--request-rate-range", "100",
+                "--measurement-interval", "400",
+                "--stability-percentage", "60",
+                "--max-trials", "6",
+                *extra,
+            ]  # fmt: skip
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, env=env, timeout=60, check=False
+            )
+            out = done.stdout + done.stderr
+            assert done.returncode == 0, out
+            found = re.search(r"Successful request count: (\d+)", out)
+            assert found is not None, out
+            assert int(found.group(1)) > 0
+            # The server's side comes from the statistics extension, over gRPC too.
+            assert re.search(r"queue \d+ usec \+ compute input \d+ usec", out), out
+        requests = httpx.get(server.url + "/status").json()["models"][model]["requests"]
+        assert requests["ok"] == sum(requests.values())  # none refused or failed
+        code, err = server.stop()
+    assert code == 0, err
