@@ -1,9 +1,26 @@
 """The HTTP server: OpenAI embeddings and KServe v2 in front of batched models.
 
-``create_app(settings)`` builds the ASGI application; ``serve(settings)`` runs it on uvicorn
-with the ready line, SIGTERM draining and exit status. See :mod:`batchserve.server.app`
-for a request's path through the server and :mod:`batchserve.server.statuses` for the one
-table from outcomes to status codes.
+``create_app(settings)`` builds the ASGI application; :func:`batchserve.server.run.serve`
+runs it on uvicorn with the ready line, SIGTERM draining and exit status.
+
+The package follows a request's life:
+
+* ``transport/``: what carries its bytes: the connection protocol on uvicorn's httptools
+  (``httptools``) with its head guard (``guard``), and the ASGI driver (``asgi``);
+* ``exchange``: the request from its head to its answer, with no I/O of its own; ``http``:
+  its head and JSON bodies; ``deadlines``: its deadline from the wire; ``tenancy``: its
+  class of work and tenant;
+* ``protocols/``: what its body and answer look like: OpenAI, KServe v2 (and its tensors),
+  Triton's extensions;
+* ``app``: the verdict on its head, the models (``registry``), the drain; ``settings``:
+  the server's settings and the config file's schema; ``statuses``: the one table from
+  outcomes to status codes; ``account``: the passes' live account; ``routes``: every route
+  that is not inference; ``run``: the process;
+* ``ops/``: what the server tells of itself: metrics, the live status and its dashboard,
+  traces, the OpenAPI document.
+
+The exchange and the protocols import nothing from ``transport/`` or ``ops/``
+(``tests/test_package.py``).
 """
 
 from batchserve.server.app import App, create_app
