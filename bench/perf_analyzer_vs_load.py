@@ -33,15 +33,13 @@ import sys
 from typing import Any
 
 import httpx
+from _harness import ROOT, batchserve
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+# Where perf_analyzer is fetched and installed from (shared with the tests that run it).
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "tests" / "server"))
 
-from server_helpers import server_process  # noqa: E402
-
-from batchserve.models.loader import default_model_name  # noqa: E402
-from tools import ensure_perf_analyzer  # noqa: E402
+from batchserve.models.loader import default_model_name
+from tools import ensure_perf_analyzer
 
 SYNTHETIC = "synthetic:fixed=2ms,per_item=0.1ms"
 #: Both tools send this one text: perf_analyzer's default (random 128-character strings)
@@ -135,7 +133,7 @@ def main() -> None:
         f"{'| server: total':>16}{'queue':>8}{'pass':>8}{'batch':>7}"
     )
     print(head)
-    with server_process(["--model", spec, "--max-wait", "2ms"]) as server:
+    with batchserve(["--model", spec, "--max-wait", "2ms"]) as server:
         for rate in (float(r) for r in args.rates.split(",")):
             for name in ("perf_analyzer (binary)", "perf_analyzer (json)", "batchserve load"):
                 before = server_stats(server.url)
@@ -150,7 +148,6 @@ def main() -> None:
                     f"{client['p99_ms']:>9.2f}{view['server_ms']:>14.2f}  "
                     f"{view['queue_ms']:>8.2f}{view['pass_ms']:>8.2f}{view['batch']:>7.2f}"
                 )
-        server.stop()
     print(
         "ok/s, p50, p99: the client's view (perf_analyzer: its last stable window; batchserve "
         "load: the whole schedule, latency from each scheduled send). server: the same run "
