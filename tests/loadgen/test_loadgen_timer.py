@@ -7,6 +7,7 @@ import pytest
 
 from batchserve.loadgen.runner import loop_factory
 from batchserve.loadgen.timer import LoopTimer, TimerFd, WakeTimer, make_timer
+from support import wait_for
 
 
 async def _lateness(kind: str, n: int = 40) -> list[float]:
@@ -46,7 +47,7 @@ async def test_rearming_replaces_the_earlier_instant() -> None:
         timer = make_timer(asyncio.get_running_loop(), lambda: calls.append("fired"))
         timer.arm(time.monotonic() + 3600)
         timer.arm(time.monotonic())
-        await asyncio.sleep(0.05)
+        assert await wait_for(lambda: bool(calls))
         timer.close()
         return calls
 
