@@ -6,7 +6,8 @@ runs it on uvicorn with the ready line, SIGTERM draining and exit status.
 The package follows a request's life:
 
 * ``transport/``: what carries its bytes: the connection protocol on uvicorn's httptools
-  (``httptools``) with its head guard (``guard``), and the ASGI driver (``asgi``);
+  (``httptools``) with its head guard (``guard``), the ASGI driver (``asgi``), and gRPC
+  (``grpc``);
 * ``exchange``: the request from its head to its answer, with no I/O of its own; ``http``:
   its head and JSON bodies; ``deadlines``: its deadline from the wire; ``tenancy``: its
   class of work and tenant;
