@@ -143,7 +143,7 @@ def main() -> int:
     quality: dict[Engine, Any] = {}
     if not args.no_quality:
         qs = read_quality_set(Path(args.quality_set)) if args.quality_set else load_quality_set()
-        reference = models.get(REFERENCE) or load_model(spec(REFERENCE)).fn
+        reference: Any = models.get(REFERENCE) or load_model(spec(REFERENCE)).fn
         for v, fn in models.items():
             quality[v] = None if v == REFERENCE else compare(reference, fn, qs)
     trials = [
