@@ -389,6 +389,23 @@ def request_items(exchange: Exchange, req: InferRequest, limits: RequestLimits) 
     return items
 
 
+def requested_outputs(request: InferRequest, outputs: dict[str, Any]) -> list[str]:
+    """The outputs ``request`` asks for, in its order (all of them when it names none).
+
+    Raises:
+        ApiError: it asks for an output the model does not produce.
+    """
+    unknown = sorted(set(request.outputs) - set(outputs))
+    if unknown:
+        raise ApiError(
+            "invalid",
+            f"outputs asks for {', '.join(map(repr, unknown))}; this model produces "
+            f"{', '.join(map(repr, outputs))}",
+            param="outputs",
+        )
+    return list(request.outputs) if request.outputs else list(outputs)
+
+
 def build_infer_response(
     *,
     model: str,
@@ -405,15 +422,7 @@ def build_infer_response(
     Raises:
         ApiError: the request asked for an output the model does not produce.
     """
-    unknown = sorted(set(request.outputs) - set(outputs))
-    if unknown:
-        raise ApiError(
-            "invalid",
-            f"outputs asks for {', '.join(map(repr, unknown))}; this model produces "
-            f"{', '.join(map(repr, outputs))}",
-            param="outputs",
-        )
-    names = list(request.outputs) if request.outputs else list(outputs)
+    names = requested_outputs(request, outputs)
     descs = []
     chunks = []
     for name in names:

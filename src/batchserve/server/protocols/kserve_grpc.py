@@ -203,18 +203,11 @@ class GrpcInferEndpoint:
         assert model.loaded is not None
         request: kserve.InferRequest = exchange.request
         outputs = kserve.stack_outputs(model.loaded.kind, [s.output for s in served])
-        unknown = sorted(set(request.outputs) - set(outputs))
-        if unknown:
-            raise ApiError(
-                "invalid",
-                f"outputs asks for {', '.join(map(repr, unknown))}; this model produces "
-                f"{', '.join(map(repr, outputs))}",
-                param="outputs",
-            )
+        names = kserve.requested_outputs(request, outputs)
         response = pb.ModelInferResponse(
             model_name=model.name, model_version=triton.VERSION, id=request.id or ""
         )
-        for name in request.outputs or outputs:
+        for name in names:
             desc, raw = encode_tensor(name, outputs[name], binary=True)
             response.outputs.add(name=name, datatype=desc["datatype"], shape=desc["shape"])
             assert raw is not None
