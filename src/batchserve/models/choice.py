@@ -30,6 +30,7 @@ writes the file. A damaged or foreign file is measured again.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.metadata
 import json
 import logging
@@ -334,8 +335,6 @@ def _rate(fn: Callable[[Sequence[str]], Any], batches: list[list[str]], workers:
 
 
 def _cache_key(parts: dict[str, Any]) -> str:
-    import hashlib
-
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 

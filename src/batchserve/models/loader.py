@@ -208,7 +208,8 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
         path = builtin_path() if base == "minilm" else Path(base)
         choice: dict[str, Any] | None = None
         if rt.backend == "auto":
-            emb, choice = _choose(path, rt)
+            emb, verdict = choose_engine(path, rt)
+            choice = verdict.to_dict()
         else:
             emb = _load_engine(path, rt)
         return LoadedModel(
@@ -243,12 +244,6 @@ def _load_engine(path: Path, rt: Runtime, *, gated: bool = True) -> Any:
     from batchserve.models.embeddings import SentenceEmbedder
 
     return SentenceEmbedder.from_path(path, rt)
-
-
-def _choose(path: Path, rt: Runtime) -> tuple[Any, dict[str, Any]]:
-    # --backend auto: the verdict of the measurement (cached per machine), then its engine.
-    fn, verdict = choose_engine(path, rt)
-    return fn, verdict.to_dict()
 
 
 def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[Any, Verdict]:
