@@ -3,6 +3,7 @@
 import ast
 import functools
 import pathlib
+import subprocess
 import types
 
 import batchserve
@@ -233,3 +234,20 @@ def test_the_server_is_laid_out_by_a_requests_life() -> None:
     for module, imports in _server_imports("").items():
         if "batchserve.server.app" in imports:
             assert module in {"batchserve.server", "batchserve.server.run"}, module
+
+
+def test_no_large_file_is_tracked() -> None:
+    # Export steps (ONNX Runtime's shape inference, NNCF) write scratch files into the
+    # working folder on failure; a 90 MB one once landed in a commit. Weights and exports
+    # live in the cache, never in the repository: 4 MiB is four times the largest data
+    # file the package ships (the reference embeddings, 1.9 MB).
+    root = SRC.parent.parent
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True
+    ).stdout.decode()
+    large = sorted(
+        name
+        for name in listed.split("\0")
+        if name and (root / name).is_file() and (root / name).stat().st_size > 4 << 20
+    )
+    assert not large, f"files over 4 MiB tracked by git: {large}"
