@@ -17,6 +17,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -54,10 +55,16 @@ def loaded() -> Iterator[tuple[ServerProcess, dict[int, int]]]:
                 )
                 seen[r.status_code] = seen.get(r.status_code, 0) + 1
 
+        # Each sender connects first, then all send at once: on a busy machine, threads
+        # that connect as they start would spread the burst over more than a pass.
+        start = threading.Barrier(BURST)
+
         def one(i: int) -> int:
-            return httpx.post(
-                url, json={"model": MODEL, "input": f"burst {i}"}, timeout=10
-            ).status_code
+            with httpx.Client(timeout=10) as client:
+                client.get(server.url + "/v2/health/live")
+                start.wait(timeout=30)
+                body = {"model": MODEL, "input": f"burst {i}"}
+                return client.post(url, json=body).status_code
 
         # A pass holds 2, the queue 2 more: most of a burst of 16 is refused at once.
         with concurrent.futures.ThreadPoolExecutor(BURST) as pool:
