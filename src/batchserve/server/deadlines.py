@@ -30,7 +30,13 @@ from batchserve.errors import ConfigError
 from batchserve.server.statuses import ApiError
 from batchserve.units import parse_duration
 
-__all__ = ["DEADLINE_HEADERS", "TIMEOUT_HEADER", "WHEN_HEADER", "wire_deadline"]
+__all__ = [
+    "DEADLINE_HEADERS",
+    "GRPC_TIMEOUT_PATTERN",
+    "TIMEOUT_HEADER",
+    "WHEN_HEADER",
+    "wire_deadline",
+]
 
 #: The request header of a deadline relative to arrival, and of an absolute one.
 TIMEOUT_HEADER = "X-Request-Timeout"
@@ -44,7 +50,10 @@ DEADLINE_HEADERS: dict[bytes, str] = {
     b"x-envoy-expected-rq-timeout-ms": "whole milliseconds >= 0",
 }
 
-_GRPC = re.compile(r"^([0-9]{1,8})([HMSmun])$")
+#: A ``grpc-timeout`` value (gRPC over HTTP/2: "TimeoutValue TimeoutUnit"): the one rule,
+#: which the OpenAPI document publishes too.
+GRPC_TIMEOUT_PATTERN = r"^([0-9]{1,8})([HMSmun])$"
+_GRPC = re.compile(GRPC_TIMEOUT_PATTERN)
 _GRPC_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 
 

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from batchserve import __version__
-from batchserve.server.deadlines import TIMEOUT_HEADER, WHEN_HEADER
+from batchserve.server.deadlines import GRPC_TIMEOUT_PATTERN, TIMEOUT_HEADER, WHEN_HEADER
 from batchserve.server.exchange import SERVER_TIMING, TIMING_HEADERS
 from batchserve.server.ops.openapi_ops import operation_paths, operation_schemas
 from batchserve.server.protocols.kserve import MAX_TENSORS
@@ -86,7 +86,7 @@ _DEADLINE_PARAMS = [
         "required": False,
         "description": "gRPC's timeout, as proxies forward it: up to 8 digits and a unit "
         "(H, M, S, m, u, n), counted from the request's arrival.",
-        "schema": {"type": "string", "pattern": r"^[0-9]{1,8}[HMSmun]$"},
+        "schema": {"type": "string", "pattern": GRPC_TIMEOUT_PATTERN},
     },
     {
         "name": "x-envoy-expected-rq-timeout-ms",
