@@ -20,7 +20,19 @@ def test_plot_without_sweep_is_refused(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_a_bad_url_names_the_rule(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["load", "ftp://h"]) == 1
-    assert "ConfigError: url must look like http://host:port, got 'ftp://h'" in (
+    assert (
+        "ConfigError: url must look like http://host:port or grpc://host:port, got 'ftp://h'"
+        in capsys.readouterr().err
+    )
+
+
+def test_a_grpc_url_speaks_kserve_unless_told_otherwise(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = build_parser().parse_args(["load", "grpc://127.0.0.1:9"])
+    assert config_from_args(args).api == "kserve"
+    assert main(["load", "grpc://127.0.0.1:9", "--api", "openai"]) == 1
+    assert "ConfigError: api must be kserve with a grpc:// url, got 'openai'" in (
         capsys.readouterr().err
     )
 

@@ -99,7 +99,9 @@ def test_header_lists() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"url": "https://h"}, "url must look like http://host:port"),
+        ({"url": "https://h"}, "url must look like http://host:port or grpc://host:port"),
+        ({"url": "grpc://h/v2"}, "a grpc:// url must not have a path, got 'grpc://h/v2'"),
+        ({"url": "grpc://h"}, "api must be kserve with a grpc:// url, got 'openai'"),
         ({"url": "http://h", "api": "grpc"}, "api must be one of openai, kserve, got 'grpc'"),
         ({"url": "http://h", "rate": 0}, "rate must be > 0, got 0"),
         ({"url": "http://h", "arrivals": "burst"}, "arrivals must be one of"),
@@ -118,8 +120,37 @@ def test_config_errors_name_the_field_the_rule_and_the_value(
 
 def test_target_and_give_up_time() -> None:
     assert Target.parse("http://[::1]:9/p") == Target(host="::1", port=9, prefix="/p")
+    assert Target.parse("grpc://h") == Target(scheme="grpc", host="h", port=8001, prefix="")
     assert Target.parse("http://[::1]:9/p").host_header == "[::1]:9"
     assert LoadConfig(url="http://h", timeout_s=0.25).give_up_s == 1.25
     assert LoadConfig(url="http://h").give_up_s == 30.0
     assert LoadConfig(url="http://h", timeout_s=0.25, client_timeout_s=0.5).give_up_s == 0.5
     assert "k3y" not in repr(LoadConfig(url="http://h", api_key="k3y"))
+
+
+def test_a_grpc_request_is_what_the_server_decodes_with_http_s_header_names() -> None:
+    from batchserve.loadgen.grpc_client import encode_infer, infer_metadata
+    from batchserve.server.protocols.kserve_grpc import parse_model_infer
+
+    cfg = LoadConfig(
+        url="grpc://h:1",
+        api="kserve",
+        model="m",
+        timeout_s=0.25,
+        priority="2",
+        tenant="acme",
+        api_key="k",
+    )
+    msg, request = parse_model_infer(encode_infer(cfg, ["héllo", "b"]))
+    assert msg.model_name == "m"
+    assert request.inputs[0].name == "text"
+    assert request.inputs[0].value == ["héllo".encode(), b"b"]
+    assert (request.timeout_s, request.priority) == (0.25, 2)
+    assert infer_metadata(cfg) == (
+        ("authorization", "Bearer k"),
+        ("x-priority", "2"),
+        ("x-tenant", "acme"),
+        ("x-request-timeout", "0.25"),
+        ("x-request-deadline", ""),
+    )
+    assert infer_metadata(LoadConfig(url="grpc://h", api="kserve")) == ()

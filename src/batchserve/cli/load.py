@@ -1,9 +1,11 @@
-"""``batchserve load URL``: open-loop HTTP load on a running server, and what callers saw.
+"""``batchserve load URL``: open-loop load on a running server, and what callers saw.
 
 Requests go out on a schedule fixed in advance (``--rate``, ``--duration``, ``--arrivals``,
 ``--seed``), never paced by answers; latency runs from each request's scheduled send time.
 The report has the seed's columns and the generator's own health (lag behind schedule, CPU).
-``--json`` and ``--csv`` print machine-readable rows; ``--sweep R1,R2,...`` runs each rate in
+A ``grpc://host:port`` URL sends KServe's ``ModelInfer`` over gRPC
+(:mod:`batchserve.loadgen.grpc_client`) instead of HTTP. ``--json`` and ``--csv`` print
+machine-readable rows; ``--sweep R1,R2,...`` runs each rate in
 turn and ``--plot FILE`` draws the sweep. Progress goes to stderr (``--quiet`` hides it).
 """
 
@@ -59,13 +61,22 @@ def add_parser(sub: Any) -> None:
     """Register the ``load`` subcommand."""
     p: argparse.ArgumentParser = sub.add_parser(
         "load",
-        help="open-loop HTTP load on a server (no coordinated omission)",
+        help="open-loop HTTP or gRPC load on a server (no coordinated omission)",
         description="Send requests on a schedule fixed in advance, never paced by answers, "
         "and report what callers saw, latency counted from each scheduled send time.",
     )
-    p.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument(
+        "url",
+        help="the server's base URL, e.g. http://127.0.0.1:8000, or grpc://127.0.0.1:8001 "
+        "for KServe's ModelInfer over gRPC",
+    )
     w = p.add_argument_group("what to send")
-    w.add_argument("--api", choices=APIS, default="openai", help="protocol (openai)")
+    w.add_argument(
+        "--api",
+        choices=APIS,
+        default=None,
+        help="protocol (openai; kserve, the only one, with a grpc:// url)",
+    )
     w.add_argument("--model", default=DEFAULT_MODEL, help=f"model name ({DEFAULT_MODEL})")
     w.add_argument(
         "--inputs", metavar="N", type=positive_int, default=1, help="inputs per request (1)"
@@ -220,7 +231,7 @@ def config_from_args(
         processes = max(1, min(os.cpu_count() or 1, math.ceil(rate / AUTO_RATE_PER_PROCESS)))
     return LoadConfig(
         url=args.url,
-        api=args.api,
+        api=args.api or ("kserve" if args.url.startswith("grpc://") else "openai"),
         model=args.model,
         texts=texts,
         inputs_per_request=args.inputs,

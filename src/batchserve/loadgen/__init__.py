@@ -1,4 +1,4 @@
-"""The open-loop HTTP load generator behind ``batchserve load``.
+"""The open-loop load generator behind ``batchserve load``, over HTTP or gRPC.
 
 Requests go out on a schedule fixed in advance (constant or seeded Poisson arrivals), never
 paced by answers; each request's latency runs from its scheduled send time, so a stalled
@@ -10,7 +10,8 @@ fell behind its own schedule and how much CPU it used. Modules, outermost first:
 * :mod:`~batchserve.loadgen.report`: records to summary, JSON and CSV;
 * :mod:`~batchserve.loadgen.sender`: one process's share on one event loop;
 * :mod:`~batchserve.loadgen.client` and :mod:`~batchserve.loadgen.timer`: the connection
-  pool and the precise wake-ups it needs;
+  pool and the precise wake-ups it needs; :mod:`~batchserve.loadgen.grpc_client`: KServe's
+  ``ModelInfer`` on a gRPC channel instead, for a ``grpc://`` URL;
 * :mod:`~batchserve.loadgen.protocol`, :mod:`~batchserve.loadgen.texts`,
   :mod:`~batchserve.loadgen.config`: what goes on the wire;
 * :mod:`~batchserve.loadgen.inprocess`: the same open-loop idea on a Batcher in this

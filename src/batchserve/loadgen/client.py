@@ -322,6 +322,10 @@ class Pool:
                 conn.transport.close()
         self._idle.clear()
 
+    async def wait_closed(self) -> None:
+        """Let the closed connections' callbacks run (before the loop ends)."""
+        await asyncio.sleep(0)
+
     # -- called by connections -------------------------------------------------------------
 
     def sent(self, index: int) -> None:

@@ -16,10 +16,12 @@ from batchserve.config import check_non_negative, check_positive
 from batchserve.errors import ConfigError
 from batchserve.workload.arrivals import ARRIVAL_MODES, arrival_times
 
-__all__ = ["APIS", "DEFAULT_MODEL", "LoadConfig", "Target"]
+__all__ = ["APIS", "DEFAULT_MODEL", "SCHEMES", "LoadConfig", "Target"]
 
 #: The protocols the generator speaks.
 APIS = ("openai", "kserve")
+#: The URL schemes it sends over, with their default ports (``grpc``: KServe only).
+SCHEMES = {"http": 80, "grpc": 8001}
 #: The name ``batchserve serve`` gives its built-in model.
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
@@ -39,35 +41,44 @@ def _check_int(name: str, value: object, minimum: int) -> int:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Target:
-    """Where requests go, parsed from an ``http://host:port[/prefix]`` URL.
+    """Where requests go, parsed from an ``http://host:port[/prefix]`` or ``grpc://`` URL.
 
     Attributes:
+        scheme: ``http`` (HTTP/1.1) or ``grpc`` (KServe v2 over gRPC, in plain text).
         host: the host name or address.
-        port: the TCP port.
-        prefix: a path prefix without a trailing slash ("" for none).
+        port: the TCP port (80 for ``http``, 8001 for ``grpc``, Triton's, when not given).
+        prefix: a path prefix without a trailing slash ("" for none; ``grpc`` has none).
     """
 
+    scheme: str = "http"
     host: str
     port: int
     prefix: str
 
     @classmethod
     def parse(cls, url: str) -> Target:
-        """Parse a base URL; only plain ``http`` is supported.
+        """Parse a base URL: plain ``http``, or ``grpc``.
 
         Raises:
-            ConfigError: not an ``http://`` URL with a host, or it has a query or fragment.
+            ConfigError: not an ``http://`` or ``grpc://`` URL with a host, it has a query
+                or fragment, or a ``grpc://`` one has a path.
         """
         parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise ConfigError(f"url must look like http://host:port, got {url!r}")
+        if parts.scheme not in SCHEMES or not parts.hostname:
+            raise ConfigError(
+                f"url must look like http://host:port or grpc://host:port, got {url!r}"
+            )
         if parts.query or parts.fragment:
             raise ConfigError(f"url must not have a query or fragment, got {url!r}")
+        if parts.scheme == "grpc" and parts.path.strip("/"):
+            raise ConfigError(f"a grpc:// url must not have a path, got {url!r}")
         try:
-            port = parts.port or 80
+            port = parts.port or SCHEMES[parts.scheme]
         except ValueError:
             raise ConfigError(f"url must have a valid port, got {url!r}") from None
-        return cls(host=parts.hostname, port=port, prefix=parts.path.rstrip("/"))
+        return cls(
+            scheme=parts.scheme, host=parts.hostname, port=port, prefix=parts.path.rstrip("/")
+        )
 
     @property
     def host_header(self) -> str:
@@ -81,8 +92,11 @@ class LoadConfig:
     """One open-loop run against one server.
 
     Attributes:
-        url: the server's base URL, ``http://host:port`` (an optional path prefix is kept).
-        api: ``openai`` (``POST /v1/embeddings``) or ``kserve`` (``POST /v2/models/M/infer``).
+        url: the server's base URL, ``http://host:port`` (an optional path prefix is kept),
+            or ``grpc://host:port`` for KServe's ``ModelInfer`` over gRPC
+            (:mod:`~batchserve.loadgen.grpc_client`).
+        api: ``openai`` (``POST /v1/embeddings``) or ``kserve`` (``POST /v2/models/M/infer``,
+            or ``ModelInfer`` with a ``grpc://`` url, which needs it).
         model: the model name sent in each request.
         texts: the input texts; request ``i`` takes the next ``inputs_per_request`` of them,
             cycling.
@@ -139,9 +153,11 @@ class LoadConfig:
     name: str = ""
 
     def __post_init__(self) -> None:
-        Target.parse(self.url)
+        target = Target.parse(self.url)
         if self.api not in APIS:
             raise ConfigError(f"api must be one of {', '.join(APIS)}, got {self.api!r}")
+        if target.scheme == "grpc" and self.api != "kserve":
+            raise ConfigError(f"api must be kserve with a grpc:// url, got {self.api!r}")
         if self.arrivals not in ARRIVAL_MODES:
             raise ConfigError(
                 f"arrivals must be one of {', '.join(ARRIVAL_MODES)}, got {self.arrivals!r}"

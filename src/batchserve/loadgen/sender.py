@@ -33,7 +33,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Protocol
 
+from batchserve.errors import ConfigError
 from batchserve.loadgen.client import Pool, PoolStatistics
 from batchserve.loadgen.config import LoadConfig
 from batchserve.loadgen.protocol import (
@@ -157,6 +160,46 @@ class ShareResult:
     pool: PoolStatistics = field(default_factory=PoolStatistics)
 
 
+class Wire(Protocol):
+    """What the sender needs of a client.
+
+    The HTTP :class:`~batchserve.loadgen.client.Pool` or the gRPC
+    :class:`~batchserve.loadgen.grpc_client.GrpcPool`.
+    """
+
+    @property
+    def pending(self) -> int:
+        """Requests submitted and not yet ended."""
+
+    def statistics(self) -> PoolStatistics:
+        """A snapshot of the connection counters."""
+
+    async def warm(self, count: int) -> None:
+        """Connect before the run (raises OSError naming the address)."""
+
+    def submit(self, index: int) -> None:
+        """Send request ``index`` now."""
+
+    def abandon(self, index: int, reason: str) -> bool:
+        """End request ``index`` now with status 0 and ``reason``, if it has not ended."""
+
+    def close(self) -> None:
+        """Stop sending; call when no request is pending."""
+
+    async def wait_closed(self) -> None:
+        """Wait until closing has finished."""
+
+
+def _grpc() -> ModuleType:
+    try:
+        from batchserve.loadgen import grpc_client
+    except ImportError as exc:
+        raise ConfigError(
+            f"a grpc:// url needs grpcio: pip install 'batchserve[grpc]' ({exc})"
+        ) from None
+    return grpc_client
+
+
 class Sender:
     """Sends one :class:`Share` open loop on the running event loop.
 
@@ -183,7 +226,7 @@ class Sender:
         self._due: list[float] = []
         self._bodies: dict[int, bytes] = {}
         self._body_of: list[bytes] = []
-        self._pool: Pool | None = None
+        self._pool: Wire | None = None
         self._ok = self._rejected = self._timed_out = self._errors = 0
         self._sent = 0
         self._ended = 0
@@ -206,11 +249,14 @@ class Sender:
         k = cfg.inputs_per_request
         ntexts = len(cfg.texts)
         # Request i starts at text (i * k) % ntexts: at most ntexts distinct bodies.
+        encode = encode_request
+        if cfg.target.scheme == "grpc":
+            encode = _grpc().encode_infer
         for gi in self._share.indices:
             start = (gi * k) % ntexts
             body = self._bodies.get(start)
             if body is None:
-                body = encode_request(cfg, request_texts(cfg, gi))
+                body = encode(cfg, request_texts(cfg, gi))
                 self._bodies[start] = body
             self._body_of.append(body)
         loop = asyncio.get_running_loop()
@@ -219,6 +265,10 @@ class Sender:
         host = str(infos[0][4][0])
         body_of = self._body_of
         data: Callable[[int], bytes] = body_of.__getitem__
+        if target.scheme == "grpc":
+            self._pool = self._grpc_pool(host, target.port)
+            await self._pool.warm(min(cfg.warm_connections, max(self._n, 1)))
+            return
         if cfg.timeout_s is not None and cfg.absolute_deadline:
             data = self._with_deadline
         self._pool = Pool(
@@ -290,7 +340,7 @@ class Sender:
                     pool.abandon(pos, "cancelled")
             pool.close()
         end_at = max(now(), start_at)
-        await asyncio.sleep(0)  # let the closed connections' callbacks run before the loop ends
+        await pool.wait_closed()  # let closing finish before the loop ends
         cpu_s = cpu_seconds(thread_only=self._thread_only_cpu) - cpu0
         if on_progress is not None:
             on_progress(self.progress())
@@ -351,6 +401,29 @@ class Sender:
             self._timer.arm(due[i])
         elif self._ended == n and self._finished is not None and not self._finished.done():
             self._finished.set_result(None)
+
+    def _grpc_pool(self, host: str, port: int) -> Wire:
+        grpc_client = _grpc()
+        metadata: tuple[tuple[str, str], ...] = grpc_client.infer_metadata(self._config)
+        key = grpc_client.DEADLINE_KEY
+        with_deadline = bool(metadata) and metadata[-1][0] == key
+        head = metadata[:-1] if with_deadline else metadata
+
+        def get_metadata(pos: int) -> tuple[tuple[str, str], ...]:
+            if not with_deadline:
+                return head
+            # As over HTTP: the scheduled instant plus the timeout, on the wall clock.
+            return (*head, (key, f"{self._due[pos] + self._epoch_offset:.6f}"))
+
+        return grpc_client.GrpcPool(  # type: ignore[no-any-return]
+            host=host,
+            port=port,
+            data=self._body_of.__getitem__,
+            metadata=get_metadata,
+            now=now,
+            on_sent=self._on_sent,
+            on_done=self._on_done,
+        )
 
     def _with_deadline(self, pos: int) -> bytes:
         # The request's absolute deadline: its scheduled instant plus its timeout, on the
