@@ -148,11 +148,12 @@ def decode_tensor(spec: dict[str, Any], binary: bytes | None) -> Tensor:
     if not isinstance(name, str):
         raise ApiError("invalid", f"inputs[].name must be a string, got {name!r}", "name")
     datatype = spec.get("datatype")
-    if datatype != "BYTES" and datatype not in DTYPES:
+    # A JSON body may name any value here; a list or an object is not a key of DTYPES.
+    if not isinstance(datatype, str) or (datatype != "BYTES" and datatype not in DTYPES):
         raise ApiError(
             "invalid",
             f"inputs[{name!r}].datatype must be BYTES or one of {', '.join(DTYPES)}, "
-            f"got {datatype!r}",
+            f"got {datatype!r:.200}",
             param="datatype",
         )
     shape = _shape(spec.get("shape"), name)
