@@ -1,0 +1,49 @@
+"""Coverage-guided fuzzing of the KServe decoders, a few seconds per target (atheris).
+
+Each target of ``fuzz_kserve.py`` runs in a subprocess (libFuzzer ends its process) for
+:data:`SECONDS` from its seed corpus; a crash (an exception other than a client's refusal)
+fails the test with libFuzzer's report and the input it wrote. ``bench/fuzz.py`` runs
+the same targets for longer. Regressions found this way are tests of their own in
+``test_grpc.py`` and ``test_kserve.py``.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("atheris")
+
+pytestmark = pytest.mark.slow
+
+HERE = pathlib.Path(__file__).resolve().parent
+#: Seconds of fuzzing per target in the suite.
+SECONDS = 4
+
+
+@pytest.mark.parametrize("target", ["grpc", "http"])
+def test_the_decoder_refuses_or_accepts_never_crashes(target: str, tmp_path: pathlib.Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "fuzz_kserve.py"),
+            target,
+            str(tmp_path / "corpus"),
+            f"-max_total_time={SECONDS}",
+            "-seed=1",
+            "-timeout=10",
+            "-rss_limit_mb=2048",
+            f"-artifact_prefix={tmp_path}/",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=SECONDS + 60,
+    )
+    crashes = [p.name for p in tmp_path.iterdir() if p.name.startswith(("crash-", "timeout-"))]
+    assert not crashes, proc.stderr[-4000:]
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    # It ran: libFuzzer's final line counts the inputs it executed.
+    assert "Done" in proc.stderr, proc.stderr[-2000:]
