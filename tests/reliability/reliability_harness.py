@@ -207,6 +207,9 @@ class Server:
             raise RuntimeError(f"server did not start: {line!r}\n{err}")
         self.url = match.group(1)
         self.port = int(self.url.rsplit(":", 1)[1])
+        found = re.search(r" grpc=(\S+)", line)
+        #: ``grpc://host:port`` of the gRPC service (``--grpc-port``), else None.
+        self.grpc_url = f"grpc://{found.group(1)}" if found else None
         self.client = httpx.Client(base_url=self.url, timeout=10.0)
 
     def _watch_exit(self) -> None:

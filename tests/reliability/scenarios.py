@@ -129,9 +129,16 @@ def _figures(scenario: str, run: LoadRun, **kwargs: Any) -> Figures:
     )
 
 
-def load_config(server: Server, **kwargs: Any) -> LoadConfig:
-    """A load run against ``server``'s fault-injecting model (OpenAI protocol)."""
+def load_config(server: Server, *, protocol: str = "http", **kwargs: Any) -> LoadConfig:
+    """A load run against ``server``'s fault-injecting model.
+
+    ``protocol``: ``http`` (OpenAI's embeddings) or ``grpc`` (KServe's ModelInfer; the
+    server must serve ``--grpc-port``).
+    """
     kwargs.setdefault("model", "faulty")
+    if protocol == "grpc":
+        assert server.grpc_url is not None, "the server does not serve gRPC"
+        return LoadConfig(url=server.grpc_url, api="kserve", **kwargs)
     return LoadConfig(url=server.url, **kwargs)
 
 
@@ -145,11 +152,13 @@ def overload(
     warmup_s: float = 3.0,
     deadline_s: float = 0.25,
     ok_margin_s: float = 0.002,
+    protocol: str = "http",
 ) -> Figures:
     """Open-loop Poisson load at ``factor`` times the model's capacity.
 
     A warm-up run at the same rate first (its memory is the baseline), then the measured
-    run. ``extra``:
+    run, over ``protocol`` (``http``, or ``grpc``: KServe's ModelInfer, whose status codes
+    the generator reads as the HTTP statuses of the same outcomes). ``extra``:
 
     * ``late_ok``: successes the server answered more than ``ok_margin_s`` past their
       deadline by its own account (``Server-Timing``: from the request's first byte to its
@@ -167,10 +176,13 @@ def overload(
     """
     env = {"BATCHSERVE_FAULT_COST": OVERLOAD_COST}
     args = ["--model", FAULTY, "--max-batch-size", str(OVERLOAD_BATCH), "--max-wait", "2ms"]
+    if protocol == "grpc":
+        args += ["--grpc-port", "0"]
     rate = factor * OVERLOAD_CAPACITY
     with serve(args, env) as server:
         warm = load_config(
             server,
+            protocol=protocol,
             rate=rate,
             duration_s=warmup_s,
             timeout_s=deadline_s,
@@ -182,6 +194,7 @@ def overload(
         rss_before = server.rss_bytes()
         config = load_config(
             server,
+            protocol=protocol,
             rate=rate,
             duration_s=duration_s,
             timeout_s=deadline_s,
@@ -207,7 +220,7 @@ def overload(
     forward_s = delta("batchserve_forward_seconds_sum")
     items = delta("batchserve_batch_size_sum")
     return _figures(
-        "overload",
+        "overload" if protocol == "http" else f"overload over {protocol}",
         run,
         rss_before=rss_before,
         rss_after=rss_after,
