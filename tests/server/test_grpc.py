@@ -681,9 +681,104 @@ def test_tls_on_both_transports_with_the_real_clients(tmp_path: pathlib.Path) ->
     assert code == 0, err
 
 
+def signed_client(
+    directory: pathlib.Path, ca: tuple[pathlib.Path, pathlib.Path]
+) -> tuple[pathlib.Path, pathlib.Path]:
+    """A client certificate signed by the CA ``(cert, key)``, and its key: (cert, key)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    ca_cert = x509.load_pem_x509_certificate(ca[0].read_bytes())
+    ca_key = serialization.load_pem_private_key(ca[1].read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "a client")]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    directory.mkdir(exist_ok=True)
+    cert_path, key_path = directory / "client.pem", directory / "client-key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:ssl.match_hostname:DeprecationWarning")
+def test_client_certificates_signed_by_the_ca_are_required_on_both(
+    tmp_path: pathlib.Path,
+) -> None:
+    import ssl
+
+    cert, key = self_signed(tmp_path)
+    (tmp_path / "ca").mkdir()
+    (tmp_path / "rogue").mkdir()
+    ca = self_signed(tmp_path / "ca")  # the clients' authority, not the server's
+    client_cert, client_key = signed_client(tmp_path / "client", ca)
+    rogue_cert, rogue_key = self_signed(tmp_path / "rogue")  # signed by no one we trust
+    args = ["--model", "m=synthetic", "--grpc-port", "0"]
+    args += ["--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
+    with server_process([*args, "--ssl-ca-certs", str(ca[0])]) as server:
+        assert server.grpc is not None
+        x = tc.InferInput("text", [1], "BYTES")
+        x.set_data_from_numpy(np.array([b"hi"], dtype=object))
+
+        def grpc_infer(pair: tuple[pathlib.Path, pathlib.Path] | None) -> Any:
+            client = tc.InferenceServerClient(
+                server.grpc,
+                ssl=True,
+                root_certificates=str(cert),
+                private_key=None if pair is None else str(pair[1]),
+                certificate_chain=None if pair is None else str(pair[0]),
+            )
+            try:
+                return client.infer("m", [x], client_timeout=10).as_numpy("embedding")
+            finally:
+                client.close()
+
+        assert grpc_infer((client_cert, client_key)).shape == (1, 8)
+        for pair in (None, (rogue_cert, rogue_key)):
+            with pytest.raises(InferenceServerException) as info:
+                grpc_infer(pair)
+            assert info.value.status() == "StatusCode.UNAVAILABLE", info.value
+
+        def https(pair: tuple[pathlib.Path, pathlib.Path] | None) -> httpx.Response:
+            context = ssl.create_default_context(cafile=str(cert))
+            if pair is not None:
+                context.load_cert_chain(str(pair[0]), str(pair[1]))
+            return httpx.get(server.url + "/v2/health/live", verify=context, timeout=10)
+
+        assert https((client_cert, client_key)).status_code == 200
+        for pair in (None, (rogue_cert, rogue_key)):
+            with pytest.raises(httpx.TransportError):
+                https(pair)
+        code, err = server.stop()
+    assert code == 0, err
+
+
 def test_a_certificate_needs_its_key_and_ports_their_range() -> None:
     with pytest.raises(ConfigError, match="ssl_certfile and ssl_keyfile go together"):
         ServerSettings(ssl_certfile="cert.pem")
+    with pytest.raises(ConfigError, match="ssl_ca_certs needs ssl_certfile and ssl_keyfile"):
+        ServerSettings(ssl_ca_certs="ca.pem")
     with pytest.raises(ConfigError, match=r"grpc_port must be in 0\.\.65535, got 70000"):
         ServerSettings(grpc_port=70000)
     settings = ServerSettings.from_toml(None, overrides={"grpc_port": "8001"})

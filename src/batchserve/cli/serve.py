@@ -13,6 +13,7 @@ The same settings can come from ``--config FILE`` (TOML)::
     grpc_port = 8001          # KServe v2 over gRPC too (unset: HTTP only)
     ssl_certfile = "cert.pem" # TLS on both (unset: plain HTTP and gRPC); with...
     ssl_keyfile = "key.pem"   # ... its private key
+    ssl_ca_certs = "ca.pem"   # require client certificates signed by these CAs (unset: none)
     drain_timeout = "30s"
     max_body_bytes = 8388608
     max_inputs = 2048
@@ -102,6 +103,12 @@ def add_parser(sub: Any) -> None:
         help="serve HTTPS (and gRPC over TLS) with this PEM certificate chain",
     )
     p.add_argument("--ssl-keyfile", metavar="FILE", help="the certificate's PEM private key")
+    p.add_argument(
+        "--ssl-ca-certs",
+        metavar="FILE",
+        help="with TLS, require client certificates signed by a CA of this PEM file, on both "
+        "transports (mutual TLS; default: no client certificate asked for)",
+    )
     p.add_argument(
         "--model",
         action="append",

@@ -13,7 +13,8 @@ stdout, the ready line::
 (other messages go to stderr). With ``grpc_port`` the same app's models are served over gRPC
 too (:mod:`batchserve.server.transport.grpc`, on the same event loop), and the ready line ends
 with ``grpc=HOST:PORT``. With ``ssl_certfile`` and ``ssl_keyfile`` both transports serve TLS
-with that certificate (the ready line's URL is then ``https://``). A model that fails to load
+with that certificate (the ready line's URL is then ``https://``), and with ``ssl_ca_certs`` both
+require a client certificate signed by one of its authorities. A model that fails to load
 stops the server; its error is raised to the caller (the CLI prints it and exits 1).
 
 The first SIGTERM (or SIGINT) stops admitting (new inference requests: 503 ``draining`` with
@@ -31,6 +32,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Callable, Generator
 from typing import Any, Protocol, TextIO
@@ -59,6 +61,13 @@ SWITCH_INTERVAL_S = 0.001
 
 #: Once drained, how long gRPC calls still being written may take before the listener closes.
 _GRPC_GRACE_S = 5.0
+
+
+def _client_certs(ca_certs: str | None) -> dict[str, Any]:
+    """Uvicorn's settings that require a client certificate signed by ``ca_certs``."""
+    if ca_certs is None:
+        return {}
+    return {"ssl_ca_certs": ca_certs, "ssl_cert_reqs": ssl.CERT_REQUIRED}
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -174,6 +183,7 @@ async def serve_async(
         http=connection_protocol(app, read_timeout_s=settings.limits.read_timeout_s),
         ssl_certfile=settings.ssl_certfile,
         ssl_keyfile=settings.ssl_keyfile,
+        **_client_certs(settings.ssl_ca_certs),
     )
     server = _Server(config)
     life = _Lifecycle(app, server, settings.drain_timeout_s, err)
@@ -193,7 +203,9 @@ async def serve_async(
         transport = life.grpc = GrpcTransport(app)
         credentials = None
         if settings.ssl_certfile is not None and settings.ssl_keyfile is not None:
-            credentials = tls_credentials(settings.ssl_certfile, settings.ssl_keyfile)
+            credentials = tls_credentials(
+                settings.ssl_certfile, settings.ssl_keyfile, ca_certs=settings.ssl_ca_certs
+            )
         try:
             grpc_port = await transport.start(
                 settings.host, settings.grpc_port, credentials=credentials

@@ -123,6 +123,9 @@ class ServerSettings:
         limits: request limits.
         ssl_certfile: serve HTTPS and gRPC over TLS with this PEM certificate (chain) ...
         ssl_keyfile: ... and this PEM private key; both or neither.
+        ssl_ca_certs: with TLS, require every client (both transports) to present a
+            certificate signed by one of this PEM file's certificate authorities (mutual
+            TLS); None: clients need none.
         api_key: if set, inference endpoints need ``Authorization: Bearer <api_key>``.
         tenant_keys: (tenant, key) pairs: a request that carries one of these keys as its
             bearer token belongs to that tenant. With any, inference endpoints need a key
@@ -139,6 +142,7 @@ class ServerSettings:
     grpc_port: int | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    ssl_ca_certs: str | None = None
     limits: RequestLimits = field(default_factory=RequestLimits)
     api_key: str | None = None
     tenant_keys: tuple[tuple[str, str], ...] = field(default=(), repr=False)
@@ -165,6 +169,11 @@ class ServerSettings:
             raise ConfigError(
                 "ssl_certfile and ssl_keyfile go together, got "
                 f"ssl_certfile={self.ssl_certfile!r} and ssl_keyfile={self.ssl_keyfile!r}"
+            )
+        if self.ssl_ca_certs is not None and self.ssl_certfile is None:
+            raise ConfigError(
+                "ssl_ca_certs needs ssl_certfile and ssl_keyfile (client certificates are a "
+                f"part of TLS), got ssl_ca_certs={self.ssl_ca_certs!r} without them"
             )
         if self.api_key is not None and not self.api_key:
             raise ConfigError("api_key must be non-empty when given, got ''")
@@ -233,6 +242,7 @@ _SERVER_KEYS = {
     "grpc_port": "int",
     "ssl_certfile": "str",
     "ssl_keyfile": "str",
+    "ssl_ca_certs": "str",
     "drain_timeout": "duration",
     "max_body_bytes": "int",
     "max_inputs": "int",

@@ -104,14 +104,24 @@ def grpc_timeout(seconds: float) -> bytes:
     return b"99999999H"
 
 
-def tls_credentials(certfile: str, keyfile: str) -> grpc.ServerCredentials:
+def tls_credentials(
+    certfile: str, keyfile: str, *, ca_certs: str | None = None
+) -> grpc.ServerCredentials:
     """Server credentials for TLS from a PEM certificate chain and its PEM private key.
+
+    With ``ca_certs`` (a PEM file of certificate authorities), every client must present a
+    certificate signed by one of them: the handshake of one that does not fails.
 
     Raises:
         OSError: a file cannot be read.
     """
     with open(keyfile, "rb") as key, open(certfile, "rb") as cert:
-        return grpc.ssl_server_credentials([(key.read(), cert.read())])
+        pair = (key.read(), cert.read())
+    if ca_certs is None:
+        return grpc.ssl_server_credentials([pair])
+    with open(ca_certs, "rb") as ca:
+        roots = ca.read()
+    return grpc.ssl_server_credentials([pair], root_certificates=roots, require_client_auth=True)
 
 
 class Accounts(Protocol):
