@@ -597,7 +597,7 @@ def self_signed(directory: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
     import ipaddress
 
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
@@ -621,7 +621,15 @@ def self_signed(directory: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    return write_pem(cert, key, directory / "cert.pem", directory / "key.pem")
+
+
+def write_pem(
+    cert: Any, key: Any, cert_path: pathlib.Path, key_path: pathlib.Path
+) -> tuple[pathlib.Path, pathlib.Path]:
+    """Write a certificate and its (unencrypted) private key as PEM: (cert_path, key_path)."""
+    from cryptography.hazmat.primitives import serialization
+
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_path.write_bytes(
         key.private_bytes(
@@ -709,16 +717,7 @@ def signed_client(
         .sign(ca_key, hashes.SHA256())
     )
     directory.mkdir(exist_ok=True)
-    cert_path, key_path = directory / "client.pem", directory / "client-key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
+    return write_pem(cert, key, directory / "client.pem", directory / "client-key.pem")
 
 
 @pytest.mark.slow
