@@ -91,7 +91,7 @@ def test_the_readme_curl_line_gets_an_embedding(minilm_server: ServerProcess) ->
     if shutil.which("curl") is None:
         pytest.skip("curl is not installed")
     readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
-    block = readme.split("## Serving over HTTP", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    block = readme.split("## Quick start", 1)[1].split("```sh", 2)[2].split("```", 1)[0]
     command = block.strip().replace("http://127.0.0.1:8000", minilm_server.url)
     assert re.match(r"curl ", command)
     out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30)
