@@ -92,13 +92,14 @@ class Page:
                 raise TimeoutError(f"still false after {timeout_s}s: {condition}")
             time.sleep(0.05)
 
-    def screenshot(self, path: pathlib.Path) -> pathlib.Path:
-        """Save the whole page as a PNG."""
+    def screenshot(self, path: pathlib.Path, max_height: int | None = None) -> pathlib.Path:
+        """Save the whole page as a PNG (its top ``max_height`` pixels, if given)."""
         size = self.evaluate("[document.documentElement.scrollWidth, document.body.scrollHeight]")
+        height = max(800, size[1]) if max_height is None else min(max(800, size[1]), max_height)
         self.call(
             "Emulation.setDeviceMetricsOverride",
             width=max(1280, size[0]),
-            height=max(800, size[1]),
+            height=height,
             deviceScaleFactor=1,
             mobile=False,
         )
