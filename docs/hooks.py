@@ -9,7 +9,7 @@ replaced before the page's Markdown is rendered:
   pages hold no hand-typed figures.
 - ``<!-- statuses -->``: the one table from reason to HTTP status and gRPC code, from
   ``batchserve.server.statuses`` (``STATUS_TABLE`` and ``GRPC_TABLE``), so it cannot drift.
-- ``<!-- cli: COMMAND -->``: ``batchserve COMMAND --help`` as the real parser prints it.
+- ``<!-- cli: COMMAND -->``: the flags of ``batchserve COMMAND``, from the real parser.
 
 The same functions render the README's headline table, which a test compares with them.
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import re
 import sys
@@ -100,23 +99,37 @@ def render_statuses() -> str:
 
 
 def render_cli(command: str) -> str:
-    """``batchserve COMMAND --help`` in a code block, as the parser formats it."""
+    """The flags of ``batchserve COMMAND`` as a table, from the real parser.
+
+    One row per flag: its names, the value it takes, and its help with defaults expanded as
+    ``--help`` prints them. A table wraps where ``--help``'s fixed columns would not.
+    """
     from batchserve.cli import build_parser
 
     parser = build_parser()
     actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     sub: argparse.ArgumentParser = actions[0].choices[command]
-    # argparse wraps to $COLUMNS: fixed while it formats, so a line fits a code block.
-    before = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = str(CODE_COLUMNS)
-    try:
-        text = sub.format_help().rstrip()
-    finally:
-        if before is None:
-            del os.environ["COLUMNS"]
-        else:
-            os.environ["COLUMNS"] = before
-    return "```text\n" + text + "\n```"
+    formatter = sub._get_formatter()
+    lines = ["| flag | value | what it does |", "|---|---|---|"]
+    for action in sub._actions:
+        if not action.option_strings or isinstance(action, argparse._HelpAction):
+            continue
+        flags = ", ".join(f"`{flag}`" for flag in action.option_strings)
+        value = ""
+        if action.nargs != 0:
+            value = formatter._format_args(action, action.dest.upper())
+        what = " ".join(formatter._expand_help(action).split()) if action.help else ""
+        # A long value (``--class``'s) may break after its commas, not only at spaces.
+        cells = [flags, _escape(value).replace(",", ",<wbr>"), _escape(what)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _escape(text: str) -> str:
+    """Text safe in a Markdown table cell: pipes, brackets and stars taken literally."""
+    for char in "\\|[]*_<":
+        text = text.replace(char, "\\" + char)
+    return text
 
 
 def render_markers(markdown: str, results_url: str = "results") -> str:

@@ -113,7 +113,8 @@ class Page:
 def open_browser() -> Iterator[Page]:
     """A headless Chromium with one blank tab; closed on exit."""
     binary = ensure_chromium()
-    with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
+    # Chromium's helper processes may still write the profile as it closes.
+    with tempfile.TemporaryDirectory(prefix="chromium-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen(
             [
                 binary,
