@@ -126,6 +126,19 @@ def test_every_batchserve_command_parses(where: str, argv: list[str]) -> None:
         build_settings(args, environ={})
 
 
+def test_the_getting_started_example_prints_what_it_says() -> None:
+    page = (DOCS / "getting-started.md").read_text()
+    code = re.search(r"## Batch in Python.*?```python\n(.*?)```", page, re.S)
+    assert code is not None
+    out = subprocess.run(
+        [sys.executable, "-c", code.group(1)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    printed = out.stdout.strip()
+    assert printed == "[[1.0], [2.0], [3.0]] {3: 1}"
+    assert f"It prints `{printed}`" in page
+
+
 def test_every_bench_and_script_named_in_a_command_exists() -> None:
     for where, argv in COMMANDS:
         if argv[0].endswith("python"):
