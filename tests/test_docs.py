@@ -235,6 +235,7 @@ def test_the_manual_reads_at_1280_px_without_scrolling_sideways(site: pathlib.Pa
         "seed-demo": "benchmarks/server/index.html",
         "fleets": "benchmarks/fleets/index.html",
         "api": "reference/core/index.html",
+        "api-more": "reference/more/index.html",
     }
     handler = functools.partial(QuietHandler, directory=str(site))
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
