@@ -155,7 +155,7 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
 
 
 def on_page_content(html: str, **_: Any) -> str:
-    """mkdocs: drop the Sphinx roles that docstrings carry in front of inline code.
+    """mkdocs: drop the reST that docstrings carry: roles before inline code, ``::``.
 
     ``:class:`~a.b.C``` reads ``C``, as Sphinx shows it; ``:class:`a.b.C``` stays whole.
     """
@@ -164,4 +164,5 @@ def on_page_content(html: str, **_: Any) -> str:
         name = match.group(2).rsplit(".", 1)[-1] if match.group(1) else match.group(2)
         return f"<code>{name}</code>"
 
-    return SPHINX_ROLE.sub(plain, html)
+    # reST's "Example::" introduces a literal block; the block renders, the "::" need not.
+    return SPHINX_ROLE.sub(plain, html).replace("::</p>", ":</p>")
