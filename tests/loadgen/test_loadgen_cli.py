@@ -84,7 +84,7 @@ def test_the_manuals_load_commands_make_valid_configs() -> None:
     page = (Path(__file__).resolve().parents[2] / "docs" / "load-testing.md").read_text()
     block = page.split("```sh", 1)[1].split("```", 1)[0].replace("\\\n", " ")
     commands = [line.split() for line in block.splitlines() if line.startswith("batchserve load")]
-    assert len(commands) == 2
+    assert len(commands) == 3  # HTTP, gRPC, a sweep
     for words in commands:
         words = words[1 : words.index(">")] if ">" in words else words[1:]
         args = build_parser().parse_args(words)
