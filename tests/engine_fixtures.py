@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from batchserve.models import telemetry
 from batchserve.models.quality_set import load as load_quality_set
+
+# Tests import OpenVINO directly too (importorskip): no usage report from the suite either.
+telemetry.decline()
 
 
 @pytest.fixture(scope="session")

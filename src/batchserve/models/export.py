@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from batchserve.errors import ConfigError
+from batchserve.models import telemetry
 from batchserve.models.quality_set import load as load_quality_set
 
 __all__ = [
@@ -245,9 +246,9 @@ def _check_extra(backend: str) -> None:
         if backend.startswith("onnx"):
             import onnxruntime  # noqa: F401
         else:
-            import openvino  # noqa: F401
+            telemetry.openvino()
         if backend == "openvino-int8":
-            import nncf  # noqa: F401
+            telemetry.nncf()
     except ImportError as exc:
         extra = "onnx" if backend.startswith("onnx") else "onnx,openvino"
         raise ImportError(
@@ -373,7 +374,7 @@ def _quantize(source: Path, src: Path, dst: Path, *, fuse: bool) -> None:
 
 
 def _convert_openvino(src: Path, dst: Path) -> None:
-    import openvino as ov
+    ov = telemetry.openvino()
 
     ov.save_model(ov.convert_model(str(src)), str(dst), compress_to_fp16=False)
 
@@ -388,9 +389,10 @@ def _quantize_openvino(source: Path, src: Path, dst: Path) -> int:
     # NNCF's post-training quantization with the transformer preset (it keeps the parts int8
     # handles badly, such as the attention's softmax, in floating point). The activations'
     # scales come from real passes over shipped texts of every length.
-    import nncf
-    import openvino as ov
     from transformers import AutoTokenizer
+
+    nncf = telemetry.nncf()
+    ov = telemetry.openvino()
 
     model = ov.Core().read_model(str(src))
     names = [port.get_any_name() for port in model.inputs]

@@ -88,7 +88,9 @@ _OV_PRECISION = {"float32": "f32", "bfloat16": "bf16"}
 def _openvino_runner(
     model_file: Path, threads: int, dtype: str, streams: int
 ) -> tuple[_Run, list[str]]:
-    import openvino as ov
+    from batchserve.models import telemetry
+
+    ov = telemetry.openvino()
 
     config: dict[str, Any] = {
         "INFERENCE_NUM_THREADS": threads * streams,
