@@ -47,7 +47,7 @@ from batchserve.server.http import Head, authorize, check_body_type, check_lengt
 from batchserve.server.ops.metrics import Metrics
 from batchserve.server.protocols import kserve, openai
 from batchserve.server.registry import Registry, ServedModel
-from batchserve.server.routes import Routes
+from batchserve.server.routes import Routes, model_path
 from batchserve.server.settings import ServerSettings
 from batchserve.server.statuses import ApiError
 from batchserve.server.tenancy import TenantKeys, header_class, wire_tenant
@@ -223,10 +223,10 @@ class App:
             return None
         if path == "/v1/embeddings":
             return self._embeddings, None
-        if path.startswith("/v2/models/") and path.endswith("/infer"):
-            parts = path[len("/v2/models/") :].split("/")
-            if len(parts) == 2 or (len(parts) == 4 and parts[1] == "versions"):
-                return self._infer, parts[0]
+        if path.endswith("/infer"):
+            model = model_path(path)
+            if model is not None and model[2] == ("infer",):
+                return self._infer, model[0]
         return None
 
     def authorize(self, head: Head) -> str | None:

@@ -27,7 +27,7 @@ from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
 from batchserve.server.transport.asgi import Handler, Receive, Scope, Send, read_body, send
 
-__all__ = ["Handler", "RoutesHost", "Routes"]
+__all__ = ["Handler", "Routes", "RoutesHost", "model_path"]
 
 
 class RoutesHost(Protocol):
@@ -60,6 +60,20 @@ class RoutesHost(Protocol):
 _HTML = b"text/html; charset=utf-8"
 #: The most a body to a route that is not inference may hold (the repository index's).
 _SMALL_BODY = 64 * 1024
+
+
+def model_path(path: str) -> tuple[str, str | None, tuple[str, ...]] | None:
+    """``/v2/models/{name}[/versions/{v}]/PART/...`` as ``(name, v or None, (PART, ...))``.
+
+    None for a path outside ``/v2/models/``. The one reading of the grammar: the routes
+    here and :meth:`App.inference_route <batchserve.server.app.App.inference_route>` share it.
+    """
+    if not path.startswith("/v2/models/"):
+        return None
+    name, *rest = path[len("/v2/models/") :].split("/")
+    if len(rest) >= 2 and rest[0] == "versions":
+        return name, rest[1], tuple(rest[2:])
+    return name, None, tuple(rest)
 
 
 class Routes:
@@ -100,14 +114,11 @@ class Routes:
             methods = static[path]
         elif path.startswith("/v1/models/") and path.count("/") == 3:
             methods, args = {"GET": self._openai_model}, (path[len("/v1/models/") :],)
-        elif path.startswith("/v2/models/"):
-            parts = path[len("/v2/models/") :].split("/")
-            name, rest = parts[0], parts[1:]
-            if len(rest) >= 2 and rest[0] == "versions":
-                if name in self.app.registry.models:  # else the handler's 404 names the models
-                    triton.check_version(name, rest[1])
-                rest = rest[2:]
-            methods, args = self.model.get(tuple(rest)), (name,)
+        elif (model := model_path(path)) is not None:
+            name, version, rest = model
+            if version is not None and name in self.app.registry.models:
+                triton.check_version(name, version)  # else the handler's 404 names the models
+            methods, args = self.model.get(rest), (name,)
         if methods is None:
             raise ApiError("not_found", f"no route {path!r}; see /docs")
         handler = methods.get(method)

@@ -1,0 +1,42 @@
+"""The route grammar: ``/v2/models/{name}[/versions/{v}]/...`` read in one place."""
+
+import pytest
+from server_helpers import build_app
+
+from batchserve.server.routes import model_path
+
+
+@pytest.mark.parametrize(
+    ("path", "parsed"),
+    [
+        ("/v2/models/m", ("m", None, ())),
+        ("/v2/models/m/infer", ("m", None, ("infer",))),
+        ("/v2/models/m/versions/1/infer", ("m", "1", ("infer",))),
+        ("/v2/models/m/versions/2", ("m", "2", ())),
+        ("/v2/models/m/versions/infer", ("m", "infer", ())),
+        ("/v2/models/m/a/b/infer", ("m", None, ("a", "b", "infer"))),
+        ("/v2/health/ready", None),
+        ("/v1/embeddings", None),
+    ],
+)
+def test_model_path(path: str, parsed: tuple[str, str | None, tuple[str, ...]] | None) -> None:
+    assert model_path(path) == parsed
+
+
+def test_inference_route_takes_the_infer_paths_and_nothing_else() -> None:
+    app = build_app({"m": "synthetic:fixed=0ms,per_item=0ms,dim=4"})
+    infer = app.inference_route("POST", "/v2/models/m/infer")
+    assert infer is not None
+    assert infer[1] == "m"
+    assert app.inference_route("POST", "/v2/models/m/versions/1/infer") == infer
+    embeddings = app.inference_route("POST", "/v1/embeddings")
+    assert embeddings is not None
+    assert embeddings[1] is None
+    for method, path in [
+        ("GET", "/v2/models/m/infer"),
+        ("POST", "/v2/models/m/versions/infer"),
+        ("POST", "/v2/models/m/a/b/infer"),
+        ("POST", "/v2/models/m/ready"),
+        ("POST", "/v1/models"),
+    ]:
+        assert app.inference_route(method, path) is None, (method, path)
