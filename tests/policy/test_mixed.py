@@ -274,3 +274,34 @@ def test_a_pass_is_cut_short_for_the_tightest_deadline_it_holds() -> None:
     # Without a tight deadline the next pass is full again.
     p.finish(0.115, cut)
     assert len(p.poll(0.115).dispatch[0]) == 64
+
+
+def test_a_prefetched_entry_that_expires_is_expired_in_its_lane_as_in_the_policy() -> None:
+    # This policy does not prefetch; forced here, the lanes must still count as it does.
+    p = make(max_batch_size=1, max_wait_s=0.0, admission=False)
+    p._prefetch = True
+    p.offer_to(0.0, "running", 1.0, "bulk")
+    p.offer_to(0.0, "waiting", 0.005, "bulk")
+    first, second = p.poll(0.0).dispatch
+    assert [e.payload for e in p.poll(0.005).expired] == ["waiting"]
+    p.finish(0.010, first)
+    p.finish(0.010, second, skipped=second.entries)
+    own = p.statistics().counters
+    lane = p.class_statistics()["bulk"][""]
+    assert (own.ok, own.expired, own.cancelled, own.pending) == (1, 1, 0, 0)
+    assert (lane.ok, lane.expired, lane.cancelled, lane.pending) == (1, 1, 0, 0)
+
+
+def test_the_lanes_add_up_to_the_policy_after_a_pass_with_every_outcome() -> None:
+    p = make(max_batch_size=4, max_wait_s=0.0, admission=False)
+    for x, cls in [("ok", "bulk"), ("late", "interactive"), ("bad", "bulk"), ("gone", "bulk")]:
+        p.offer_to(0.0, x, 0.05 if x == "late" else 1.0, cls)
+    (batch,) = p.poll(0.0).dispatch
+    by_name = {e.payload: e for e in batch.entries}
+    p.finish(0.06, batch, failed=[by_name["bad"]], skipped=[by_name["gone"]])
+    own = p.statistics().counters
+    bulk = p.class_statistics()["bulk"][""]
+    interactive = p.class_statistics()["interactive"][""]
+    assert (own.ok, own.late, own.failed, own.cancelled, own.pending) == (1, 1, 1, 1, 0)
+    assert (bulk.ok, bulk.late, bulk.failed, bulk.cancelled, bulk.pending) == (1, 0, 1, 1, 0)
+    assert (interactive.late, interactive.pending) == (1, 0)

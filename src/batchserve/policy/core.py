@@ -607,4 +607,14 @@ class Policy(Generic[PayloadT]):
             self._batches += 1
             self._batch_sizes[ran] = self._batch_sizes.get(ran, 0) + 1
         self._bisect_calls += bisect_calls
-        self._tally.add_pass(*tally_pass(now, batch.entries, failed, skipped))
+        self._count_pass(now, batch.entries, failed, skipped)
+
+    def _count_pass(
+        self,
+        now: float,
+        entries: list[Entry[PayloadT]],
+        failed: Collection[Entry[PayloadT]],
+        skipped: Collection[Entry[PayloadT]],
+    ) -> None:
+        # The outcomes of a pass's entries, by the one rule of ``tally_pass``.
+        self._tally.add_pass(*tally_pass(now, entries, failed, skipped))

@@ -60,9 +60,9 @@ from batchserve.errors import ConfigError, DeadlineInfeasible, QueueFull, Reject
 from batchserve.policy.admission import predict_finish_at
 from batchserve.policy.classes import ClassConfig
 from batchserve.policy.core import _DRIFT_MARGIN, _MIN_RETRY_S, Policy
-from batchserve.policy.entries import Batch, Entry, PayloadT
+from batchserve.policy.entries import Entry, PayloadT
 from batchserve.policy.lanes import ClassQueue, Lane
-from batchserve.policy.outcomes import Counters
+from batchserve.policy.outcomes import Counters, tally_pass
 
 __all__ = ["MixedEntry", "MixedPolicy"]
 
@@ -399,30 +399,34 @@ class MixedPolicy(Policy[PayloadT]):
         fits = math.floor(room / cost.per_item_s) if room > 0 else 0
         return min(cap, max(len(out), fits))
 
-    def finish(
+    def _overdue(self, now: float, expired: list[Entry[PayloadT]]) -> list[Entry[PayloadT]]:
+        # A prefetched entry past its deadline expires (see Policy._overdue): its lane too.
+        # (This policy does not prefetch today; the lanes follow the rule all the same.)
+        start = len(expired)
+        late = super()._overdue(now, expired)
+        for entry in expired[start:]:
+            tally = _lane_of(entry).tally
+            tally.expired += 1
+            tally.pending -= 1
+        return late
+
+    def _count_pass(
         self,
         now: float,
-        batch: Batch[PayloadT],
-        *,
-        failed: Collection[Entry[PayloadT]] = (),
-        skipped: Collection[Entry[PayloadT]] = (),
-        bisect_calls: int = 0,
+        entries: list[Entry[PayloadT]],
+        failed: Collection[Entry[PayloadT]],
+        skipped: Collection[Entry[PayloadT]],
     ) -> None:
-        """End a forward pass (see :meth:`Policy.finish`); outcomes also go to each tally."""
-        super().finish(now, batch, failed=failed, skipped=skipped, bisect_calls=bisect_calls)
-        failed_ids = {e.id for e in failed} if failed else ()
-        skipped_ids = {e.id for e in skipped} if skipped else ()
-        for e in batch.entries:
-            tally = _lane_of(e).tally
-            tally.pending -= 1
-            if e.id in skipped_ids:
-                tally.cancelled += 1
-            elif e.id in failed_ids:
-                tally.failed += 1
-            elif e.deadline is not None and now > e.deadline:
-                tally.late += 1
-            else:
-                tally.ok += 1
+        # Each lane's entries by the policy's own rule (``tally_pass``), so the lanes add up
+        # to the policy's count: an entry already done is counted by neither again.
+        by_lane: dict[Lane, list[Entry[PayloadT]]] = {}
+        for e in entries:
+            by_lane.setdefault(_lane_of(e), []).append(e)
+        own = self._tally
+        for lane, group in by_lane.items():
+            outcomes = tally_pass(now, group, failed, skipped)
+            lane.tally.add_pass(*outcomes)
+            own.add_pass(*outcomes)
 
 
 def _lane_of(entry: Entry[PayloadT]) -> Lane:
