@@ -110,7 +110,7 @@ VIEWS = (
     "batchserve.server.protocols.triton",
     "batchserve.server.ops.live",
     "batchserve.server.ops.dashboard",
-    "batchserve.server.ops.openapi_ops",
+    "batchserve.server.ops.openapi",
     "batchserve.cli.top",
 )
 
