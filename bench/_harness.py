@@ -1,7 +1,17 @@
-"""What the bench scripts share: a free port, the null model's probe, a process's CPU.
+"""What every bench script shares: servers started and stopped, a closed-loop client, CPU.
 
-Scripts import it as a sibling (``from _harness import ...``): they run by path from the
-repository root (``python bench/<script>.py``), where their own directory is on the path.
+* :func:`batchserve`: ``batchserve serve --port 0 FLAGS`` until the block ends (its ready
+  line says where it listens);
+* :func:`serving`: any command that serves HTTP on a given port (the yardstick, the same
+  app under other ASGI servers), until the block ends; :func:`running` starts one of the
+  request path's contenders (:data:`CONTENDERS`) that way;
+* :func:`wrk`: the closed-loop client (Debian's ``wrk``); the project's open-loop load
+  generator is :func:`batchserve.loadgen.run_load` (or ``batchserve load``);
+* :func:`free_port`, :func:`cpu_s`, :func:`process_cpu_s`: from :mod:`batchserve.testing`,
+  which the tests use too (nothing here imports from ``tests/``).
+
+Scripts run by path from the repository root (``python bench/<script>.py``), so their own
+directory is on the path and they import this module as ``_harness``.
 """
 
 from __future__ import annotations
@@ -13,24 +23,43 @@ import re
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import tempfile
+import time
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
+
+from batchserve.testing.process import children, cpu_s, free_port, process_cpu_s
 
 __all__ = [
     "BENCH",
+    "CONTENDERS",
+    "NGINX_CONF",
+    "NULL",
+    "OUT",
     "ROOT",
     "Served",
     "answers",
     "batchserve",
     "children",
+    "contender",
     "cpu_s",
     "free_port",
     "process_cpu_s",
+    "running",
+    "serving",
+    "wrk",
 ]
 
-#: This directory, and the repository's root.
+#: This directory, the repository's root, and where scripts write their raw figures.
 BENCH = pathlib.Path(__file__).resolve().parent
 ROOT = BENCH.parent
+OUT = BENCH / "out"
+#: The nginx configuration the fleet runs behind.
+NGINX_CONF = ROOT / "deploy" / "nginx" / "batchserve.conf"
+#: The null model: costs nothing, answers 8 floats.
+NULL = "m=synthetic:fixed=0ms,per_item=0ms,dim=8"
+_BIN = pathlib.Path(sys.executable).parent
+_ENV = {"HF_HUB_OFFLINE": "1"}
 
 
 class Served(NamedTuple):
@@ -60,7 +89,7 @@ def batchserve(flags: list[str], *, env: dict[str, str] | None = None) -> Iterat
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        env={**os.environ, **_ENV, **(env or {})},
     )
     try:
         assert proc.stdout is not None
@@ -77,20 +106,98 @@ def batchserve(flags: list[str], *, env: dict[str, str] | None = None) -> Iterat
             grpc.group(1) if grpc else None,
         )
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc, 30)
 
 
-def free_port() -> int:
-    """A port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+@contextlib.contextmanager
+def serving(
+    argv: list[str],
+    port: int,
+    *,
+    ready: Callable[[int], bool] | None = None,
+    ready_s: float = 60.0,
+) -> Iterator[int]:
+    """Run ``argv``, a server that listens on ``port``, until the block ends; yields its pid.
+
+    Yields once the port accepts connections and ``ready(port)`` holds (by default
+    :func:`answers`: models load after the port opens), or ``ready_s`` passed; stops it
+    with SIGTERM, SIGKILL if it is not gone 10 s later. It runs from the repository root;
+    its output is discarded.
+    """
+    ready = answers if ready is None else ready
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **_ENV},
+    )
+    try:
+        deadline = time.monotonic() + ready_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            time.sleep(0.2)
+        while time.monotonic() < deadline and not ready(port):
+            time.sleep(0.2)
+        yield proc.pid
+    finally:
+        _stop(proc, 10)
+
+
+def _stop(proc: subprocess.Popen[str] | subprocess.Popen[bytes], wait_s: float) -> None:
+    proc.terminate()
+    try:
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+#: The request path's contenders: each answers ``POST /v1/embeddings`` from the null model,
+#: max batch 64, max wait 2 ms (see ``bench/request_path.py``).
+CONTENDERS = ("yardstick", "batchserve", "batchserve-asgi", "batchserve-granian", "batchserve-rsgi")
+
+
+def contender(name: str, port: int) -> list[str]:
+    """The command that serves contender ``name`` (one of :data:`CONTENDERS`) on ``port``.
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    py = sys.executable
+    if name == "yardstick":
+        return [py, str(BENCH / "yardstick.py"), "--port", str(port)]
+    if name == "batchserve":
+        return [
+            *(py, "-m", "batchserve", "serve", "--port", str(port), "--model", NULL),
+            *("--max-batch-size", "64", "--max-wait", "2ms", "--queue-size", "1024"),
+        ]
+    if name == "batchserve-asgi":
+        code = (
+            "import uvicorn; from batchserve.server.transport.guard import guarded_protocol; "
+            f"uvicorn.run('null_app:app', app_dir={str(BENCH)!r}, host='127.0.0.1', "
+            f"port={port}, loop='uvloop', http=guarded_protocol(read_timeout_s=30), "
+            "access_log=False, log_level='warning')"
+        )
+        return [py, "-c", code]
+    if name == "batchserve-granian":
+        return [
+            *(str(_BIN / "granian"), "--interface", "asgi", "--host", "127.0.0.1"),
+            *("--port", str(port), "--loop", "uvloop", "--no-ws", "--working-dir", str(BENCH)),
+            *("--log-level", "warning", "null_app:app"),
+        ]
+    if name == "batchserve-rsgi":
+        return [py, str(BENCH / "rsgi_app.py"), "--port", str(port)]
+    raise ValueError(f"contender must be one of {', '.join(CONTENDERS)}, got {name!r}")
+
+
+@contextlib.contextmanager
+def running(name: str) -> Iterator[tuple[int, int]]:
+    """Contender ``name`` on a free port until the block ends; yields its port and pid."""
+    port = free_port()
+    with serving(contender(name, port), port) as pid:
+        yield port, pid
 
 
 def answers(port: int) -> bool:
@@ -106,21 +213,36 @@ def answers(port: int) -> bool:
     return False
 
 
-def cpu_s(pid: int) -> float:
-    """CPU seconds of ``pid`` and its children that were waited for (a server's workers)."""
-    return sum(process_cpu_s(p) for p in [pid, *children(pid)])
+_WRK_SCRIPT = """wrk.method = "POST"
+wrk.body = '{"input": "hello world", "model": "m"}'
+wrk.headers["Content-Type"] = "application/json"
+"""
 
 
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user and system) of one live process so far; 0 if it is gone."""
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return 0.0
+def wrk(port: int, seconds: float, connections: int = 64) -> tuple[float, int]:
+    """Closed loop with ``wrk -t1``: requests/s of 2xx answers and the count of others.
 
-
-def children(pid: int) -> list[int]:
-    """The child processes of ``pid`` (a server's workers)."""
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{pid}/children") as f:
-        return [int(c) for c in f.read().split()]
-    return []
+    Every connection resends the null model's embeddings request as soon as it is answered.
+    """
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write(_WRK_SCRIPT)
+    try:
+        out = subprocess.run(
+            [
+                *("wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s", f.name),
+                f"http://127.0.0.1:{port}/v1/embeddings",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+    finally:
+        os.unlink(f.name)
+    rate = re.search(r"Requests/sec:\s+([0-9.]+)", out)
+    bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    total = re.search(r"(\d+) requests in", out)
+    n_bad = int(bad.group(1)) if bad else 0
+    if rate is None or total is None:
+        return 0.0, n_bad
+    ok_share = 1 - n_bad / max(1, int(total.group(1)))
+    return float(rate.group(1)) * ok_share, n_bad

@@ -53,8 +53,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from compare_report import versions, write_results
 from compare_servers import (
     BENCH,

@@ -17,12 +17,9 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compare_servers import MAIN_PYTHON, PEERS, ROOT, VENVS
 

@@ -28,8 +28,7 @@ import statistics
 import sys
 import time
 
-from _harness import cpu_s
-from request_path import running
+from _harness import cpu_s, running
 
 BODY = b'{"input": "hello world", "model": "m"}'
 

@@ -20,17 +20,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import pathlib
 import sys
 import threading
 import time
 from typing import Any
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-# The reliability harness the tests run on (and what it needs from tests/).
-sys.path[:0] = [str(ROOT / "tests" / "reliability"), str(ROOT / "tests")]
+from _harness import NGINX_CONF
 
-from fleet_harness import (  # noqa: E402
+from batchserve.loadgen.config import LoadConfig
+from batchserve.sim import simulate_fleet
+from batchserve.testing.fleet import (
     MODEL,
     PASS_COST,
     REPLICA_CAPACITY_PER_S,
@@ -38,11 +37,8 @@ from fleet_harness import (  # noqa: E402
     SIM_OVERHEAD_S,
     Fleet,
 )
-from reliability_harness import LoadRun, percentile, run_load, unique_texts  # noqa: E402
-
-from batchserve.loadgen.config import LoadConfig  # noqa: E402
-from batchserve.sim import simulate_fleet  # noqa: E402
-from batchserve.units import parse_duration  # noqa: E402
+from batchserve.testing.harness import LoadRun, percentile, run_load, unique_texts
+from batchserve.units import parse_duration
 
 DEADLINE_S = 2.0
 LOADS = (0.8, 1.33)  # offered, as a share of the fleet's capacity
@@ -175,7 +171,7 @@ def main() -> int:
     duration_s = parse_duration(args.duration, name="--duration")
     overhead_s = parse_duration(args.overhead, name="--overhead")
     rows: list[dict[str, Any]] = []
-    fleet = Fleet(3)
+    fleet = Fleet(NGINX_CONF, 3)
     try:
         run_load(config(fleet.url, 100, 1.0, "warm"))  # every replica's cost model learns
         time.sleep(0.5)

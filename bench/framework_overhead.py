@@ -21,14 +21,15 @@ Run: ``.venv/bin/python bench/framework_overhead.py [--requests 3000]``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
 import socket
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
+
+from _harness import free_port, serving
 
 BODY = json.dumps({"input": "hello world", "model": "m"}).encode()
 
@@ -129,19 +130,25 @@ PATHS = {
 }
 
 
-def serve(name: str) -> None:
+def serve(name: str, port: int) -> None:
     import uvicorn
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(1024)
     app = FACTORIES[name]()
     config = uvicorn.Config(
-        app, loop="uvloop", http="httptools", access_log=False, log_level="warning"
+        app,
+        host="127.0.0.1",
+        port=port,
+        backlog=1024,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level="warning",
     )
-    server = uvicorn.Server(config)
-    print(sock.getsockname()[1], flush=True)
-    server.run(sockets=[sock])
+    uvicorn.Server(config).run()
+
+
+def _open(port: int) -> bool:
+    return True  # the port accepts connections: the app has no model to load
 
 
 def _read_response(sock: socket.socket, buf: bytearray) -> int:
@@ -195,9 +202,10 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=2000, help="per round and stack")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--serve", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve)
+        serve(args.serve, args.port)
         return 0
     names = ["raw", "batchserve"]
     for extra in ("starlette", "fastapi"):
@@ -207,20 +215,12 @@ def main() -> int:
         except ImportError:
             print(f"({extra} not installed: pip install {extra} to compare it)")
     rows: dict[str, tuple[float, float]] = {}
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    procs = {}
-    ports = {}
-    try:
+    ports = {name: free_port() for name in names}
+    with contextlib.ExitStack() as servers:
         for name in names:
-            procs[name] = proc = subprocess.Popen(
-                [sys.executable, __file__, "--serve", name],
-                stdout=subprocess.PIPE,
-                env=env,
-                text=True,
-            )
-            assert proc.stdout is not None
-            ports[name] = int(proc.stdout.readline())
-        time.sleep(0.5)
+            argv = [sys.executable, __file__, "--serve", name, "--port", str(ports[name])]
+            ready = None if name == "batchserve" else _open  # batchserve: its model answers
+            servers.enter_context(serving(argv, ports[name], ready=ready))
         # Rounds in turn, best median of each: the machine's noise hits every stack alike.
         for _ in range(args.rounds):
             for name in names:
@@ -229,10 +229,6 @@ def main() -> int:
                 p = statistics.median(measure(ports[name], post_path, True, args.requests))
                 old = rows.get(name, (g, p))
                 rows[name] = (min(old[0], g), min(old[1], p))
-    finally:
-        for proc in procs.values():
-            proc.terminate()
-            proc.wait(10)
     base_get, base_post = rows["raw"]
     print(f"{'stack':<12} {'GET us':>8} {'POST us':>8} {'GET +us':>8} {'POST +us':>8}")
     for name, (g, p) in rows.items():

@@ -35,7 +35,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-from _harness import ROOT, batchserve, process_cpu_s
+from _harness import batchserve, process_cpu_s
 
 NULL = "synthetic:fixed=0ms,per_item=0ms,dim=8"
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
@@ -44,7 +44,6 @@ STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
 
 def request_body() -> bytes:
     """The call every contender gets: one text, as tritonclient.grpc serializes it."""
-    sys.path.insert(0, str(ROOT / "src"))
     from batchserve.server.protocols.proto import grpc_service_pb2 as pb
     from batchserve.server.protocols.tensors import pack_bytes
 

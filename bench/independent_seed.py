@@ -30,10 +30,7 @@ import asyncio
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compare_servers import BENCH, MODEL_NAME, Knobs, ModelSpec, start
 

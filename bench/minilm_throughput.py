@@ -37,11 +37,12 @@ import random
 import re
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 import urllib.request
 from typing import Any
+
+from _harness import batchserve
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -175,23 +176,12 @@ async def served_rate(
     return counts["ok"] / elapsed, counts["bad"]
 
 
-def start_server(
-    max_batch_size: int, spec: str = "", flags: list[str] | None = None
-) -> tuple[subprocess.Popen[str], str, int]:
-    cmd = [
-        sys.executable, "-m", "batchserve", "serve", "--port", "0",
+def server_flags(max_batch_size: int, spec: str = "", flags: list[str] | None = None) -> list[str]:
+    return [
         *(["--model", spec] if spec else []),
         "--max-batch-size", str(max_batch_size), "--max-wait", "5ms",
         "--queue-size", "4096", "--admission", "off", "--timeout", "60s", *(flags or []),
     ]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    match = re.search(r"http://([\d.]+):(\d+)", line)
-    if not match:
-        proc.kill()
-        raise RuntimeError(f"server did not start: {line!r}")
-    return proc, match.group(1), int(match.group(2))
 
 
 def server_workers(host: str, port: int) -> int:
@@ -233,12 +223,12 @@ def main() -> int:
         first = encode_rates(texts, sizes, args.seconds / 2, args.spec)
         print("  " + "  ".join(f"b={b}: {r:6.1f}" for b, r in first.items()))
         best = max(first, key=lambda b: first[b])
-    proc, host, port = start_server(best, args.spec, shlex.split(args.server_flags))
-    workers = server_workers(host, port)
-    concurrency = args.concurrency or (workers + 1) * best
-    print(f"server: {workers} worker(s), batch {best}")
     rows: list[dict[str, Any]] = []
-    try:
+    with batchserve(server_flags(best, args.spec, shlex.split(args.server_flags))) as served:
+        host, port = served.host, served.port
+        workers = server_workers(host, port)
+        concurrency = args.concurrency or (workers + 1) * best
+        print(f"server: {workers} worker(s), batch {best}")
         for r in range(args.rounds):
             ceiling = encode_rates(texts, [best], args.seconds, args.spec)[best]
             single, bad1 = asyncio.run(served_rate(host, port, texts, 1, concurrency, args.seconds))
@@ -252,9 +242,6 @@ def main() -> int:
                 f"served, 8 texts/request: {multi:6.1f} texts/s ({multi / ceiling:.0%})"
                 + (f" | non-200: {bad1 + bad8}" if bad1 + bad8 else "")
             )
-    finally:
-        proc.terminate()
-        proc.wait(60)
     # Paired rounds: each ratio compares windows seconds apart, so slow drifts of the
     # machine's load cancel better than in a ratio of means.
     single_ratio = statistics.median(r["single"] / r["encode"] for r in rows)

@@ -23,8 +23,7 @@ import contextlib
 import math
 from collections.abc import Iterator
 
-from _harness import batchserve, cpu_s
-from request_path import NULL, running
+from _harness import NULL, batchserve, cpu_s, running
 
 from batchserve.loadgen import LoadConfig, run_load
 from batchserve.units import parse_rates

@@ -19,8 +19,7 @@ import contextlib
 import statistics
 from collections.abc import Iterator
 
-from _harness import batchserve
-from request_path import NULL, wrk
+from _harness import NULL, batchserve, wrk
 
 #: What each contender runs with: --otel or not, and OTEL_TRACES_EXPORTER.
 CONTENDERS = {"off": None, "--otel, spans dropped": "none", "--otel, console": "console"}

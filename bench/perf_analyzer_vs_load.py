@@ -33,13 +33,10 @@ import sys
 from typing import Any
 
 import httpx
-from _harness import ROOT, batchserve
-
-# Where perf_analyzer is fetched and installed from (shared with the tests that run it).
-sys.path.insert(0, str(ROOT / "tests"))
+from _harness import batchserve
 
 from batchserve.models.loader import default_model_name
-from tools import ensure_perf_analyzer
+from batchserve.testing.tools import ensure_perf_analyzer
 
 SYNTHETIC = "synthetic:fixed=2ms,per_item=0.1ms"
 #: Both tools send this one text: perf_analyzer's default (random 128-character strings)

@@ -81,7 +81,6 @@ async def _protocol_class(which: str, refuse: bool) -> tuple[Any, Any]:
     import uvicorn
 
     if which == "yardstick":
-        sys.path.insert(0, str(HERE))
         import yardstick
 
         if refuse:

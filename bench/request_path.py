@@ -27,114 +27,16 @@ Run: ``.venv/bin/python bench/request_path.py [--rounds 5] [--seconds 4] [--prof
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import pathlib
-import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 
-from _harness import answers, cpu_s, free_port
+from _harness import CONTENDERS, OUT, cpu_s, running, wrk
 
-HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parent
-OUT = HERE / "out"
 BIN = pathlib.Path(sys.executable).parent
-NULL = "m=synthetic:fixed=0ms,per_item=0ms,dim=8"
-LUA = """wrk.method = "POST"
-wrk.body = '{"input": "hello world", "model": "m"}'
-wrk.headers["Content-Type"] = "application/json"
-"""
-
-
-def command(name: str, port: int) -> list[str]:
-    py = sys.executable
-    if name == "yardstick":
-        return [py, str(HERE / "yardstick.py"), "--port", str(port)]
-    if name == "batchserve":
-        return [
-            *(py, "-m", "batchserve", "serve", "--port", str(port), "--model", NULL),
-            *("--max-batch-size", "64", "--max-wait", "2ms", "--queue-size", "1024"),
-        ]
-    if name == "batchserve-asgi":
-        code = (
-            "import sys, uvicorn; sys.path.insert(0, 'bench'); from null_app import app; "
-            "from batchserve.server.transport.guard import guarded_protocol; "
-            f"uvicorn.run(app, host='127.0.0.1', port={port}, loop='uvloop', "
-            "http=guarded_protocol(read_timeout_s=30), access_log=False, log_level='warning')"
-        )
-        return [py, "-c", code]
-    if name == "batchserve-granian":
-        return [
-            *(str(BIN / "granian"), "--interface", "asgi", "--host", "127.0.0.1"),
-            *("--port", str(port), "--loop", "uvloop", "--no-ws", "--working-dir", str(HERE)),
-            *("--log-level", "warning", "null_app:app"),
-        ]
-    if name == "batchserve-rsgi":
-        return [py, str(HERE / "rsgi_app.py"), "--port", str(port)]
-    raise ValueError(name)
-
-
-@contextlib.contextmanager
-def running(name: str) -> Iterator[tuple[int, int]]:
-    port = free_port()
-    proc = subprocess.Popen(
-        command(name, port),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            time.sleep(0.2)
-        # Loaded and answering (models load after the port opens).
-        for _ in range(300):
-            if answers(port):
-                break
-            time.sleep(0.2)
-        yield port, proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-def wrk(port: int, seconds: float, connections: int = 64) -> tuple[float, int]:
-    """Requests/s of 2xx answers and the count of other answers."""
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
-        f.write(LUA)
-    try:
-        out = subprocess.run(
-            [
-                *("wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s", f.name),
-                f"http://127.0.0.1:{port}/v1/embeddings",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout
-    finally:
-        os.unlink(f.name)
-    rate = re.search(r"Requests/sec:\s+([0-9.]+)", out)
-    bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
-    total = re.search(r"(\d+) requests in", out)
-    n_bad = int(bad.group(1)) if bad else 0
-    if rate is None or total is None:
-        return 0.0, n_bad
-    ok_share = 1 - n_bad / max(1, int(total.group(1)))
-    return float(rate.group(1)) * ok_share, n_bad
 
 
 def main() -> None:
@@ -143,7 +45,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=4)
     parser.add_argument(
         "--servers",
-        default="yardstick,batchserve,batchserve-asgi,batchserve-granian,batchserve-rsgi",
+        default=",".join(CONTENDERS),
+        help="contenders, the first the yardstick of the ratios",
     )
     parser.add_argument("--profile", action="store_true", help="py-spy flame graph of batchserve")
     args = parser.parse_args()

@@ -2,7 +2,8 @@
 
 Usage: python bench/stress.py [--only overload,soak,...] [--quick] [--soak 5m] [--json]
 
-Runs the scenarios of ``tests/reliability/`` (the same code, from ``scenarios.py``) with
+Runs the reliability scenarios (:mod:`batchserve.testing.scenarios`, which the tests of
+``tests/reliability/`` run at CI lengths) with
 longer durations than CI can afford, each against a real ``batchserve serve`` in a
 subprocess with the fault-injecting model, and prints a table: scenario, offered load,
 goodput (and its share of what could be served: the capacity under overload, else the
@@ -28,15 +29,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-# The reliability harness the tests run on (and what it needs from tests/).
-sys.path[:0] = [str(ROOT / "tests" / "reliability"), str(ROOT / "tests")]
-
-import scenarios  # noqa: E402
-from scenarios import Figures  # noqa: E402
-
-from batchserve.models.faults import crashes_on  # noqa: E402
-from batchserve.units import parse_duration  # noqa: E402
+from batchserve.models.faults import crashes_on
+from batchserve.testing import scenarios
+from batchserve.testing.scenarios import Figures
+from batchserve.units import parse_duration
 
 
 def poison_texts(n: int) -> list[str]:

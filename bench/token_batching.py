@@ -46,8 +46,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import compare
 from compare import Load
 from compare_servers import (

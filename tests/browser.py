@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 from websockets.sync.client import ClientConnection, connect
 
-from tools import ensure_chromium
+from batchserve.testing.tools import ensure_chromium
 
 
 class Page:

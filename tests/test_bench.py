@@ -1,11 +1,13 @@
 """Every bench script starts as the README runs it: by path, from the repository root.
 
-Run as a fresh clone runs them: the tests' own directories are not on the path (a script
-that still reaches into ``tests/`` puts them there itself, and says so).
+Run as a fresh clone runs them: the tests' own directories are not on the path. No script
+imports from ``tests/`` or edits ``sys.path``: what both need is in ``batchserve.testing``,
+and a script's own directory is on the path when it runs by path (``bench/_harness.py``).
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import pathlib
 import subprocess
@@ -38,6 +40,25 @@ def test_every_script_is_listed_in_the_bench_readme() -> None:
     readme = (BENCH / "README.md").read_text()
     missing = [s for s in SCRIPTS if f"`{s}`" not in readme]
     assert not missing, f"bench/README.md's table has no line for {missing}"
+
+
+#: Modules of tests/, by the names a script would import them under.
+TEST_MODULES = {p.stem for p in (ROOT / "tests").rglob("*.py")} - {"__init__", "conftest"}
+
+
+def test_no_script_imports_from_tests_or_edits_the_path() -> None:
+    for path in sorted(BENCH.rglob("*.py")):
+        source = path.read_text()
+        assert "sys.path" not in source, f"{path.name} edits sys.path"
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] not in TEST_MODULES, f"{path.name} imports {name}"
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("vocabulary", {"errors", "clock", "units", "config", "costmodel"}),
     ("core", {"policy", "models", "bisection", "batcher", "decorator", "workload"}),
     ("drivers", {"server", "sim"}),
-    ("outer", {"loadgen", "integrations"}),
+    ("outer", {"loadgen", "integrations", "testing"}),
     ("shell", {"cli", "__main__"}),
 ]
 LAYER_OF = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}

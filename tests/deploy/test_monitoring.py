@@ -25,14 +25,16 @@ import yaml
 
 from batchserve.models.loader import load_model
 from batchserve.server import App, ModelSettings, ServerSettings
-from support import wait_until
-from tools import ROOT, ensure_prometheus, ensure_promtool
+from batchserve.testing.process import wait_until
+from batchserve.testing.tools import ensure_prometheus, ensure_promtool
 
 HERE = pathlib.Path(__file__).resolve().parent
 MONITORING = HERE.parent.parent / "deploy" / "monitoring"
 RULES = MONITORING / "alerts.yml"
 DASHBOARD = MONITORING / "grafana-dashboard.json"
 _METRIC = re.compile(r"\bbatchserve_[a-z_]+\b")
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def rule_exprs() -> list[str]:

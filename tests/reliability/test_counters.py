@@ -12,12 +12,12 @@ import pathlib
 
 import httpx
 import pytest
-from reliability_harness import OUTCOMES, Scrape
 
 from batchserve.config import BatchConfig
 from batchserve.models.faults import FaultyModel
 from batchserve.models.loader import LoadedModel
 from batchserve.server import App, ModelSettings, ServerSettings
+from batchserve.testing.harness import OUTCOMES, Scrape
 from support import wait_for
 
 pytestmark = pytest.mark.reliability

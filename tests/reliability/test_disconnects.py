@@ -13,7 +13,8 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from scenarios import leaving_clients
+
+from batchserve.testing.scenarios import leaving_clients
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

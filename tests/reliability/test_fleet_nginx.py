@@ -24,12 +24,16 @@ Total time about 40 s.
 
 from __future__ import annotations
 
+import pathlib
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-from fleet_harness import (
+
+from batchserve.loadgen.config import LoadConfig
+from batchserve.sim import simulate_fleet
+from batchserve.testing.fleet import (
     MODEL,
     PASS_COST,
     SIM_CONFIG,
@@ -39,10 +43,7 @@ from fleet_harness import (
     delta,
     wait_quiet,
 )
-from reliability_harness import LoadRun, RequestCounts, percentile, run_load, unique_texts
-
-from batchserve.loadgen.config import LoadConfig
-from batchserve.sim import simulate_fleet
+from batchserve.testing.harness import LoadRun, RequestCounts, percentile, run_load, unique_texts
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
@@ -52,7 +53,7 @@ QUIET_S = 0.5  # between phases: the last phase's answers are all in
 
 @pytest.fixture(scope="module")
 def fleet() -> Iterator[Fleet]:
-    f = Fleet(3)
+    f = Fleet(pathlib.Path(__file__).resolve().parents[2] / "deploy/nginx/batchserve.conf")
     try:
         yield f
     finally:

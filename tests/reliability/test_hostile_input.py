@@ -16,10 +16,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from reliability_harness import FAULTY, Server, serve
-from scenarios import http_request
 
-from support import read_response
+from batchserve.testing.harness import FAULTY, Server, serve
+from batchserve.testing.rawhttp import read_response
+from batchserve.testing.scenarios import http_request
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

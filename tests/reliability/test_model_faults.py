@@ -10,10 +10,10 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from reliability_harness import unique_texts
-from scenarios import failing_model
 
 from batchserve.models.faults import crashes_on
+from batchserve.testing.harness import unique_texts
+from batchserve.testing.scenarios import failing_model
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

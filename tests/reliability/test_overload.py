@@ -34,8 +34,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from reliability_harness import cpu_pressure_s
-from scenarios import overload
+
+from batchserve.testing.process import cpu_pressure_s
+from batchserve.testing.scenarios import overload
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-from reliability_harness import FAULTY, Server, serve
 from schemathesis.config import SchemathesisConfig
 from schemathesis.config._checks import (
     NEGATIVE_DATA_REJECTION_EXPECTED_STATUSES as NEGATIVE,
@@ -34,6 +33,7 @@ from schemathesis.config._checks import (
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from batchserve.server.ops.openapi import openapi_spec
+from batchserve.testing.harness import FAULTY, Server, serve
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

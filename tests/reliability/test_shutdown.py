@@ -16,7 +16,8 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from scenarios import REFUSED_CONNECTION, shutdown_under_load
+
+from batchserve.testing.scenarios import REFUSED_CONNECTION, shutdown_under_load
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

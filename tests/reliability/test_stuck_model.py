@@ -14,7 +14,8 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from scenarios import stuck_model
+
+from batchserve.testing.scenarios import stuck_model
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

@@ -864,7 +864,7 @@ def test_a_shape_of_no_data_whose_other_axes_overflow_numpy_is_invalid() -> None
 
 @pytest.mark.slow
 def test_perf_analyzer_over_grpc_unary_and_streaming() -> None:
-    from tools import ensure_perf_analyzer
+    from batchserve.testing.tools import ensure_perf_analyzer
 
     binary, env = ensure_perf_analyzer()
     model = "synthetic"

@@ -21,7 +21,7 @@ from server_helpers import build_app, client_for, embedding_model, server_proces
 from batchserve.config import BatchConfig
 from batchserve.models.loader import LoadedModel
 from batchserve.server import App, ModelSettings, ServerSettings
-from tools import ensure_perf_analyzer
+from batchserve.testing.tools import ensure_perf_analyzer
 
 tritonhttp = pytest.importorskip("tritonclient.http")
 

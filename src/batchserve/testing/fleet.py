@@ -8,7 +8,7 @@
   access log, which records every attempt of every request: the replica's address, its
   status, the bytes sent to it (a log format of the harness's own, see :class:`Access`).
 * :class:`Fleet` starts the replicas (``batchserve serve`` on fixed free ports, through
-  :class:`reliability_harness.Server`) and nginx in front: one front door for the whole
+  :class:`~batchserve.testing.harness.Server`) and nginx in front: one front door for the whole
   fleet, and one to each smaller fleet of its first replicas (replica 0 alone...), to
   measure fewer replicas through the same proxy. It restarts (SIGTERM, wait, start) and
   kills (SIGKILL) replicas.
@@ -24,21 +24,17 @@ import pathlib
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
 
 import httpx
-from reliability_harness import ROOT, RequestCounts, Server
 
 from batchserve.config import BatchConfig, CostEstimate
-from support import wait_until
-from tools import ensure_binary
-
-#: The nginx configuration under test.
-DEPLOY_CONF = ROOT / "deploy" / "nginx" / "batchserve.conf"
+from batchserve.testing.harness import RequestCounts, Server
+from batchserve.testing.process import free_port, wait_until
+from batchserve.testing.tools import ensure_binary
 
 #: Each replica: a sleeping model, 20 ms a pass of at most 2 items, so 100 requests/s at
 #: most per replica and 300 for three: far below what this machine's CPUs can carry.
@@ -80,13 +76,6 @@ def ensure_nginx() -> str:
         RuntimeError: nginx is missing and could not be installed (the output says why).
     """
     return ensure_binary("nginx", "nginx-light")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 _SERVER_LINE = re.compile(r"^(\s*)server 127\.0\.0\.1:\d+( .*;)$", re.MULTILINE)
@@ -206,7 +195,7 @@ class Nginx:
             return [Access.parse(line) for line in f if line.strip()]
 
     def error_text(self) -> str:
-        """nginx's error log so far."""
+        """Nginx's error log so far."""
         path = self.folder / "error.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
@@ -224,6 +213,12 @@ class Nginx:
 class Fleet:
     """Replicas of ``batchserve serve`` on fixed ports with nginx in front.
 
+    Args:
+        conf: the nginx configuration to render for the fleet (the repository's
+            ``deploy/nginx/batchserve.conf``; see :func:`render`).
+        size: how many replicas.
+        folder: where nginx and the replicas keep their files (a temporary folder).
+
     Attributes:
         doors: ``k`` -> nginx's front door to the first ``k`` replicas (the same
             configuration otherwise), for ``k`` from 1 to the fleet's size.
@@ -233,7 +228,9 @@ class Fleet:
         replicas: each replica's running server (None while it is down).
     """
 
-    def __init__(self, size: int = 3, folder: pathlib.Path | None = None) -> None:
+    def __init__(
+        self, conf: pathlib.Path, size: int = 3, folder: pathlib.Path | None = None
+    ) -> None:
         self._own_folder = folder is None
         self.folder = folder or pathlib.Path(tempfile.mkdtemp(prefix="batchserve-fleet-"))
         self.ports = [free_port() for _ in range(size)]
@@ -241,11 +238,10 @@ class Fleet:
         try:
             for i in range(size):
                 self.start(i)
-            conf = DEPLOY_CONF.read_text()
             doors = {k: free_port() for k in range(size, 0, -1)}
             http_conf = "\n".join(
                 render(
-                    conf,
+                    conf.read_text(),
                     listen_port=port,
                     replica_ports=self.ports[:k],
                     name="batchserve" if k == size else f"batchserve_{k}",

@@ -1,4 +1,4 @@
-"""The outside programs some tests drive, installed by the test set-up when they are missing.
+"""The outside programs tests and benchmarks drive, installed when they are missing.
 
 A test that needs one never skips without it: Debian's packages come from ``apt-get`` (an
 ``apt-get update`` first only when the install fails without it), and ``perf_analyzer``,
@@ -7,8 +7,8 @@ ships it: the ``tritonclient`` 2.50.0 wheel carries the binary (its newer wheels
 the ``perf-analyzer`` wheels need a newer glibc than Debian 12's). It runs given Debian's
 ``libb64-0d`` and ``libcudart.so.12`` from PyPI's ``nvidia-cuda-runtime-cu12`` on its
 library path (it loads the CUDA runtime at start even when no GPU is used). Both wheels are
-fetched once with pip and unpacked under ``.venv/perf_analyzer``, which survives between
-runs and is made again with the virtual environment.
+fetched once with pip and unpacked under ``perf_analyzer`` in the virtual environment
+(``sys.prefix``), which survives between runs and is made again with the environment.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import tempfile
 import zipfile
 from collections.abc import Callable
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-PERF_ANALYZER_HOME = ROOT / ".venv" / "perf_analyzer"
+#: Where perf_analyzer is unpacked: in the virtual environment (``sys.prefix``).
+PERF_ANALYZER_HOME = pathlib.Path(sys.prefix) / "perf_analyzer"
 TRITONCLIENT_WITH_PERF_ANALYZER = "tritonclient==2.50.0"
 _SBIN = "/usr/sbin:/sbin:/usr/bin:/bin"
 

@@ -11,7 +11,7 @@
   they add up: ``received == ok + late + rejected + expired + cancelled + failed + invalid``
   (plus what is still in flight).
 
-The tests (short runs, assertions) and ``bench/stress.py`` (long runs, a table) both use it.
+The tests (short runs, assertions) and ``bench/`` (long runs, tables) both use it.
 Traffic goes to 127.0.0.1 only.
 """
 
@@ -41,23 +41,11 @@ from batchserve.loadgen.runner import loop_factory
 from batchserve.loadgen.sender import Sender, Share, ShareResult
 from batchserve.server.ops.metrics import REQUEST_OUTCOMES
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
 #: The fault-injecting model, served under the name ``faulty``.
 FAULTY = "faulty=batchserve.models.faults:FaultyModel"
 
 #: The request outcomes, in the order of the identity.
 OUTCOMES = REQUEST_OUTCOMES
-
-
-def cpu_pressure_s() -> float:
-    """Seconds runnable tasks have waited for a CPU since boot (Linux PSI); NaN elsewhere."""
-    try:
-        with open("/proc/pressure/cpu") as f:
-            some = f.readline().split()
-    except OSError:
-        return math.nan
-    return int(some[-1].partition("=")[2]) / 1e6
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -193,7 +181,6 @@ class Server:
             stderr=self._stderr,
             env=full_env,
             text=True,
-            cwd=ROOT,
         )
         self.pid = self.proc.pid
         #: ``time.monotonic()`` when the process exited (None while it runs).
