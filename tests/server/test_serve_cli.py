@@ -148,3 +148,31 @@ def test_the_library_reads_the_config_file_and_its_overrides(tmp_path: pathlib.P
     assert settings.port == 0
     (model,) = settings.models
     assert (model.name, model.batch.max_batch_size, model.batch.max_wait_s) == ("fast", 8, 0.005)
+
+
+def _help(command: str) -> str:
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return " ".join(commands.choices[command].format_help().split())
+
+
+def test_serve_help_shows_the_built_in_defaults_of_flags_the_file_may_set() -> None:
+    text = _help("serve")
+    defaults = ServerSettings()
+    assert f"address to bind (default: {defaults.host})" in text
+    assert f"(default: {defaults.port})" in text
+    assert "a batch closes at this many items (default: 32)" in text
+    assert "waited this long (default: 2ms)" in text
+    assert "deadline of a request that states none (default: 30s)" in text
+    assert "(default: on)" in text
+    # Unset, so that a config file can set them: the flags' own defaults stay empty.
+    args = build_parser().parse_args(["serve"])
+    assert (args.host, args.port, args.max_batch_size, args.timeout) == (None, None, [], [])
+
+
+@pytest.mark.parametrize("command", ["demo", "load", "profile", "simulate", "top", "tune"])
+def test_every_subcommand_shows_defaults_through_argparse(command: str) -> None:
+    text = _help(command)
+    assert "(default: None)" not in text
+    assert "(default: %" not in text
+    assert "(default:" in text or command == "top"

@@ -1,6 +1,9 @@
-"""What the CLI subcommands share: argument types, and the flag groups several take.
+"""What the CLI subcommands share: argument types, the help's format, shared flag groups.
 
-Defaults are shown by argparse (``%(default)s``), never typed into a help text.
+Defaults are shown by argparse, never typed into a help text: :class:`HelpFormatter` adds
+each flag's default to its help. A ``serve`` flag that a config file may set is left unset
+(None) so that the file can fill it (flag > file > built-in default); :func:`falls_back`
+records the built-in default it then takes, for the help to show.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ from batchserve.units import format_duration, parse_duration, parse_int_range, p
 from batchserve.workload.seed import SEED_FIXED_S, SEED_PER_ITEM_S, SEED_QUEUE, SEED_TIMEOUT_S
 
 __all__ = [
+    "HelpFormatter",
     "add_cost_args",
     "add_queue_args",
     "duration",
+    "falls_back",
     "int_range",
     "on_off",
     "optional_duration",
@@ -23,6 +28,42 @@ __all__ = [
     "positive_int",
     "rates",
 ]
+
+
+#: The attribute :func:`falls_back` sets on an action.
+_FALLS_BACK = "falls_back_to"
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as written; each flag's help ends with its default.
+
+    The default shown is what :func:`falls_back` recorded for the flag, else argparse's
+    ``default`` (none for a flag without one, a switch, or a help that says
+    ``%(default)s`` itself).
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if not action.option_strings or action.default is argparse.SUPPRESS:
+            return action.help
+        if "%(default)" in text:
+            return text
+        shown = getattr(action, _FALLS_BACK, None)
+        if shown is not None:
+            return f"{text} (default: {str(shown).replace('%', '%%')})"
+        if action.default is None or action.default is False or action.default in ("", []):
+            return action.help
+        return f"{text} (default: %(default)s)"
+
+
+def falls_back(action: argparse.Action, default: object) -> argparse.Action:
+    """Record for the help the ``default`` an unset flag takes (see :class:`HelpFormatter`).
+
+    The flag's own argparse default stays None (or ``[]``): unset, so a config file can set
+    it. Returns the action.
+    """
+    setattr(action, _FALLS_BACK, default)
+    return action
 
 
 def duration(text: str) -> float:
@@ -120,8 +161,8 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--warm-start",
         action="store_true",
-        help="start the server's cost model from the true cost (default: from zero, as a "
-        "server started without --profile)",
+        help="start the server's cost model from the true cost, not from zero as a server "
+        "started without --profile does",
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from batchserve.cli._common import falls_back
 from batchserve.errors import ConfigError
 from batchserve.policy import ClassConfig, Tenant, WorkClass
 from batchserve.policy.classes import parse_class, parse_tenant
@@ -50,8 +51,11 @@ def add_class_args(p: argparse.ArgumentParser) -> None:
         help="a class of work, most urgent first (repeat): its weight in every pass, its "
         "share of --queue-size, its default deadline and its max wait",
     )
-    g.add_argument(
-        "--default-class", metavar="NAME", help="the class of requests that name none (the last)"
+    falls_back(
+        g.add_argument(
+            "--default-class", metavar="NAME", help="the class of requests that name none"
+        ),
+        "the last",
     )
     g.add_argument(
         "--tenant",

@@ -8,7 +8,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from batchserve.cli._common import duration, positive_int
+from batchserve.cli._common import HelpFormatter, duration, positive_int
 from batchserve.loadgen.inprocess import run_seed_demo
 from batchserve.sim.seed import predict_seed_demo
 from batchserve.workload.seed import (
@@ -31,6 +31,7 @@ def add_parser(sub: Any) -> None:
         help="reproduce the Go seed's batching experiment in-process",
         description="Open-loop load on the seed's synthetic model under four batching "
         "configurations, then what this engine adds.",
+        formatter_class=HelpFormatter,
     )
     p.add_argument("--rate", type=float, default=SEED_RATE, help="requests per second")
     p.add_argument("--duration", type=duration, default=SEED_DURATION_S, help="e.g. 1.5s")

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from batchserve.cli._common import duration, int_range, positive_int
+from batchserve.cli._common import HelpFormatter, duration, falls_back, int_range, positive_int
 from batchserve.errors import ConfigError
 from batchserve.loadgen import (
     DEFAULT_MODEL,
@@ -64,6 +64,7 @@ def add_parser(sub: Any) -> None:
         help="open-loop HTTP or gRPC load on a server (no coordinated omission)",
         description="Send requests on a schedule fixed in advance, never paced by answers, "
         "and report what callers saw, latency counted from each scheduled send time.",
+        formatter_class=HelpFormatter,
     )
     p.add_argument(
         "url",
@@ -71,44 +72,40 @@ def add_parser(sub: Any) -> None:
         "for KServe's ModelInfer over gRPC",
     )
     w = p.add_argument_group("what to send")
-    w.add_argument(
-        "--api",
-        choices=APIS,
-        default=None,
-        help="protocol (openai; kserve, the only one, with a grpc:// url)",
+    falls_back(
+        w.add_argument("--api", choices=APIS, default=None, help="protocol"),
+        "openai; kserve, the only one, with a grpc:// url",
     )
-    w.add_argument("--model", default=DEFAULT_MODEL, help=f"model name ({DEFAULT_MODEL})")
-    w.add_argument(
-        "--inputs", metavar="N", type=positive_int, default=1, help="inputs per request (1)"
-    )
+    w.add_argument("--model", default=DEFAULT_MODEL, help="model name")
+    w.add_argument("--inputs", metavar="N", type=positive_int, default=1, help="inputs per request")
     w.add_argument("--texts", metavar="FILE", help="input texts, one per line (cycled)")
     w.add_argument(
         "--text-words",
         metavar="N|LOW:HIGH",
         type=int_range,
         default=12,
-        help="words per generated text, or a range drawn uniformly, e.g. 3:200 (12)",
+        help="words per generated text, or a range drawn uniformly, e.g. 3:200",
     )
     w.add_argument(
         "--text-count",
         metavar="N",
         type=positive_int,
         default=256,
-        help="distinct generated texts (256)",
+        help="distinct generated texts",
     )
     w.add_argument(
         "--timeout",
         metavar="DURATION",
         type=duration,
         default=None,
-        help="each request's deadline, sent to the server (none)",
+        help="each request's deadline, sent to the server",
     )
     w.add_argument(
         "--absolute-deadline",
         choices=("on", "off"),
         default="on",
         help="also send the deadline as X-Request-Deadline, the scheduled send time plus "
-        "--timeout in Unix epoch seconds (on; off for a server whose clock is not this "
+        "--timeout in Unix epoch seconds (off for a server whose clock is not this "
         "machine's)",
     )
     w.add_argument(
@@ -119,21 +116,24 @@ def add_parser(sub: Any) -> None:
         help="give up on a request this long after its scheduled time (timeout + 1s, or 30s)",
     )
     w.add_argument(
-        "--kserve-input", metavar="NAME", default="text", help="KServe input tensor name (text)"
+        "--kserve-input", metavar="NAME", default="text", help="KServe input tensor name"
     )
-    w.add_argument(
-        "--api-key",
-        metavar="KEY",
-        default=os.environ.get(API_KEY_ENV) or None,
-        help=f"sent as 'Authorization: Bearer KEY' (default ${API_KEY_ENV})",
+    falls_back(
+        w.add_argument(
+            "--api-key",
+            metavar="KEY",
+            default=os.environ.get(API_KEY_ENV) or None,
+            help="sent as 'Authorization: Bearer KEY'",
+        ),
+        f"${API_KEY_ENV}",
     )
     w.add_argument(
         "--priority",
         metavar="CLASS",
         help="the class of work of every request: X-Priority (and KServe's "
-        "parameters.priority); the report's rows carry it (none)",
+        "parameters.priority); the report's rows carry it",
     )
-    w.add_argument("--tenant", metavar="NAME", help="sent as X-Tenant (none)")
+    w.add_argument("--tenant", metavar="NAME", help="sent as X-Tenant")
     w.add_argument(
         "--mix",
         action="append",
@@ -143,15 +143,11 @@ def add_parser(sub: Any) -> None:
         "(as `simulate --mix` predicts them); replaces --rate, --inputs, --priority",
     )
     s = p.add_argument_group("schedule")
+    s.add_argument("--rate", metavar="PER_S", type=float, default=100.0, help="requests per second")
     s.add_argument(
-        "--rate", metavar="PER_S", type=float, default=100.0, help="requests per second (100)"
+        "--duration", metavar="DURATION", type=duration, default="10s", help="schedule length"
     )
-    s.add_argument(
-        "--duration", metavar="DURATION", type=duration, default=10.0, help="schedule length (10s)"
-    )
-    s.add_argument(
-        "--arrivals", choices=ARRIVAL_MODES, default="constant", help="arrival process (constant)"
-    )
+    s.add_argument("--arrivals", choices=ARRIVAL_MODES, default="constant", help="arrival process")
     s.add_argument(
         "--seed", metavar="N", type=int, default=0, help="seed of poisson arrivals and texts"
     )
@@ -162,8 +158,8 @@ def add_parser(sub: Any) -> None:
         "--sweep-pause",
         metavar="DURATION",
         type=duration,
-        default=1.0,
-        help="pause between sweep runs (1s)",
+        default="1s",
+        help="pause between sweep runs",
     )
     g = p.add_argument_group("generator")
     g.add_argument(
@@ -172,21 +168,21 @@ def add_parser(sub: Any) -> None:
         type=_processes,
         default=1,
         help=f"sender processes, or auto (one per {AUTO_RATE_PER_PROCESS:g}/s, at most one "
-        "per CPU) (1)",
+        "per CPU)",
     )
     g.add_argument(
         "--max-connections",
         metavar="N",
         type=positive_int,
         default=10_000,
-        help="cap on open connections, over all processes (10000)",
+        help="cap on open connections, over all processes",
     )
     g.add_argument(
         "--max-dials",
         metavar="N",
         type=positive_int,
         default=32,
-        help="cap on connection attempts in progress, per process (32)",
+        help="cap on connection attempts in progress, per process",
     )
     g.add_argument(
         "--warm-connections",

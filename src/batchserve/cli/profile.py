@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from batchserve.cli._common import positive_int
+from batchserve.cli._common import HelpFormatter, positive_int
 from batchserve.errors import ConfigError
 from batchserve.models.loader import load_model, with_runtime
 from batchserve.models.profiling import (
@@ -53,19 +53,16 @@ def add_parser(sub: Any) -> None:
         description="Run the model at batch sizes 1..N (several passes each, median), fit "
         "fixed + n * per_item by least squares, report the fit's quality and write a JSON "
         "profile for simulate, tune and serve (--profile FILE).",
+        formatter_class=HelpFormatter,
     )
     p.add_argument("--model", default="minilm", metavar="SPEC", help="as `serve --model` takes it")
-    p.add_argument("--max-batch-size", type=positive_int, default=32, help="largest size (32)")
+    p.add_argument("--max-batch-size", type=positive_int, default=32, help="largest size")
     p.add_argument("--sizes", type=_sizes, help="exact sizes to measure, e.g. 1,2,4,8,16,32")
-    p.add_argument("--repeats", type=positive_int, default=5, help="timed passes per size (5)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed passes first (2)")
+    p.add_argument("--repeats", type=positive_int, default=5, help="timed passes per size")
+    p.add_argument("--warmup", type=int, default=2, help="untimed passes first")
     p.add_argument("--inputs", metavar="FILE", help="inputs to batch, one per line")
-    p.add_argument(
-        "--input-words", type=positive_int, default=12, help="words per generated input (12)"
-    )
-    p.add_argument(
-        "-o", "--output", default="profile.json", help="where to write it (profile.json)"
-    )
+    p.add_argument("--input-words", type=positive_int, default=12, help="words per generated input")
+    p.add_argument("-o", "--output", default="profile.json", help="where to write it")
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
     b = p.add_argument_group("backends of minilm or a model folder")
     b.add_argument(

@@ -70,9 +70,17 @@ every model they skip the others; given for one model that takes none, they are 
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 from typing import Any
 
-from batchserve.server.settings import API_KEY_ENV, ServerSettings
+from batchserve.cli._common import HelpFormatter, falls_back
+from batchserve.config import BatchConfig
+from batchserve.policy.classes import ClassConfig
+from batchserve.server.settings import API_KEY_ENV, ModelSettings, ServerSettings
+from batchserve.units import format_duration
+
+#: A tenant's share of a class's queue when neither flag nor file sets it.
+_TENANT_SHARE = next(f.default for f in fields(ClassConfig) if f.name == "tenant_share")
 
 __all__ = ["add_parser", "build_settings"]
 
@@ -84,18 +92,29 @@ def add_parser(sub: Any) -> None:
         help="serve models over HTTP (OpenAI embeddings, KServe v2, /metrics)",
         description="Serve models over HTTP with dynamic batching. Batcher flags take VALUE "
         "(every model) or NAME=VALUE (one model) and may be repeated.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
     )
+    server = ServerSettings()
+    limits = server.limits
+    batch = BatchConfig()
+    model = ModelSettings(name="m", spec="minilm")
+
+    def on(value: bool) -> str:
+        return "on" if value else "off"
+
     p.add_argument("--config", metavar="FILE", help="TOML config file (see below)")
-    p.add_argument("--host", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
-    p.add_argument(
-        "--grpc-port",
-        type=int,
-        metavar="PORT",
-        help="also serve KServe v2 over gRPC on this port (Triton's 8001; 0 picks a free one; "
-        "default: no gRPC; needs the grpc extra)",
+    falls_back(p.add_argument("--host", help="address to bind"), server.host)
+    falls_back(p.add_argument("--port", type=int, help="port (0 picks a free one)"), server.port)
+    falls_back(
+        p.add_argument(
+            "--grpc-port",
+            type=int,
+            metavar="PORT",
+            help="also serve KServe v2 over gRPC on this port (Triton's 8001; 0 picks a free "
+            "one; needs the grpc extra)",
+        ),
+        "no gRPC",
     )
     p.add_argument(
         "--ssl-certfile",
@@ -103,69 +122,115 @@ def add_parser(sub: Any) -> None:
         help="serve HTTPS (and gRPC over TLS) with this PEM certificate chain",
     )
     p.add_argument("--ssl-keyfile", metavar="FILE", help="the certificate's PEM private key")
-    p.add_argument(
-        "--ssl-ca-certs",
-        metavar="FILE",
-        help="with TLS, require client certificates signed by a CA of this PEM file, on both "
-        "transports (mutual TLS; default: no client certificate asked for)",
-    )
-    p.add_argument(
-        "--model",
-        action="append",
-        default=[],
-        metavar="[NAME=]SPEC",
-        help="a model to serve (repeatable): minilm, synthetic[:fixed=8ms,per_item=0.25ms], "
-        "a sentence-transformers folder, or package.module:attr",
-    )
-    per_model = {
-        "max_batch_size": "a batch closes at this many items (default 32)",
-        "max_wait": "a batch closes when its oldest item waited this long (default 2ms)",
-        "queue_size": "items that may wait; one more is refused 429 (default 1024)",
-        "workers": "forward passes at once (default: minilm or a folder on the CPU, as many "
-        "passes as the cores hold at --threads each; otherwise 1)",
-        "timeout": "deadline of a request that states none (default 30s)",
-        "admission": "on/off: refuse at once what cannot meet its deadline (default on)",
-        "batch_by": "count, tokens or auto: form passes by tokens, texts of similar length "
-        "together (default auto: tokens for a model that counts them, such as minilm)",
-        "max_batch_tokens": "by tokens: a pass holds at most this many padded tokens "
-        "(longest x count; default: no bound but max-batch-size)",
-        "length_window": "by tokens: a pass is chosen among the oldest N x max-batch-size "
-        "queued items (default 4)",
-        "prefetch": "on/off: while the model is busy, hand it the next full batch at once, "
-        "so it starts the moment the running pass ends (default on)",
-        "backend": "minilm/folder: auto, torch, onnx, onnx-int8, openvino, openvino-int8 "
-        "(default auto: on the first start on a machine every engine and precision it "
-        "offers is measured at --max-batch-size and the fastest that passes the quality "
-        "gate is served; the verdict is cached, so later starts are immediate)",
-        "device": "minilm/folder: auto, cpu, cuda, cuda:N, mps (default auto: a GPU if any)",
-        "dtype": "minilm/folder: auto, float32, float16, bfloat16, float16-mixed, "
-        "bfloat16-mixed (torch autocast), int8; half precision where the machine computes "
-        "in it (a GPU; a CPU with AVX-512 BF16 or AMX) (default auto: float32, or what "
-        "--backend auto measured)",
-        "threads": "minilm/folder: CPU threads per pass (default: cores - 1 up to 4 cores, "
-        "cores - 2 above: a pass leaves the event loop a core)",
-        "cache_dir": "minilm/folder: where ONNX/OpenVINO exports are cached "
-        "(default $BATCHSERVE_CACHE_DIR or ~/.cache/batchserve)",
-    }
-    for key, text in per_model.items():
+    falls_back(
         p.add_argument(
+            "--ssl-ca-certs",
+            metavar="FILE",
+            help="with TLS, require client certificates signed by a CA of this PEM file, on "
+            "both transports (mutual TLS)",
+        ),
+        "no client certificate asked for",
+    )
+    falls_back(
+        p.add_argument(
+            "--model",
+            action="append",
+            default=[],
+            metavar="[NAME=]SPEC",
+            help="a model to serve (repeatable): minilm, synthetic[:fixed=8ms,per_item=0.25ms], "
+            "a sentence-transformers folder, or package.module:attr",
+        ),
+        ", ".join(f"{m.name}={m.spec}" for m in server.models),
+    )
+    per_model: dict[str, tuple[str, object]] = {
+        "max_batch_size": ("a batch closes at this many items", batch.max_batch_size),
+        "max_wait": (
+            "a batch closes when its oldest item waited this long",
+            format_duration(batch.max_wait_s),
+        ),
+        "queue_size": ("items that may wait; one more is refused 429", batch.queue_size),
+        "workers": (
+            "forward passes at once",
+            "minilm or a folder on the CPU, as many passes as the cores hold at --threads "
+            f"each; otherwise {batch.workers}",
+        ),
+        "timeout": ("deadline of a request that states none", format_duration(model.timeout_s)),
+        "admission": ("on/off: refuse at once what cannot meet its deadline", on(batch.admission)),
+        "batch_by": (
+            "count, tokens or auto: form passes by tokens, texts of similar length together",
+            f"{batch.batch_by}: tokens for a model that counts them, such as minilm",
+        ),
+        "max_batch_tokens": (
+            "by tokens: a pass holds at most this many padded tokens (longest x count)",
+            "no bound but max-batch-size",
+        ),
+        "length_window": (
+            "by tokens: a pass is chosen among the oldest N x max-batch-size queued items",
+            batch.length_window,
+        ),
+        "prefetch": (
+            "on/off: while the model is busy, hand it the next full batch at once, so it "
+            "starts the moment the running pass ends",
+            on(batch.prefetch),
+        ),
+        "backend": (
+            "minilm/folder: auto, torch, onnx, onnx-int8, openvino, openvino-int8",
+            "auto: on the first start on a machine every engine and precision it offers is "
+            "measured at --max-batch-size and the fastest that passes the quality gate is "
+            "served; the verdict is cached, so later starts are immediate",
+        ),
+        "device": ("minilm/folder: auto, cpu, cuda, cuda:N, mps", "auto: a GPU if any"),
+        "dtype": (
+            "minilm/folder: auto, float32, float16, bfloat16, float16-mixed, bfloat16-mixed "
+            "(torch autocast), int8; half precision where the machine computes in it (a GPU; "
+            "a CPU with AVX-512 BF16 or AMX)",
+            "auto: float32, or what --backend auto measured",
+        ),
+        "threads": (
+            "minilm/folder: CPU threads per pass",
+            "cores - 1 up to 4 cores, cores - 2 above: a pass leaves the event loop a core",
+        ),
+        "cache_dir": (
+            "minilm/folder: where ONNX/OpenVINO exports are cached",
+            "$BATCHSERVE_CACHE_DIR or ~/.cache/batchserve",
+        ),
+    }
+    for key, (text, default) in per_model.items():
+        action = p.add_argument(
             "--" + key.replace("_", "-"),
             action="append",
             default=[],
             metavar="[NAME=]VALUE",
             help=text,
         )
-    p.add_argument("--drain-timeout", help="SIGTERM: finish accepted work within (default 30s)")
-    p.add_argument("--max-body-bytes", type=int, help="request body limit (default 8 MiB)")
-    p.add_argument("--max-inputs", type=int, help="inputs per request (default 2048)")
-    p.add_argument("--max-input-chars", type=int, help="characters per input (default 32768)")
-    p.add_argument(
-        "--read-timeout",
-        help="a request's head, then its body, must arrive within this, else 408 (default 30s)",
+        falls_back(action, default)
+    falls_back(
+        p.add_argument("--drain-timeout", help="SIGTERM: finish accepted work within"),
+        format_duration(server.drain_timeout_s),
     )
-    p.add_argument(
-        "--api-key",
-        help=f"require 'Authorization: Bearer KEY' on inference endpoints (or ${API_KEY_ENV})",
+    falls_back(
+        p.add_argument("--max-body-bytes", type=int, help="request body limit"),
+        f"{limits.max_body_bytes} (8 MiB)",
+    )
+    falls_back(
+        p.add_argument("--max-inputs", type=int, help="inputs per request"), limits.max_inputs
+    )
+    falls_back(
+        p.add_argument("--max-input-chars", type=int, help="characters per input"),
+        limits.max_input_chars,
+    )
+    falls_back(
+        p.add_argument(
+            "--read-timeout",
+            help="a request's head, then its body, must arrive within this, else 408",
+        ),
+        format_duration(limits.read_timeout_s),
+    )
+    falls_back(
+        p.add_argument(
+            "--api-key", help="require 'Authorization: Bearer KEY' on inference endpoints"
+        ),
+        f"${API_KEY_ENV}, else none",
     )
     g = p.add_argument_group(
         "classes of work and tenants (none: one FIFO queue per model)",
@@ -182,12 +247,15 @@ def add_parser(sub: Any) -> None:
         help="a class of work, most urgent first (repeat): its weight in every pass, its "
         "share of the queue, its default deadline and its max wait",
     )
-    g.add_argument(
-        "--default-class",
-        action="append",
-        default=[],
-        metavar="[NAME=]CLASS",
-        help="the class of requests that name none (default: the last)",
+    falls_back(
+        g.add_argument(
+            "--default-class",
+            action="append",
+            default=[],
+            metavar="[NAME=]CLASS",
+            help="the class of requests that name none",
+        ),
+        "the last",
     )
     g.add_argument(
         "--tenant",
@@ -197,16 +265,22 @@ def add_parser(sub: Any) -> None:
         metavar="TENANT[:weight=W]",
         help="a tenant with a weight of its own (repeat); the only tenants metrics name",
     )
-    g.add_argument(
-        "--tenant-share",
-        help="the fraction of a class's queue one tenant may hold, in (0, 1] (default 1)",
+    falls_back(
+        g.add_argument(
+            "--tenant-share",
+            help="the fraction of a class's queue one tenant may hold, in (0, 1]",
+        ),
+        f"{_TENANT_SHARE:g}",
     )
-    p.add_argument(
-        "--otel",
-        action="store_const",
-        const="on",
-        help="each request and forward pass becomes an OpenTelemetry span, exported over "
-        "OTLP as OTEL_EXPORTER_OTLP_* say (pip install 'batchserve[otel]'; off by default)",
+    falls_back(
+        p.add_argument(
+            "--otel",
+            action="store_const",
+            const="on",
+            help="each request and forward pass becomes an OpenTelemetry span, exported over "
+            "OTLP as OTEL_EXPORTER_OTLP_* say (pip install 'batchserve[otel]')",
+        ),
+        on(server.otel),
     )
     p.add_argument("--log-level", default="warning", help="uvicorn's log level")
     p.set_defaults(run=run)

@@ -24,9 +24,11 @@ import random
 from typing import Any
 
 from batchserve.cli._common import (
+    HelpFormatter,
     add_cost_args,
     add_queue_args,
     duration,
+    falls_back,
     int_range,
     positive_int,
 )
@@ -106,22 +108,27 @@ def add_batch_args(p: argparse.ArgumentParser) -> None:
 def add_fleet_args(p: argparse.ArgumentParser) -> None:
     """The fleet flags: ``--replicas``, ``--routing``, ``--max-tries``."""
     g = p.add_argument_group("fleet: replicas behind a load balancer")
-    g.add_argument(
-        "--replicas",
-        type=positive_int,
-        help="replicas, each with these settings, behind a load balancer (default: one "
-        "server, no balancer)",
+    falls_back(
+        g.add_argument(
+            "--replicas",
+            type=positive_int,
+            help="replicas, each with these settings, behind a load balancer",
+        ),
+        "one server, no balancer",
     )
     g.add_argument(
         "--routing",
         choices=ROUTINGS,
         default="least_conn",
-        help="how the balancer picks a replica (least_conn, as deploy/nginx does)",
+        help="how the balancer picks a replica (deploy/nginx: least_conn)",
     )
-    g.add_argument(
-        "--max-tries",
-        type=positive_int,
-        help="replicas tried per request when they refuse (default: all of them)",
+    falls_back(
+        g.add_argument(
+            "--max-tries",
+            type=positive_int,
+            help="replicas tried per request when they refuse",
+        ),
+        "all of them",
     )
 
 
@@ -148,6 +155,7 @@ def add_parser(sub: Any) -> None:
         "fixed + n * per_item. --backlog N runs the deterministic seed's experiment; "
         "otherwise an open-loop load runs (defaults: the Go seed's scenario). The same "
         "arguments always print the same bytes.",
+        formatter_class=HelpFormatter,
     )
     p.add_argument(
         "--backlog",

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from batchserve.cli._common import positive_duration, positive_int
+from batchserve.cli._common import HelpFormatter, positive_duration, positive_int
 
 __all__ = ["add_parser", "render"]
 
@@ -39,6 +39,7 @@ def add_parser(sub: Any) -> None:
         "top",
         help="watch a running server in the terminal",
         description="The live dashboard in a terminal: polls URL/status and redraws.",
+        formatter_class=HelpFormatter,
     )
     p.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--interval", type=positive_duration, default=1.0, help="between readings (1s)")

@@ -20,7 +20,14 @@ import argparse
 import json
 from typing import Any
 
-from batchserve.cli._common import add_cost_args, add_queue_args, duration, positive_int, rates
+from batchserve.cli._common import (
+    HelpFormatter,
+    add_cost_args,
+    add_queue_args,
+    duration,
+    positive_int,
+    rates,
+)
 from batchserve.cli.classes import add_class_args, classes_from_args
 from batchserve.cli.simulate import cost_from_args, initial_cost_from_args
 from batchserve.config import BatchConfig, check_positive
@@ -56,6 +63,7 @@ def add_parser(sub: Any) -> None:
         description="Search max batch size, max wait and workers on the simulator for the "
         "setting that serves the most requests with p99 latency within the target, at an "
         "offered rate (or each of a range). Exits 1 when the target cannot be met.",
+        formatter_class=HelpFormatter,
     )
     p.add_argument(
         "--rate",
