@@ -22,10 +22,21 @@ from batchserve.models.loader import LoadedModel
 from batchserve.server import App, ModelSettings, ServerSettings
 from support import wait_for
 
-# Prefetch off: the queue holds exactly what a test sends behind the stuck pass.
-ONE_AT_A_TIME = BatchConfig(
-    max_batch_size=1, max_wait_s=0.0, queue_size=1, admission=False, prefetch=False
-)
+
+def gated(*, queue_size: int = 1, max_batch_size: int = 1) -> tuple[Gate, App]:
+    """A Gate model served as ``g``, no wait, admission and prefetch off.
+
+    Prefetch off: the queue holds exactly what a test sends behind the held pass.
+    """
+    gate = Gate()
+    cfg = BatchConfig(
+        max_batch_size=max_batch_size,
+        max_wait_s=0.0,
+        queue_size=queue_size,
+        admission=False,
+        prefetch=False,
+    )
+    return gate, build_app({"g": embedding_model(gate)}, batch={"g": cfg})
 
 
 async def until(predicate: Any, what: str) -> None:
@@ -67,8 +78,7 @@ def check_refusal(r: httpx.Response, status: int, reason: str) -> None:
 
 
 async def test_queue_full_is_429_with_retry_after() -> None:
-    gate = Gate()
-    app = build_app({"g": embedding_model(gate)}, batch={"g": ONE_AT_A_TIME})
+    gate, app = gated()
     async with client_for(app) as c:
         holder, queued = await hold_and_queue_one(c, gate, app)
         r = await c.post("/v1/embeddings", json={"input": "refused"})
@@ -80,8 +90,7 @@ async def test_queue_full_is_429_with_retry_after() -> None:
 
 
 async def test_a_refusal_is_decided_from_the_head_without_reading_the_body() -> None:
-    gate = Gate()
-    app = build_app({"g": embedding_model(gate)}, batch={"g": ONE_AT_A_TIME})
+    gate, app = gated()
     async with client_for(app) as c:
         holder, queued = await hold_and_queue_one(c, gate, app)
         read: list[str] = []
@@ -127,11 +136,7 @@ async def test_a_deadline_passed_before_admission_is_504_and_never_computed() ->
 
 
 async def test_a_multi_input_request_is_refused_whole() -> None:
-    gate = Gate()
-    cfg = BatchConfig(
-        max_batch_size=1, max_wait_s=0.0, queue_size=2, admission=False, prefetch=False
-    )
-    app = build_app({"g": embedding_model(gate)}, batch={"g": cfg})
+    gate, app = gated(queue_size=2)
     async with client_for(app) as c:
         holder = await hold_worker(c, gate)
         r = await c.post("/v1/embeddings", json={"input": ["x1", "x2", "x3"]})
@@ -176,11 +181,7 @@ async def test_not_ready_while_loading_is_503() -> None:
 
 
 async def test_draining_is_503_and_accepted_work_finishes() -> None:
-    gate = Gate()
-    cfg = BatchConfig(
-        max_batch_size=1, max_wait_s=0.0, queue_size=8, admission=False, prefetch=False
-    )
-    app = build_app({"g": embedding_model(gate)}, batch={"g": cfg})
+    gate, app = gated(queue_size=8)
     async with client_for(app) as c:
         holder, queued = await hold_and_queue_one(c, gate, app)
         app.begin_drain()  # what SIGTERM does at once; the drain itself is a task
@@ -197,8 +198,7 @@ async def test_draining_is_503_and_accepted_work_finishes() -> None:
 
 
 async def test_deadline_passed_in_the_queue_is_504_and_never_computed() -> None:
-    gate = Gate()
-    app = build_app({"g": embedding_model(gate)}, batch={"g": ONE_AT_A_TIME})
+    gate, app = gated()
     async with client_for(app) as c:
         holder = await hold_worker(c, gate)
         r = await c.post(
@@ -227,11 +227,7 @@ async def test_bad_deadline_header_is_422() -> None:
 
 
 async def test_model_error_is_422_for_the_failing_request_only() -> None:
-    gate = Gate()
-    cfg = BatchConfig(
-        max_batch_size=8, max_wait_s=0.0, queue_size=8, admission=False, prefetch=False
-    )
-    app = build_app({"g": embedding_model(gate)}, batch={"g": cfg})
+    gate, app = gated(queue_size=8, max_batch_size=8)
     async with client_for(app) as c:
         holder = await hold_worker(c, gate)
         texts = ["good 1", "poison", "good 2"]
@@ -284,11 +280,7 @@ async def test_api_key_guards_inference_but_not_health_or_metrics() -> None:
 
 
 async def test_a_client_that_leaves_while_queued_is_never_computed() -> None:
-    gate = Gate()
-    cfg = BatchConfig(
-        max_batch_size=1, max_wait_s=0.0, queue_size=8, admission=False, prefetch=False
-    )
-    app = build_app({"g": embedding_model(gate)}, batch={"g": cfg})
+    gate, app = gated(queue_size=8)
     async with client_for(app) as c:
         holder = await hold_worker(c, gate)
         body = b'{"input": "leaver"}'
