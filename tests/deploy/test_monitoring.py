@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import pathlib
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ import yaml
 
 from batchserve.models.loader import load_model
 from batchserve.server import App, ModelSettings, ServerSettings
-from batchserve.testing.process import wait_until
+from batchserve.testing.process import free_port, wait_until
 from batchserve.testing.tools import ensure_prometheus, ensure_promtool
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -121,12 +120,6 @@ def test_the_dashboard_is_one_grafana_imports() -> None:
         assert topic in titles
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _query(base: str, expr: str) -> list[dict[str, Any]]:
     r = httpx.get(f"{base}/api/v1/query", params={"query": expr}, timeout=5)
     body = r.json()
@@ -176,7 +169,7 @@ def test_a_real_prometheus_scrapes_a_real_server() -> None:
         }
         conf = pathlib.Path(tmp) / "prometheus.yml"
         conf.write_text(yaml.safe_dump(config))
-        port = _free_port()
+        port = free_port()
         base = f"http://127.0.0.1:{port}"
         proc = subprocess.Popen(
             [prometheus, f"--config.file={conf}", f"--storage.tsdb.path={tmp}/data",

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import Any
 
@@ -31,6 +31,7 @@ from batchserve.integrations.ray import (
     deployment,
 )
 from batchserve.server import ModelSettings, ServerSettings
+from batchserve.testing.process import free_port
 
 
 def settings(queue_size: int = 64, fixed: str = "20ms") -> ServerSettings:
@@ -107,12 +108,6 @@ async def test_a_replica_reports_its_queue_depth() -> None:
     assert statuses == [200] * 20
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def ray_url() -> Iterator[str]:
     import ray  # the ray extra, installed by scripts/test
@@ -182,18 +177,20 @@ def test_two_ray_replicas_serve_with_batchserves_batcher(ray_url: str) -> None:
             (504, "deadline_exceeded"),
         }, r.text
 
-    async def burst(n: int) -> list[httpx.Response]:
+    def burst(n: int) -> list[httpx.Response]:
+        # n requests at once, one thread each, on a pool of n connections.
         limits = httpx.Limits(max_connections=n)
-        async with httpx.AsyncClient(base_url=ray_url, timeout=10.0, limits=limits) as c:
-            body = {"input": "burst", "model": "synthetic"}
-            return list(
-                await asyncio.gather(*(c.post("/v1/embeddings", json=body) for _ in range(n)))
-            )
+        body = {"input": "burst", "model": "synthetic"}
+        with (
+            httpx.Client(base_url=ray_url, timeout=10.0, limits=limits) as c,
+            ThreadPoolExecutor(n) as pool,
+        ):
+            return list(pool.map(lambda _: c.post("/v1/embeddings", json=body), range(n)))
 
     # 60 requests at once on 2 replicas, each with a queue of 4 and passes of 8: batches of
     # several requests, and refusals that say why.
     t0 = time.monotonic()
-    answers = asyncio.run(burst(60))
+    answers = burst(60)
     took = time.monotonic() - t0
     ok = [r for r in answers if r.status_code == 200]
     refused = [r for r in answers if r.status_code == 429]
@@ -239,27 +236,27 @@ def test_ray_scales_up_on_queue_depth(ray_url: str) -> None:
 
     assert running() == 1
 
-    async def load(seconds: float) -> int:
-        async with httpx.AsyncClient(base_url=ray_url, timeout=30.0) as c:
-            body = {"input": "q", "model": "synthetic"}
+    def load(seconds: float) -> int:
+        # 50 requests/s against 8/s served: the queue grows by 4 items a tick.
+        body = {"input": "q", "model": "synthetic"}
+        with (
+            httpx.Client(base_url=ray_url, timeout=30.0) as c,
+            ThreadPoolExecutor(64) as pool,
+        ):
             calls = []
             t0 = time.monotonic()
             scaled_at = 0.0
             while time.monotonic() - t0 < seconds:
-                # 50 requests/s against 8/s served: the queue grows by 4 items a tick.
-                calls += [
-                    asyncio.ensure_future(c.post("/scaled/v1/embeddings", json=body))
-                    for _ in range(5)
-                ]
-                await asyncio.sleep(0.1)
-                if not scaled_at and running() == 2:
+                calls += [pool.submit(c.post, "/scaled/v1/embeddings", json=body) for _ in range(5)]
+                time.sleep(0.1)
+                if running() == 2:
                     scaled_at = time.monotonic() - t0
                     break
-            answers = await asyncio.gather(*calls)
-            assert {r.status_code for r in answers} <= {200, 429}
-            return int(scaled_at)
+            answers = [f.result() for f in calls]
+        assert {r.status_code for r in answers} <= {200, 429}
+        return int(scaled_at)
 
-    scaled_after = asyncio.run(load(60.0))
+    scaled_after = load(60.0)
     print(f"scaled to 2 replicas after {scaled_after} s of queueing")
     assert running() == 2
     serve.delete("scaled")

@@ -40,6 +40,7 @@ from batchserve.loadgen.config import LoadConfig
 from batchserve.loadgen.runner import loop_factory
 from batchserve.loadgen.sender import Sender, Share, ShareResult
 from batchserve.server.ops.metrics import REQUEST_OUTCOMES
+from batchserve.testing.process import process_cpu_s
 
 #: The fault-injecting model, served under the name ``faulty``.
 FAULTY = "faulty=batchserve.models.faults:FaultyModel"
@@ -223,10 +224,7 @@ class Server:
 
     def cpu_s(self) -> float:
         """CPU seconds the server process has used so far, user and system (``/proc``)."""
-        with open(f"/proc/{self.pid}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
-        # utime and stime are fields 14 and 15 of stat(5); after the ")" they are 12 and 13.
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_s(self.pid)
 
     def scrape(self) -> Scrape:
         """One scrape of ``/metrics``."""
