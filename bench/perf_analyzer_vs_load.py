@@ -15,7 +15,7 @@ Both send the same one text (a 15-word sentence) in each request.
 The server's own record of each run (``/v2/models/synthetic/stats`` before and after: mean
 queue wait and pass per item, mean time arrival to answer) is printed beside each client's
 view, so a difference between the two tools shows whose it is. perf_analyzer is installed
-as the tests install it (``tests/tools.py``). Needs about 10 s per rate.
+as the tests install it (:mod:`batchserve.testing.tools`). Needs about 10 s per rate.
 
 Run: ``.venv/bin/python bench/perf_analyzer_vs_load.py [--rates 100,400] [--seconds 4]
 [--spec minilm]``

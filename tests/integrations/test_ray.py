@@ -81,27 +81,22 @@ async def test_a_replica_reports_its_queue_depth() -> None:
     replica = BatchserveReplica(settings(fixed="1s"))
     app = replica.__serve_build_asgi_app__()
 
-    async def main() -> tuple[dict[str, float], int, str, list[int]]:
-        await replica.server.start()
-        await replica.server.wait_ready()
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://r") as client:
-            body = {"input": "x", "model": "synthetic"}
-            calls = [
-                asyncio.ensure_future(client.post("/v1/embeddings", json=body)) for _ in range(20)
-            ]
-            for _ in range(500):  # until all are in and some wait (bounded: 5 s)
-                if replica.server.inflight == 20 and replica.queue_depth() > 0:
-                    break
-                await asyncio.sleep(0.01)
-            depth = replica.queue_depth()
-            stats = await replica.record_autoscaling_stats()
-            metrics = (await client.get("/metrics")).text
-            answers = await asyncio.gather(*calls)
-        await replica.server.stop()
-        return stats, depth, metrics, [r.status_code for r in answers]
-
-    stats, depth, metrics, statuses = await main()
+    await replica.server.start()
+    await replica.server.wait_ready()
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://r") as client:
+        body = {"input": "x", "model": "synthetic"}
+        calls = [asyncio.ensure_future(client.post("/v1/embeddings", json=body)) for _ in range(20)]
+        for _ in range(500):  # until all are in and some wait (bounded: 5 s)
+            if replica.server.inflight == 20 and replica.queue_depth() > 0:
+                break
+            await asyncio.sleep(0.01)
+        depth = replica.queue_depth()
+        stats = await replica.record_autoscaling_stats()
+        metrics = (await client.get("/metrics")).text
+        answers = await asyncio.gather(*calls)
+    await replica.server.stop()
+    statuses = [r.status_code for r in answers]
     assert depth >= 4  # at most 8 + 8 of the 20 in the first two passes
     assert stats == {QUEUE_DEPTH_METRIC: float(depth)}
     assert f'batchserve_queue_depth{{model="synthetic"}} {float(depth)}' in metrics
