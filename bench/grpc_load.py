@@ -13,7 +13,7 @@ with latency from each scheduled send time:
    schedule. Per round: each contender's p99 and the server's own p99 (``server-timing``,
    the same on both transports), and the ratios; then the medians;
 2. **overload** (targets: goodput >= 90% of capacity, no success past its deadline,
-   refusals in < 5 ms by the server's own account): ``tests/reliability``'s scenario (20 ms
+   refusals in < 5 ms by the server's own account): the reliability tests' scenario (20 ms
    + 2.5 ms per item in batches of 8: 200 items/s; 5x that offered, Poisson; 250 ms
    deadline) over gRPC and, beside it, over HTTP.
 
@@ -31,12 +31,10 @@ import math
 import statistics
 import sys
 
-from _harness import ROOT, batchserve
+from _harness import batchserve
 
 from batchserve.loadgen import LoadConfig, LoadRun, run_load
-
-sys.path[:0] = [str(ROOT / "tests" / "reliability"), str(ROOT / "tests")]
-import scenarios  # noqa: E402
+from batchserve.testing import scenarios
 
 SEED_FLAGS = [
     "--model", "seed=synthetic:fixed=8ms,per_item=0.25ms,dim=8",
