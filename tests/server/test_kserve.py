@@ -57,6 +57,12 @@ async def test_server_and_model_metadata_and_health() -> None:
         assert m["outputs"] == [{"name": "embedding", "datatype": "FP32", "shape": [-1, 4]}]
         assert (await c.get("/v2/models/rec/ready")).status_code == 200
         assert (await c.get("/v2/models/rec/versions/1/ready")).status_code == 200
+        # inference names a version as the other routes do (and as gRPC's ModelInfer)
+        body = {"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}
+        assert (await c.post("/v2/models/rec/versions/1/infer", json=body)).status_code == 200
+        wrong = await c.post("/v2/models/rec/versions/2/infer", json=body)
+        assert wrong.status_code == 404
+        assert "served versions: 1" in wrong.json()["error"]
         missing = await c.get("/v2/models/nope")
         assert missing.status_code == 404
         assert "nope" in missing.json()["error"]

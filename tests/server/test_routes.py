@@ -4,6 +4,7 @@ import pytest
 from server_helpers import build_app
 
 from batchserve.server.routes import model_path
+from batchserve.server.statuses import ApiError
 
 
 @pytest.mark.parametrize(
@@ -29,6 +30,12 @@ def test_inference_route_takes_the_infer_paths_and_nothing_else() -> None:
     assert infer is not None
     assert infer[1] == "m"
     assert app.inference_route("POST", "/v2/models/m/versions/1/infer") == infer
+    # a version not served is not an exchange: the routes answer 404 naming the versions
+    assert app.inference_route("POST", "/v2/models/m/versions/2/infer") is None
+    with pytest.raises(ApiError, match="has no version '2'; served versions: 1"):
+        app.routes.resolve("POST", "/v2/models/m/versions/2/infer")
+    # an unknown model is: its 404 names the models served
+    assert app.inference_route("POST", "/v2/models/x/versions/2/infer") is not None
     embeddings = app.inference_route("POST", "/v1/embeddings")
     assert embeddings is not None
     assert embeddings[1] is None

@@ -45,7 +45,7 @@ from batchserve.server.deadlines import wire_deadline
 from batchserve.server.exchange import Endpoint, Exchange, Reply, passed
 from batchserve.server.http import Head, authorize, check_body_type, check_length
 from batchserve.server.ops.metrics import Metrics
-from batchserve.server.protocols import kserve, openai
+from batchserve.server.protocols import kserve, openai, triton
 from batchserve.server.registry import Registry, ServedModel
 from batchserve.server.routes import Routes, model_path
 from batchserve.server.settings import ServerSettings
@@ -226,7 +226,13 @@ class App:
         if path.endswith("/infer"):
             model = model_path(path)
             if model is not None and model[2] == ("infer",):
-                return self._infer, model[0]
+                name, version, _ = model
+                if version not in (None, triton.VERSION) and name in self.registry.models:
+                    # Not an exchange: Routes.resolve answers 404, naming the versions
+                    # served (as gRPC's ModelInfer does); an unknown model's 404 is the
+                    # exchange's, naming the models.
+                    return None
+                return self._infer, name
         return None
 
     def authorize(self, head: Head) -> str | None:
