@@ -40,7 +40,7 @@ from batchserve.server.protocols.kserve import generic_items, parse_infer_reques
 from batchserve.server.protocols.kserve_grpc import CONTENTS_FIELD, parse_model_infer
 from batchserve.server.protocols.proto import grpc_service_pb2 as pb
 from batchserve.server.statuses import GRPC_TABLE, STATUS_TABLE, ApiError
-from batchserve.server.transport.grpc import GrpcTransport, grpc_timeout
+from batchserve.server.transport.grpc import CALL_MARGIN, GrpcTransport, grpc_timeout, max_calls
 from support import wait_for
 
 ONE_AT_A_TIME = BatchConfig(
@@ -337,6 +337,97 @@ async def test_a_full_queue_is_resource_exhausted_and_draining_unavailable() -> 
         gate.release()
         await holder
         await queued  # accepted before the drain: answered
+
+
+async def test_calls_past_the_bound_are_refused_by_grpcio_and_never_counted() -> None:
+    gate = Gate()
+    cfg = BatchConfig(
+        max_batch_size=1, max_wait_s=0.0, queue_size=8, admission=False, prefetch=False
+    )
+    app = build_app({"g": embedding_model(gate)}, batch={"g": cfg})
+    async with client_for(app) as http:
+        transport = GrpcTransport(app, max_concurrent_calls=3)
+        address = f"127.0.0.1:{await transport.start('127.0.0.1', 0)}"
+        try:
+            holder = asyncio.ensure_future(call(address, texts("g", "holder")))
+            await asyncio.to_thread(gate.entered.wait, 5)
+            queued = [asyncio.ensure_future(call(address, texts("g", f"q{i}"))) for i in range(2)]
+            assert await wait_for(lambda: queue_depth(app, "g") == 2)
+            # Three calls in flight: a burst past the bound is grpcio's to refuse, at once.
+            burst = await asyncio.gather(*(refused(address, texts("g", "x")) for _ in range(5)))
+            assert {e.code() for e in burst} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
+            assert all("x-reason" not in metadata_of(e) for e in burst)
+            assert app.metrics.received == 3
+            gate.release()
+            await asyncio.gather(holder, *queued)
+            # Healthy afterwards: a call is served, and the books hold only what it admitted.
+            await call(address, texts("g", "after"))
+            metrics = (await http.get("/metrics")).text
+        finally:
+            await transport.stop(None)
+    assert sorted(gate.seen) == sorted(["holder", "q0", "q1", "after"])
+    assert app.metrics.received == 4
+    assert "batchserve_requests_received_total 4.0" in metrics
+    assert 'batchserve_requests_total{model="g",outcome="ok",reason="ok"} 4.0' in metrics
+    assert app.inflight == 0
+
+
+def test_the_bound_is_the_models_queues_and_passes_plus_a_margin() -> None:
+    app = build_app(
+        {
+            "a": embedding_model(Recorder()),
+            "b": embedding_model(Recorder()),
+        },
+        batch={
+            "a": BatchConfig(queue_size=100, max_batch_size=8, workers=2),
+            "b": BatchConfig(queue_size=10, max_batch_size=4),
+        },
+    )
+    assert max_calls(app.registry) == (100 + 2 * 2 * 8) + (10 + 2 * 1 * 4) + CALL_MARGIN
+    with pytest.raises(ConfigError, match="max_concurrent_calls must be an integer >= 1, got 0"):
+        GrpcTransport(app, max_concurrent_calls=0)
+
+
+async def test_a_call_whose_deadline_passed_inside_grpcio_is_never_computed() -> None:
+    # A call that waited in grpcio until its gRPC deadline passed reaches the handler with
+    # no time left: it is answered DEADLINE_EXCEEDED and never reaches the queue.
+    recorder = Recorder()
+    app = build_app({"r": embedding_model(recorder)})
+    async with client_for(app):
+        transport = GrpcTransport(app)
+        context = _LateContext()
+        body = texts("r", "late").SerializeToString()
+        with pytest.raises(_Aborted) as info:
+            await transport.model_infer(body, context)  # type: ignore[arg-type]
+        batcher = app.registry.models["r"].batcher
+        assert batcher is not None
+        counters = batcher.statistics().counters
+    assert info.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert dict(info.value.metadata)["x-reason"] == "deadline_exceeded"
+    assert recorder.seen == []
+    assert counters.received == 0
+    assert app.metrics.received == 1
+    assert app.inflight == 0
+
+
+class _Aborted(Exception):
+    def __init__(self, code: grpc.StatusCode, metadata: Sequence[tuple[str, str]]) -> None:
+        self.code, self.metadata = code, metadata
+
+
+class _LateContext:
+    """The part of a grpcio context ``model_infer`` reads, for a call already past due."""
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("x-request-timeout", "10"),)
+
+    def time_remaining(self) -> float:
+        return -0.05
+
+    async def abort(
+        self, code: grpc.StatusCode, details: str, metadata: Sequence[tuple[str, str]]
+    ) -> None:
+        raise _Aborted(code, metadata)
 
 
 async def test_a_loading_model_is_unavailable() -> None:
@@ -782,6 +873,10 @@ def test_a_certificate_needs_its_key_and_ports_their_range() -> None:
         ServerSettings(grpc_port=70000)
     settings = ServerSettings.from_toml(None, overrides={"grpc_port": "8001"})
     assert settings.grpc_port == 8001
+    settings = ServerSettings.from_toml(None, overrides={"grpc_max_calls": "100"})
+    assert settings.grpc_max_calls == 100
+    with pytest.raises(ConfigError, match="grpc_max_calls must be an integer >= 1, got 0"):
+        ServerSettings(grpc_max_calls=0)
 
 
 # -- ModelStreamInfer -------------------------------------------------------------------------

@@ -11,6 +11,7 @@ The same settings can come from ``--config FILE`` (TOML)::
     host = "127.0.0.1"
     port = 8000
     grpc_port = 8001          # KServe v2 over gRPC too (unset: HTTP only)
+    grpc_max_calls = 1300     # gRPC calls in flight past which grpcio refuses (unset: derived)
     ssl_certfile = "cert.pem" # TLS on both (unset: plain HTTP and gRPC); with...
     ssl_keyfile = "key.pem"   # ... its private key
     ssl_ca_certs = "ca.pem"   # require client certificates signed by these CAs (unset: none)
@@ -115,6 +116,14 @@ def add_parser(sub: Any) -> None:
             "one; needs the grpc extra)",
         ),
         "no gRPC",
+    )
+    p.add_argument(
+        "--grpc-max-calls",
+        type=int,
+        metavar="N",
+        help="gRPC calls in flight at once past which grpcio refuses a call itself "
+        "(RESOURCE_EXHAUSTED before any Python runs: no reason, no retry delay, not counted) "
+        "(default: every model's queue size + 2 x workers x max batch size, + 64)",
     )
     p.add_argument(
         "--ssl-certfile",

@@ -200,7 +200,7 @@ async def serve_async(
             raise ConfigError(
                 f"--grpc-port needs grpcio: pip install 'batchserve[grpc]' ({exc})"
             ) from None
-        transport = life.grpc = GrpcTransport(app)
+        transport = life.grpc = GrpcTransport(app, max_concurrent_calls=settings.grpc_max_calls)
         credentials = None
         if settings.ssl_certfile is not None and settings.ssl_keyfile is not None:
             credentials = tls_credentials(

@@ -120,6 +120,10 @@ class ServerSettings:
         port: the port to bind; 0 picks a free one (printed in the ready line).
         grpc_port: also serve KServe v2 over gRPC on this port of ``host`` (0: a free one,
             printed in the ready line); None: no gRPC (the ``grpc`` extra).
+        grpc_max_calls: gRPC calls in flight at once past which grpcio itself refuses a
+            call (``RESOURCE_EXHAUSTED``, before it is decoded, with no retry delay); None:
+            the models' queues plus two full batches per worker plus 64 (see
+            :func:`batchserve.server.transport.grpc.max_calls`).
         limits: request limits.
         ssl_certfile: serve HTTPS and gRPC over TLS with this PEM certificate (chain) ...
         ssl_keyfile: ... and this PEM private key; both or neither.
@@ -140,6 +144,7 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 8000
     grpc_port: int | None = None
+    grpc_max_calls: int | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     ssl_ca_certs: str | None = None
@@ -165,6 +170,11 @@ class ServerSettings:
                 raise ConfigError(f"{name} must be an integer, got {port!r}")
             if not 0 <= port <= 65535:
                 raise ConfigError(f"{name} must be in 0..65535, got {port!r}")
+        calls = self.grpc_max_calls
+        if calls is not None and (
+            isinstance(calls, bool) or not isinstance(calls, int) or calls < 1
+        ):
+            raise ConfigError(f"grpc_max_calls must be an integer >= 1, got {calls!r}")
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise ConfigError(
                 "ssl_certfile and ssl_keyfile go together, got "
@@ -240,6 +250,7 @@ _SERVER_KEYS = {
     "host": "str",
     "port": "int",
     "grpc_port": "int",
+    "grpc_max_calls": "int",
     "ssl_certfile": "str",
     "ssl_keyfile": "str",
     "ssl_ca_certs": "str",

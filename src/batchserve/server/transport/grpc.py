@@ -35,6 +35,14 @@ limit) is refused by grpcio with ``RESOURCE_EXHAUSTED`` before it is read whole;
 metadata is bounded at :data:`MAX_METADATA_BYTES` (the HTTP head's limit); responses are
 bounded only by the model's outputs.
 
+Refusing a flood before Python: grpcio's ``maximum_concurrent_rpcs`` bounds the calls in
+flight at once (:func:`max_calls`). Past that bound grpcio answers a new call
+``RESOURCE_EXHAUSTED`` ("Concurrent RPC limit exceeded!") itself, without running a handler
+of ours: the call is neither decoded, nor counted received, nor given ``x-reason`` or a
+retry delay (grpcio writes its refusals with no trailing metadata), and grpcio counts none of
+them (it exposes no counter). Clients read ``RESOURCE_EXHAUSTED`` as the queue being full
+either way. A stream is one call, however many requests it carries.
+
 Draining: the application's drain refuses new calls (``UNAVAILABLE``, reason ``draining``)
 and waits for every accepted exchange; :meth:`GrpcTransport.stop` then closes the listener
 and gives calls still being written ``grace_s`` to finish.
@@ -51,6 +59,7 @@ import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
+from batchserve.errors import ConfigError
 from batchserve.server.exchange import Endpoint, Exchange, Reply
 from batchserve.server.http import HEAD_FIELDS, Head
 from batchserve.server.protocols import kserve_grpc, triton
@@ -69,6 +78,7 @@ __all__ = [
     "GrpcHost",
     "GrpcTransport",
     "grpc_timeout",
+    "max_calls",
     "tls_credentials",
 ]
 
@@ -88,6 +98,10 @@ _FIELDS = HEAD_FIELDS - {
     b"grpc-timeout",
 }
 
+#: Calls a server holds beyond what its models can hold: those being decoded or answered
+#: (a refusal holds its slot while it is written). See :func:`max_calls`.
+CALL_MARGIN = 64
+
 _UNITS = ((b"n", 1e9), (b"u", 1e6), (b"m", 1e3), (b"S", 1.0), (b"M", 1 / 60), (b"H", 1 / 3600))
 
 
@@ -102,6 +116,22 @@ def grpc_timeout(seconds: float) -> bytes:
         if value < 100_000_000:
             return b"%d%s" % (value, unit)
     return b"99999999H"
+
+
+def max_calls(registry: Registry) -> int:
+    """The most calls worth holding in flight at once: grpcio refuses the next ones.
+
+    The rule: for every model, its queue (``queue_size``) plus, per worker, a pass running
+    and a full batch handed over ahead of it (``2 * workers * max_batch_size``); plus
+    :data:`CALL_MARGIN` calls being decoded or answered. A call carries one item or more,
+    so at this bound every call the models could admit still reaches the server's own
+    admission, which refuses with its reason and retry delay; past it, grpcio refuses.
+    """
+    held = 0
+    for model in registry.models.values():
+        config = model.config
+        held += config.queue_size + 2 * config.workers * config.max_batch_size
+    return held + CALL_MARGIN
 
 
 def tls_credentials(
@@ -199,12 +229,27 @@ class GrpcTransport:
 
     Args:
         host: the application (its models, clock, drain and accounting).
+        max_concurrent_calls: grpcio refuses a call beyond this many in flight with
+            ``RESOURCE_EXHAUSTED`` before any handler runs (see the module docstring);
+            None: :func:`max_calls` of the host's models when the server starts.
+
+    Raises:
+        ConfigError: ``max_concurrent_calls`` is below 1.
     """
 
-    def __init__(self, host: GrpcHost) -> None:
+    def __init__(self, host: GrpcHost, *, max_concurrent_calls: int | None = None) -> None:
+        if max_concurrent_calls is not None and (
+            isinstance(max_concurrent_calls, bool)
+            or not isinstance(max_concurrent_calls, int)
+            or max_concurrent_calls < 1
+        ):
+            raise ConfigError(
+                f"max_concurrent_calls must be an integer >= 1, got {max_concurrent_calls!r}"
+            )
         self.host = host
         self.endpoint = kserve_grpc.GrpcInferEndpoint(host.registry, host.limits)
         self.server: grpc.aio.Server | None = None
+        self.max_concurrent_calls = max_concurrent_calls
 
     def handlers(self) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
         """The service's methods, by name."""
@@ -233,12 +278,15 @@ class GrpcTransport:
         Raises:
             RuntimeError: grpcio could not bind the address.
         """
+        if self.max_concurrent_calls is None:
+            self.max_concurrent_calls = max_calls(self.host.registry)
         server = self.server = grpc.aio.server(
+            maximum_concurrent_rpcs=self.max_concurrent_calls,
             options=[
                 ("grpc.max_receive_message_length", self.host.limits.max_body_bytes),
                 ("grpc.max_metadata_size", MAX_METADATA_BYTES),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(SERVICE, self.handlers()),)
