@@ -19,14 +19,29 @@ over the rounds, the calls answered, and the ratio batchserve / echo at each rat
 (the echo server then echoes each message of a stream): the cost per request of the
 streaming call.
 
+``--refusals`` measures what a REFUSED call costs the server instead, three contenders:
+
+* ``echo``: the floor, as above (every call answered);
+* ``expired``: batchserve, every call carrying an ``x-request-deadline`` already past, as a
+  call that waited inside grpcio past its deadline reaches the handler: refused
+  ``DEADLINE_EXCEEDED`` by batchserve's own handler (``App.begin``), never decoded;
+* ``grpcio-limit``: batchserve with ``--grpc-max-calls 1`` and one call held in flight (a
+  model pass of 20 s): every other call is refused ``RESOURCE_EXHAUSTED`` by grpcio before
+  any handler of batchserve's runs.
+
+``--baseline-src DIR`` adds ``expired (baseline)``: the same as ``expired`` with the server
+imported from ``DIR`` (a ``src`` folder of another checkout, e.g. from ``git archive``), to
+compare two versions of the refusal path side by side in the same rounds.
+
 Run: ``.venv/bin/python bench/grpc_cpu.py [--rates 500,1500] [--seconds 5] [--rounds 3]
-[--stream]``
+[--stream | --refusals [--baseline-src DIR]]``
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import subprocess
@@ -90,23 +105,39 @@ async def echo_server() -> None:
     await server.wait_for_termination()
 
 
-async def drive(address: str, pid: int, rate: float, seconds: float) -> tuple[int, int, float]:
-    """Calls answered, calls failed, and the server's CPU seconds over the window."""
+async def drive(
+    address: str,
+    pid: int,
+    rate: float,
+    seconds: float,
+    metadata: tuple[tuple[str, str], ...] = (),
+    hold: bool = False,
+) -> tuple[int, int, float]:
+    """Calls answered, calls failed, and the server's CPU seconds over the window.
+
+    ``metadata`` goes with every call; ``hold``: one call is started first and kept in
+    flight over the window (cancelled after it).
+    """
     import grpc
     import grpc.aio
 
     body = request_body()
     async with grpc.aio.insecure_channel(address) as channel:
         call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(METHOD)
+        held = None
+        if hold:
+            held = call(body, timeout=60)
+            await asyncio.sleep(0.5)
         for _ in range(200):  # warm: the connection, the server's first passes
-            await call(body, timeout=5)
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await call(body, timeout=5, metadata=metadata)
         ok = failed = 0
         codes: dict[str, int] = {}
 
         async def one() -> None:
             nonlocal ok, failed
             try:
-                await call(body, timeout=5)
+                await call(body, timeout=5, metadata=metadata)
                 ok += 1
             except grpc.aio.AioRpcError as exc:
                 failed += 1
@@ -124,9 +155,27 @@ async def drive(address: str, pid: int, rate: float, seconds: float) -> tuple[in
             tasks.append(asyncio.ensure_future(one()))
         await asyncio.gather(*tasks)
         cpu = process_cpu_s(pid) - cpu0
+        if held is not None:
+            held.cancel()
         if codes:
             print(f"# {address}: failed calls by status: {codes}", file=sys.stderr)
         return ok, failed, cpu
+
+
+#: A deadline long past, as a call that waited inside grpcio past its own reaches us.
+PAST = (("x-request-deadline", "1.0"),)
+
+
+async def drive_expired(
+    address: str, pid: int, rate: float, seconds: float
+) -> tuple[int, int, float]:
+    """As :func:`drive`, every call's deadline already past."""
+    return await drive(address, pid, rate, seconds, metadata=PAST)
+
+
+async def drive_held(address: str, pid: int, rate: float, seconds: float) -> tuple[int, int, float]:
+    """As :func:`drive`, with one call held in flight first."""
+    return await drive(address, pid, rate, seconds, hold=True)
 
 
 async def drive_stream(
@@ -192,12 +241,62 @@ def run_echo(rate: float, seconds: float, driver: Driver) -> tuple[int, int, flo
         proc.wait(10)
 
 
-def run_batchserve(rate: float, seconds: float, driver: Driver) -> tuple[int, int, float]:
-    flags = ["--model", f"m={NULL}", "--grpc-port", "0", "--max-batch-size", "64"]
-    with batchserve(flags) as served:
+def run_batchserve(
+    rate: float,
+    seconds: float,
+    driver: Driver,
+    flags: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> tuple[int, int, float]:
+    flags = flags or ("--model", f"m={NULL}", "--max-batch-size", "64")
+    flags = (*flags, "--grpc-port", "0")
+    with batchserve(list(flags), env=env) as served:
         assert served.grpc is not None
         with asyncio.Runner(loop_factory=new_loop) as runner:
             return runner.run(driver(served.grpc, served.proc.pid, rate, seconds))
+
+
+#: A model whose one pass lasts 20 s: the held call stays in flight over the window.
+HELD = (
+    "--model", "m=synthetic:fixed=20s,per_item=0ms,dim=8", "--timeout", "60s",
+    "--drain-timeout", "1s",
+)  # fmt: skip
+
+
+def refusals(args: argparse.Namespace, rates: list[float]) -> None:
+    """The ``--refusals`` table: server CPU per refused call, and the echo floor."""
+    contenders: dict[str, Callable[[float, float], tuple[int, int, float]]] = {
+        "echo": lambda r, s: run_echo(r, s, drive),
+        "expired": lambda r, s: run_batchserve(r, s, drive_expired),
+        "grpcio-limit": lambda r, s: run_batchserve(
+            r, s, drive_held, (*HELD, "--grpc-max-calls", "1")
+        ),
+    }
+    if args.baseline_src:
+        env = {"PYTHONPATH": os.pathsep.join([args.baseline_src, os.environ.get("PYTHONPATH", "")])}
+        contenders["expired (baseline)"] = lambda r, s: run_batchserve(r, s, drive_expired, env=env)
+    print(f"# server CPU per call, {args.seconds:g} s windows, {os.cpu_count()} CPUs")
+    print("| rate (calls/s) | contender | answered | refused | server CPU per call (us) | ratio |")
+    print("|---|---|---|---|---|---|")
+    for rate in rates:
+        per: dict[str, list[float]] = {n: [] for n in contenders}
+        counts: dict[str, list[tuple[int, int]]] = {n: [] for n in contenders}
+        names = list(contenders)
+        for r in range(args.rounds):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                ok, failed, cpu = contenders[name](rate, args.seconds)
+                per[name].append(cpu / max(1, ok + failed) * 1e6)
+                counts[name].append((ok, failed))
+                time.sleep(0.5)
+        floor = statistics.median(per["echo"])
+        for name in names:
+            cpu_us = statistics.median(per[name])
+            answered = statistics.median(c[0] for c in counts[name])
+            refused = statistics.median(c[1] for c in counts[name])
+            print(
+                f"| {rate:g} | {name} | {answered:g} | {refused:g} | {cpu_us:.0f} | "
+                f"{cpu_us / floor:.2f}x |"
+            )
 
 
 def main() -> None:
@@ -206,6 +305,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each window")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (median reported)")
     parser.add_argument("--stream", action="store_true", help="one ModelStreamInfer stream")
+    parser.add_argument("--refusals", action="store_true", help="CPU per refused call")
+    parser.add_argument("--baseline-src", help="with --refusals: a src folder to compare")
     parser.add_argument("--echo-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     driver: Driver = drive_stream if args.stream else drive
@@ -214,6 +315,9 @@ def main() -> None:
             runner.run(echo_server())
         return
     rates = [float(r) for r in args.rates.split(",")]
+    if args.refusals:
+        refusals(args, rates)
+        return
     print(
         f"# server CPU per {'ModelStreamInfer message' if args.stream else 'ModelInfer call'}, "
         f"null model, {args.seconds:g} s windows, {os.cpu_count()} CPUs"
