@@ -11,7 +11,12 @@ process, event loop, models and batchers. A ``ModelInfer`` call is one exchange:
    ``x-tenant``, ``x-request-timeout``, ``x-request-deadline``...) plus the call's own gRPC
    deadline, written as the ``grpc-timeout`` it came as. ``App.begin`` decides everything
    the head decides (key, drain, deadline passed or infeasible, and with one model served
-   its queue) before the message is decoded;
+   its queue) before the message is decoded. grpcio counts the call's own deadline from
+   the call's arrival, so a call that waited inside grpcio until it passed reaches us with
+   no time left and is refused ``DEADLINE_EXCEEDED`` here, never computed; a relative
+   deadline in metadata or message (``x-request-timeout``, ``parameters.timeout``) counts
+   from the hand-over instead (grpcio tells no arrival time), and an absolute
+   ``x-request-deadline`` from the client's clock;
 2. **feed**: the serialized message (grpcio hands it over undecoded) is parsed by
    :class:`~batchserve.server.protocols.kserve_grpc.GrpcInferEndpoint`, which tightens the
    deadline with ``parameters.timeout``, and its items are offered to the batcher;
