@@ -17,24 +17,57 @@ with latency from each scheduled send time:
    + 2.5 ms per item in batches of 8: 200 items/s; 5x that offered, Poisson; 250 ms
    deadline) over gRPC and, beside it, over HTTP.
 
+   Over gRPC twice: with the server's defaults (grpcio's bound on calls in flight derived
+   from the queue, far above what this scenario admits) and with ``serve --grpc-max-calls
+   --max-calls`` (default 128), a bound that bites: the calls past it are refused by
+   grpcio before any handler runs (the server never counts them: they are the calls sent
+   less those received);
+3. **the seed's scenario through Triton's perf_analyzer** (C++ client, the same one both
+   ways, so the client's own cost no longer differs between the transports):
+   ``perf_analyzer -i http`` and ``-i grpc``, ``--async --request-rate-range 600
+   --request-distribution poisson --percentile=99``, three windows of ``--pa-window`` ms,
+   alternated in each round against one server; each run's p99 from its CSV, the median of
+   the per-round ratios gRPC / HTTP. perf_analyzer stops at the first failed request, so a
+   run with one refusal is reported as such and left out of the ratio;
+4. **overload through a C client**: perf_analyzer cannot drive it (it aborts at the first
+   refusal, and at 5x capacity most calls are refused), so nghttp2's ``h2load`` sends the
+   same ``ModelInfer`` (gRPC framing by hand, ``x-request-timeout: 0.25``) at 1,000 calls/s
+   on one HTTP/2 connection (``--rps``: evenly spaced, not Poisson; up to 4,096 calls in
+   flight, so sends never wait for answers). h2load reads no gRPC status, so the server's
+   own counters (``/metrics`` before and after) judge: goodput is the successes by their
+   deadline per second of the run over the model's capacity (as in part 2), the late
+   successes must be 0, and the calls grpcio refused are those sent less those received.
+   With the defaults and with ``--grpc-max-calls``, alternated.
+
 Prints figures and ratios; not a test. The machine is shared and has 2 cores (generator,
 server and model share them): compare within one run.
 
 Run: ``.venv/bin/python bench/grpc_load.py [--rounds 5] [--duration 3]
-[--overload-rounds 3] [--overload-duration 20]``
+[--overload-rounds 3] [--overload-duration 20] [--max-calls 128] [--pa-rounds 5]
+[--pa-window 3000] [--h2load-rounds 3]`` (a part with 0 rounds is skipped)
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import math
+import pathlib
+import re
 import statistics
+import subprocess
 import sys
+import tempfile
+import time
+from typing import Any
 
 from _harness import batchserve
 
 from batchserve.loadgen import LoadConfig, LoadRun, run_load
-from batchserve.testing import scenarios
+from batchserve.server.protocols.proto import grpc_service_pb2 as pb
+from batchserve.server.protocols.tensors import pack_bytes
+from batchserve.testing import harness, scenarios
+from batchserve.testing.tools import ensure_binary, ensure_perf_analyzer
 
 SEED_FLAGS = [
     "--model", "seed=synthetic:fixed=8ms,per_item=0.25ms,dim=8",
@@ -125,22 +158,32 @@ def seed(args: argparse.Namespace) -> None:
 
 
 def overload(args: argparse.Namespace) -> None:
-    """Part 2: overload at 5x capacity over gRPC, and over HTTP beside it."""
-    rows: dict[str, list[scenarios.Figures]] = {"grpc": [], "http": []}
+    """Part 2: overload at 5x capacity over gRPC (twice) and over HTTP beside it."""
+    bounded = f"grpc max-calls {args.max_calls}"
+    contenders: dict[str, tuple[str, list[str]]] = {
+        "grpc": ("grpc", []),
+        bounded: ("grpc", ["--grpc-max-calls", str(args.max_calls)]),
+        "http": ("http", []),
+    }
+    names = list(contenders)
+    rows: dict[str, list[scenarios.Figures]] = {n: [] for n in names}
     for r in range(args.overload_rounds):
-        for protocol in ("grpc", "http") if r % 2 == 0 else ("http", "grpc"):
-            f = scenarios.overload(duration_s=args.overload_duration, protocol=protocol)
-            rows[protocol].append(f)
+        for name in names[r % 3 :] + names[: r % 3]:
+            protocol, server_args = contenders[name]
+            f = scenarios.overload(
+                duration_s=args.overload_duration, protocol=protocol, server_args=server_args
+            )
+            rows[name].append(f)
             capacity = min(f.capacity or math.nan, f.extra["model_capacity"])
             print(
-                f"overload round {r + 1} {protocol:4s}: goodput {f.goodput:.1f}/s = "
+                f"overload round {r + 1} {name}: goodput {f.goodput:.1f}/s = "
                 f"{f.goodput / capacity:.1%} of capacity ({capacity:.1f}/s measured, "
                 f"{f.capacity:.0f} nominal), late successes {f.extra['late_ok']}, "
                 f"refusal p99 {f.extra['refusal_p99_server_s'] * 1e3:.2f} ms by the server's "
                 f"account ({f.refusal_p99_s * 1e3:.1f} ms from the write), lost {f.lost}, "
                 f"statuses {f.extra['statuses']}, server CPU {f.extra['server_cpu']:.0%}"
             )
-    for protocol, figures in rows.items():
+    for name, figures in rows.items():
         if not figures:
             continue
         share = statistics.median(
@@ -149,11 +192,171 @@ def overload(args: argparse.Namespace) -> None:
         late = max(f.extra["late_ok"] for f in figures)
         refusal = statistics.median(f.extra["refusal_p99_server_s"] for f in figures) * 1e3
         print(
-            f"overload {protocol}: median goodput {share:.1%} of capacity (target >= 90%: "
+            f"overload {name}: median goodput {share:.1%} of capacity (target >= 90%: "
             f"{'met' if share >= 0.9 else 'MISSED'}), most late successes in a run {late} "
             f"(target 0), median refusal p99 {refusal:.2f} ms by the server's account "
             f"(target < 5 ms: {'met' if refusal < 5 else 'MISSED'})"
         )
+
+
+# -- part 3: the seed's scenario through perf_analyzer ----------------------------------------
+
+#: The one text perf_analyzer sends in every request (its ``--string-data``).
+PA_TEXT = "the quick brown fox jumps over the lazy dog"
+
+
+def perf_analyzer(address: str, protocol: str, window_ms: int, rate: float) -> dict[str, Any]:
+    """One perf_analyzer run at ``rate`` (Poisson, async): its figures, or its ``error``."""
+    binary, env = ensure_perf_analyzer()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp) / "pa.csv"
+        cmd = [
+            binary, "-m", "seed", "-u", address, "-i", protocol, "--async",
+            "--request-rate-range", f"{rate:g}", "--request-distribution", "poisson",
+            "-p", str(window_ms), "-r", "3", "-s", "1000", "--percentile=99",
+            "--string-data", PA_TEXT, "-f", str(out),
+        ]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        text = done.stdout + done.stderr
+        if done.returncode != 0 or not out.exists():
+            errors = [line.strip() for line in text.splitlines() if "error" in line.lower()]
+            return {"error": errors[0] if errors else text[-300:]}
+        row = next(csv.DictReader(out.open()))
+    delayed = re.search(r"([\d.]+)% of the requests were delayed", text)
+    server = re.search(r"Avg request latency: (\d+) usec", text)
+    return {
+        "p99_ms": float(row["p99 latency"]) / 1e3,
+        "p50_ms": float(row["p50 latency"]) / 1e3,
+        "throughput": float(row["Inferences/Second"]),
+        "delayed": float(delayed.group(1)) if delayed else 0.0,
+        "server_mean_ms": float(server.group(1)) / 1e3 if server else math.nan,
+    }
+
+
+def seed_perf_analyzer(args: argparse.Namespace) -> None:
+    """Part 3: the seed's scenario, perf_analyzer over HTTP and over gRPC, alternated."""
+    with batchserve(SEED_FLAGS) as served:
+        assert served.grpc is not None
+        addresses = {"http": f"{served.host}:{served.port}", "grpc": served.grpc}
+        for protocol, address in addresses.items():  # warm-up: connections, the cost model
+            perf_analyzer(address, protocol, 1000, args.rate)
+        p99s: dict[str, list[float]] = {"http": [], "grpc": []}
+        ratios: list[float] = []
+        for r in range(args.pa_rounds):
+            order = ("http", "grpc") if r % 2 == 0 else ("grpc", "http")
+            got: dict[str, dict[str, Any]] = {}
+            for protocol in order:
+                got[protocol] = f = perf_analyzer(
+                    addresses[protocol], protocol, args.pa_window, args.rate
+                )
+                if "error" in f:
+                    print(f"  round {r + 1} {protocol:4s}: perf_analyzer stopped: {f['error']}")
+                    continue
+                p99s[protocol].append(f["p99_ms"])
+                print(
+                    f"  round {r + 1} {protocol:4s}: p99 {f['p99_ms']:6.1f} ms  p50 "
+                    f"{f['p50_ms']:5.1f} ms  {f['throughput']:5.0f} answers/s  sends delayed "
+                    f"{f['delayed']:.1f}%  server's own mean {f['server_mean_ms']:.1f} ms"
+                )
+            if all("error" not in f for f in got.values()):
+                ratios.append(got["grpc"]["p99_ms"] / got["http"]["p99_ms"])
+                print(f"  round {r + 1}: grpc / http p99 {ratios[-1]:.2f}x")
+    if ratios:
+        ratio = statistics.median(ratios)
+        print(
+            f"perf_analyzer, median over {len(ratios)} rounds: http p99 "
+            f"{statistics.median(p99s['http']):.1f} ms, grpc p99 "
+            f"{statistics.median(p99s['grpc']):.1f} ms; grpc / http {ratio:.2f}x "
+            f"(target <= 1.15x: {'met' if ratio <= 1.15 else 'MISSED'})"
+        )
+
+
+# -- part 4: overload through h2load ----------------------------------------------------------
+
+
+def grpc_frame(texts: list[str]) -> bytes:
+    """A ``ModelInfer`` request of ``texts`` for the overload model, in gRPC's framing."""
+    msg = pb.ModelInferRequest(model_name="faulty")
+    msg.inputs.add(name="text", datatype="BYTES", shape=[len(texts)])
+    msg.raw_input_contents.append(pack_bytes([t.encode() for t in texts]))
+    body = msg.SerializeToString()
+    return b"\x00" + len(body).to_bytes(4, "big") + body
+
+
+def h2load(address: str, body: pathlib.Path, rate: float, seconds: float) -> int:
+    """Send ``rate`` calls/s for ``seconds`` on one connection; the calls h2load sent."""
+    n = int(rate * seconds)
+    cmd = [
+        ensure_binary("h2load", "nghttp2-client"), "-n", str(n), "-c", "1", "-m", "4096",
+        "--rps", f"{rate:g}", "-d", str(body),
+        "-H", "content-type: application/grpc", "-H", "te: trailers",
+        "-H", "x-request-timeout: 0.25",
+        f"http://{address}/inference.GRPCInferenceService/ModelInfer",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    found = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done", done.stdout)
+    if done.returncode != 0 or found is None:
+        raise RuntimeError(f"h2load failed:\n{done.stdout}{done.stderr}")
+    return int(found.group(3))
+
+
+def overload_h2load(args: argparse.Namespace) -> None:
+    """Part 4: overload over gRPC from a C client, judged by the server's own counters."""
+    rate = 5 * scenarios.OVERLOAD_CAPACITY
+    env = {"BATCHSERVE_FAULT_COST": scenarios.OVERLOAD_COST}
+    flags = [
+        "--model", harness.FAULTY, "--max-batch-size", str(scenarios.OVERLOAD_BATCH),
+        "--max-wait", "2ms", "--grpc-port", "0",
+    ]  # fmt: skip
+    contenders = {
+        "grpc": [],
+        f"grpc max-calls {args.max_calls}": ["--grpc-max-calls", str(args.max_calls)],
+    }
+    names = list(contenders)
+    shares: dict[str, list[float]] = {n: [] for n in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        body = pathlib.Path(tmp) / "infer.bin"
+        body.write_bytes(grpc_frame(["some text to embed"]))
+        for r in range(args.h2load_rounds):
+            for name in names[r % 2 :] + names[: r % 2]:
+                with harness.serve([*flags, *contenders[name]], env) as server:
+                    assert server.grpc_url is not None
+                    address = server.grpc_url.removeprefix("grpc://")
+                    h2load(address, body, rate, 3.0)  # warm-up
+                    before = server.scrape()
+                    cpu0, t0 = server.cpu_s(), time.monotonic()
+                    sent = h2load(address, body, rate, args.overload_duration)
+                    wall = time.monotonic() - t0
+                    cpu = (server.cpu_s() - cpu0) / wall
+                    after = server.scrape()
+
+                def delta(name: str, **labels: str) -> float:
+                    return after.value(name, **labels) - before.value(name, **labels)  # noqa: B023 - called at once
+
+                forward_s = delta("batchserve_forward_seconds_sum")
+                items = delta("batchserve_batch_size_sum")
+                capacity = min(scenarios.OVERLOAD_CAPACITY, items / forward_s)
+                ok = delta("batchserve_requests_total", outcome="ok")
+                late = delta("batchserve_requests_total", outcome="late")
+                received = delta("batchserve_requests_received_total")
+                refused = delta("batchserve_requests_total", outcome="rejected")
+                expired = delta("batchserve_requests_total", outcome="expired")
+                goodput = ok / wall
+                shares[name].append(goodput / capacity)
+                print(
+                    f"h2load round {r + 1} {name}: goodput {goodput:.1f}/s = "
+                    f"{goodput / capacity:.1%} of capacity ({capacity:.1f}/s measured), "
+                    f"late successes {late:.0f}; sent {sent}, received {received:.0f} "
+                    f"(grpcio refused {sent - received:.0f}), refused by the server "
+                    f"{refused:.0f}, expired {expired:.0f}, ok {ok:.0f}; server CPU {cpu:.0%}"
+                )
+    for name in names:
+        if shares[name]:
+            share = statistics.median(shares[name])
+            print(
+                f"overload via h2load, {name}: median goodput {share:.1%} of capacity "
+                f"(target >= 90%: {'met' if share >= 0.9 else 'MISSED'})"
+            )
 
 
 def main() -> int:
@@ -163,6 +366,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="seed rounds (0: skip)")
     parser.add_argument("--overload-duration", type=float, default=20.0)
     parser.add_argument("--overload-rounds", type=int, default=3, help="0: skip")
+    parser.add_argument("--max-calls", type=int, default=128, help="the bounded contender's")
+    parser.add_argument("--pa-rounds", type=int, default=5, help="perf_analyzer rounds")
+    parser.add_argument("--pa-window", type=int, default=3000, help="perf_analyzer window, ms")
+    parser.add_argument("--h2load-rounds", type=int, default=3, help="overload via h2load")
     args = parser.parse_args()
     if args.rounds:
         print(
@@ -173,6 +380,12 @@ def main() -> int:
     if args.overload_rounds:
         print(f"\noverload: 5x capacity, {args.overload_duration:g} s per run\n")
         overload(args)
+    if args.pa_rounds:
+        print(f"\nseed scenario through perf_analyzer, {args.rate:g} req/s, Poisson\n")
+        seed_perf_analyzer(args)
+    if args.h2load_rounds:
+        print(f"\noverload through h2load: 5x capacity, {args.overload_duration:g} s per run\n")
+        overload_h2load(args)
     return 0
 
 

@@ -153,12 +153,14 @@ def overload(
     deadline_s: float = 0.25,
     ok_margin_s: float = 0.002,
     protocol: str = "http",
+    server_args: Sequence[str] = (),
 ) -> Figures:
     """Open-loop Poisson load at ``factor`` times the model's capacity.
 
     A warm-up run at the same rate first (its memory is the baseline), then the measured
     run, over ``protocol`` (``http``, or ``grpc``: KServe's ModelInfer, whose status codes
-    the generator reads as the HTTP statuses of the same outcomes). ``extra``:
+    the generator reads as the HTTP statuses of the same outcomes), the server started with
+    ``server_args`` besides the scenario's own flags. ``extra``:
 
     * ``late_ok``: successes the server answered more than ``ok_margin_s`` past their
       deadline by its own account (``Server-Timing``: from the request's first byte to its
@@ -178,6 +180,7 @@ def overload(
     args = ["--model", FAULTY, "--max-batch-size", str(OVERLOAD_BATCH), "--max-wait", "2ms"]
     if protocol == "grpc":
         args += ["--grpc-port", "0"]
+    args += server_args
     rate = factor * OVERLOAD_CAPACITY
     with serve(args, env) as server:
         warm = load_config(
