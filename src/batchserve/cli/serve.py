@@ -90,9 +90,9 @@ def add_parser(sub: Any) -> None:
     """Register the ``serve`` subcommand."""
     p: argparse.ArgumentParser = sub.add_parser(
         "serve",
-        help="serve models over HTTP (OpenAI embeddings, KServe v2, /metrics)",
-        description="Serve models over HTTP with dynamic batching. Batcher flags take VALUE "
-        "(every model) or NAME=VALUE (one model) and may be repeated.",
+        help="serve models over HTTP and gRPC (OpenAI embeddings, KServe v2, /metrics)",
+        description="Serve models over HTTP (and gRPC) with dynamic batching. Batcher flags "
+        "take VALUE (every model) or NAME=VALUE (one model) and may be repeated.",
         formatter_class=HelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
     )
@@ -122,7 +122,7 @@ def add_parser(sub: Any) -> None:
         type=int,
         metavar="N",
         help="gRPC calls in flight at once past which grpcio refuses a call itself "
-        "(RESOURCE_EXHAUSTED before any Python runs: no reason, no retry delay, not counted) "
+        "(RESOURCE_EXHAUSTED before batchserve reads it: no reason, no retry delay, not counted) "
         "(default: every model's queue size + 2 x workers x max batch size, + 64)",
     )
     p.add_argument(
