@@ -317,7 +317,7 @@ class GrpcTransport:
         """One inference call: an exchange from head to reply (see the module docstring)."""
         host = self.host
         arrival = host.clock.now()
-        head = _head(context.invocation_metadata(), context.time_remaining())
+        head = _head(_fields(context.invocation_metadata()), context.time_remaining())
         answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         exchange = host.begin(self.endpoint, None, head, arrival, answered.set_result)
         try:
@@ -355,7 +355,7 @@ class GrpcTransport:
         every request of it still unanswered.
         """
         host = self.host
-        metadata = context.invocation_metadata()
+        fields = _fields(context.invocation_metadata())  # the same for every message
         answers: asyncio.Queue[Exchange | None] = asyncio.Queue()
         opened: list[Exchange] = []
 
@@ -364,7 +364,7 @@ class GrpcTransport:
                 body = await context.read()
                 if body is grpc.aio.EOF:
                     break
-                head = _head(metadata, context.time_remaining())
+                head = _head(fields, context.time_remaining())
                 exchange = host.begin(self.endpoint, None, head, host.clock.now(), None)
                 exchange.respond = _put(answers, exchange)
                 opened.append(exchange)
@@ -475,7 +475,8 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-def _head(metadata: Iterable[tuple[str, str | bytes]] | None, remaining: float | None) -> Head:
+def _fields(metadata: Iterable[tuple[str, str | bytes]] | None) -> Head:
+    # The call metadata the server reads, as a head (the first value of each name).
     head: Head = {}
     if metadata:
         fields = _FIELDS
@@ -483,6 +484,12 @@ def _head(metadata: Iterable[tuple[str, str | bytes]] | None, remaining: float |
             name = key.encode("latin-1")
             if name in fields and name not in head and isinstance(value, str):
                 head[name] = value.encode("latin-1")
+    return head
+
+
+def _head(fields: Head, remaining: float | None) -> Head:
+    # A request's head: the call's fields and, when the call has one, its deadline.
+    head = fields.copy()
     if remaining is not None:
         head[b"grpc-timeout"] = grpc_timeout(remaining)
     return head
