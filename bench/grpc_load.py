@@ -346,7 +346,8 @@ def overload_h2load(args: argparse.Namespace) -> None:
                 print(
                     f"h2load round {r + 1} {name}: goodput {goodput:.1f}/s = "
                     f"{goodput / capacity:.1%} of capacity ({capacity:.1f}/s measured), "
-                    f"late successes {late:.0f}; sent {sent}, received {received:.0f} "
+                    f"late (504 after their pass) {late:.0f}; sent {sent}, "
+                    f"received {received:.0f} "
                     f"(grpcio refused {sent - received:.0f}), refused by the server "
                     f"{refused:.0f}, expired {expired:.0f}, ok {ok:.0f}; server CPU {cpu:.0%}"
                 )
