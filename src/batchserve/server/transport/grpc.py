@@ -40,12 +40,13 @@ limit) is refused by grpcio with ``RESOURCE_EXHAUSTED`` before it is read whole;
 metadata is bounded at :data:`MAX_METADATA_BYTES` (the HTTP head's limit); responses are
 bounded only by the model's outputs.
 
-Refusing a flood before Python: grpcio's ``maximum_concurrent_rpcs`` bounds the calls in
-flight at once (:func:`max_calls`). Past that bound grpcio answers a new call
-``RESOURCE_EXHAUSTED`` ("Concurrent RPC limit exceeded!") itself, without running a handler
-of ours: the call is neither decoded, nor counted received, nor given ``x-reason`` or a
-retry delay (grpcio writes its refusals with no trailing metadata), and grpcio counts none of
-them (it exposes no counter). Clients read ``RESOURCE_EXHAUSTED`` as the queue being full
+Refusing a flood before batchserve reads it: grpcio's ``maximum_concurrent_rpcs`` bounds
+the calls in flight at once (:func:`max_calls`). Past that bound grpcio answers a new call
+``RESOURCE_EXHAUSTED`` ("Concurrent RPC limit exceeded!") itself, in its own layer on the
+same event loop, without running a handler of ours: the call is neither decoded, nor
+counted received, nor given ``x-reason`` or a retry delay (grpcio writes its refusals with
+no trailing metadata), and grpcio counts none of them (it exposes no counter). Clients read
+``RESOURCE_EXHAUSTED`` as the queue being full
 either way. A stream is one call, however many requests it carries.
 
 Draining: the application's drain refuses new calls (``UNAVAILABLE``, reason ``draining``)
