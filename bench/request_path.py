@@ -21,12 +21,13 @@ interleaved; the table gives each one's median requests/s and its ratio to the y
 ``bench/out/request_path-<time>.svg`` (``pip install py-spy``). The CPU a contender uses is
 measured from ``/proc`` over its runs and printed as CPU seconds per 1,000 requests.
 
-Run: ``.venv/bin/python bench/request_path.py [--rounds 5] [--seconds 4] [--profile]``
+Run: ``.venv/bin/python bench/request_path.py [--rounds 5] [--seconds 4] [--profile] [--json]``
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import shutil
 import statistics
@@ -49,6 +50,7 @@ def main() -> None:
         help="contenders, the first the yardstick of the ratios",
     )
     parser.add_argument("--profile", action="store_true", help="py-spy flame graph of batchserve")
+    parser.add_argument("--json", action="store_true", help="one JSON object per contender")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is needed: apt-get install wrk")
@@ -71,6 +73,20 @@ def main() -> None:
             bad[name] += n_bad
             print(f"round {r + 1} {name:20s} {rate:9.0f} req/s", file=sys.stderr, flush=True)
     base = statistics.median(rates[names[0]])
+    if args.json:
+        for name in names:
+            med = statistics.median(rates[name])
+            row = {
+                "server": name,
+                "requests_per_s": round(med),
+                "ratio": round(med / base, 3),
+                "cpu_ms_per_1k": round(statistics.median(cpu[name]) * 1000, 1),
+                "non_2xx": bad[name],
+                "rounds": args.rounds,
+                "seconds": args.seconds,
+            }
+            print(json.dumps(row))
+        return
     print(f"\nclosed loop, wrk -t1 -c64, {args.seconds:g} s x {args.rounds} rounds, null model")
     print(
         f"{'server':20s} {'req/s (median)':>15s} {'ratio':>7s} "
