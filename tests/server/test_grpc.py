@@ -118,6 +118,15 @@ def queue_depth(app: App, name: str) -> int:
 # -- the table --------------------------------------------------------------------------------
 
 
+def held_app() -> tuple[Gate, App]:
+    """An app serving ``g``, one item a pass, whose passes wait at the returned gate."""
+    gate = Gate()
+    cfg = BatchConfig(
+        max_batch_size=1, max_wait_s=0.0, queue_size=8, admission=False, prefetch=False
+    )
+    return gate, build_app({"g": embedding_model(gate)}, batch={"g": cfg})
+
+
 def test_every_reason_has_one_grpc_code() -> None:
     assert set(GRPC_TABLE) == set(STATUS_TABLE)
     for reason, code in GRPC_TABLE.items():
@@ -340,11 +349,7 @@ async def test_a_full_queue_is_resource_exhausted_and_draining_unavailable() -> 
 
 
 async def test_calls_past_the_bound_are_refused_by_grpcio_and_never_counted() -> None:
-    gate = Gate()
-    cfg = BatchConfig(
-        max_batch_size=1, max_wait_s=0.0, queue_size=8, admission=False, prefetch=False
-    )
-    app = build_app({"g": embedding_model(gate)}, batch={"g": cfg})
+    gate, app = held_app()
     async with client_for(app) as http:
         transport = GrpcTransport(app, max_concurrent_calls=3)
         address = f"127.0.0.1:{await transport.start('127.0.0.1', 0)}"
@@ -456,11 +461,7 @@ async def test_a_loading_model_is_unavailable() -> None:
 
 
 async def test_the_tightest_deadline_wins_and_is_deadline_exceeded() -> None:
-    gate = Gate()
-    cfg = BatchConfig(
-        max_batch_size=1, max_wait_s=0.0, queue_size=8, admission=False, prefetch=False
-    )
-    app = build_app({"g": embedding_model(gate)}, batch={"g": cfg})
+    gate, app = held_app()
     async with serving(app) as (address, _):
         holder = asyncio.ensure_future(call(address, texts("g", "holder")))
         await asyncio.to_thread(gate.entered.wait, 5)
@@ -497,11 +498,7 @@ async def test_a_model_error_fails_only_its_call() -> None:
 
 
 async def test_a_cancelled_call_never_reaches_the_model() -> None:
-    gate = Gate()
-    cfg = BatchConfig(
-        max_batch_size=1, max_wait_s=0.0, queue_size=8, admission=False, prefetch=False
-    )
-    app = build_app({"g": embedding_model(gate)}, batch={"g": cfg})
+    gate, app = held_app()
     async with serving(app) as (address, http):
         holder = asyncio.ensure_future(call(address, texts("g", "holder")))
         await asyncio.to_thread(gate.entered.wait, 5)
@@ -923,11 +920,7 @@ async def test_a_stream_s_requests_batch_together_and_each_is_answered() -> None
 
 
 async def test_cancelling_a_stream_cancels_its_queued_requests() -> None:
-    gate = Gate()
-    cfg = BatchConfig(
-        max_batch_size=1, max_wait_s=0.0, queue_size=8, admission=False, prefetch=False
-    )
-    app = build_app({"g": embedding_model(gate)}, batch={"g": cfg})
+    gate, app = held_app()
     async with serving(app) as (address, _):
         holder = asyncio.ensure_future(call(address, texts("g", "holder")))
         await asyncio.to_thread(gate.entered.wait, 5)
