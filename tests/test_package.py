@@ -14,7 +14,7 @@ SRC = pathlib.Path(batchserve.__file__).parent
 #: its own layer and the layers before it, never from a later one; the two drivers do not
 #: import each other. ``ls src/batchserve`` has nothing that is not listed here.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("vocabulary", {"errors", "clock", "units", "config", "costmodel"}),
+    ("vocabulary", {"errors", "clock", "units", "config", "costmodel", "subpasses"}),
     ("core", {"policy", "models", "bisection", "batcher", "decorator", "workload"}),
     ("drivers", {"server", "sim"}),
     ("outer", {"loadgen", "integrations", "testing"}),
