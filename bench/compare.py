@@ -517,7 +517,7 @@ path, batches, seconds = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3]
 spec = sys.argv[4] if len(sys.argv) > 4 else ""
 pool = [line.strip() for line in open(path, encoding="utf-8") if line.strip()]
 if spec:  # an engine of batchserve's, as `serve --model SPEC` loads it: one pass per call
-    from batchserve.models.loader import load_model
+    from batchserve.engines.loader import load_model
     fn = load_model(spec).fn
     encode = lambda texts, b: fn(texts)
     threads = getattr(fn, "threads", None)

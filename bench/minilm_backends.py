@@ -1,7 +1,7 @@
 """The built-in MiniLM on each engine (backend and precision): throughput and quality.
 
 The engines are those ``serve --backend auto`` would consider on this machine
-(:func:`batchserve.models.hardware.candidates`: torch float32, bfloat16 and autocast
+(:func:`batchserve.engines.hardware.candidates`: torch float32, bfloat16 and autocast
 where the CPU computes in bfloat16, float16 on a GPU; ONNX Runtime float32 and int8;
 OpenVINO float32, bfloat16 where the CPU has it, and its NNCF int8), or ``--backends``.
 Each is loaded as ``batchserve serve`` loads it (exports cached in ``--cache-dir``) and
@@ -40,13 +40,13 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from batchserve.models.choice import Trial, pick
-from batchserve.models.hardware import REFERENCE, Engine, Machine, candidates, installed_backends
-from batchserve.models.loader import load_model
-from batchserve.models.quality import compare
-from batchserve.models.quality_set import load as load_quality_set
-from batchserve.models.quality_set import read as read_quality_set
-from batchserve.models.runtime import resolve_device
+from batchserve.engines.choice import Trial, pick
+from batchserve.engines.hardware import REFERENCE, Engine, Machine, candidates, installed_backends
+from batchserve.engines.loader import load_model
+from batchserve.engines.quality import compare
+from batchserve.engines.quality_set import load as load_quality_set
+from batchserve.engines.quality_set import read as read_quality_set
+from batchserve.engines.runtime import resolve_device
 
 
 def texts_for(kind: str, n: int = 512, seed: int = 11) -> list[str]:

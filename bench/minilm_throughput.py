@@ -96,7 +96,7 @@ def encode_rates(
     """Texts/s of encode alone per batch size: ``SentenceTransformer.encode``, or with
     ``spec`` the model as the server loads it (same backend, device and threads)."""
     if spec:
-        from batchserve.models.loader import load_model
+        from batchserve.engines.loader import load_model
 
         fn = _LOADED.get(spec) or _LOADED.setdefault(spec, load_model(spec).fn)
 

@@ -33,10 +33,10 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from batchserve.models.embeddings import SentenceEmbedder
-from batchserve.models.exported import ExportedEmbedder, _feeds
-from batchserve.models.loader import load_model
-from batchserve.models.quality_set import load as load_quality_set
+from batchserve.engines.embeddings import SentenceEmbedder
+from batchserve.engines.exported import ExportedEmbedder, _feeds
+from batchserve.engines.loader import load_model
+from batchserve.engines.quality_set import load as load_quality_set
 
 
 def bucketed(fn: ExportedEmbedder, batch: list[str], multiple: int) -> dict[str, Any]:

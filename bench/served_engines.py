@@ -38,8 +38,8 @@ from _harness import batchserve
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from batchserve.models.quality import MIN_MEAN_COSINE, MIN_RANKING_AGREEMENT, nearest
-from batchserve.models.quality_set import load as load_quality_set
+from batchserve.engines.quality import MIN_MEAN_COSINE, MIN_RANKING_AGREEMENT, nearest
+from batchserve.engines.quality_set import load as load_quality_set
 
 MODEL = "all-MiniLM-L6-v2"
 

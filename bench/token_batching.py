@@ -146,9 +146,9 @@ def fastembed_alone(texts: Path) -> dict[str, float] | None:
     python = ROOT / "bench" / ".venvs" / "fastembed" / "bin" / "python"
     if not python.exists():
         return None
-    from batchserve.models.embeddings import builtin_path
-    from batchserve.models.export import ensure_exported
-    from batchserve.models.runtime import default_cache_dir
+    from batchserve.engines.embeddings import builtin_path
+    from batchserve.engines.export import ensure_exported
+    from batchserve.engines.runtime import default_cache_dir
 
     exported = ensure_exported(builtin_path(), "onnx", default_cache_dir())
     script = ROOT / "bench" / "peers" / "fastembed_encode.py"

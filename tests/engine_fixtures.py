@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from batchserve.models import telemetry
-from batchserve.models.quality_set import load as load_quality_set
+from batchserve.engines import telemetry
+from batchserve.engines.quality_set import load as load_quality_set
 
 # Tests import OpenVINO directly too (importorskip): no usage report from the suite either.
 telemetry.decline()

@@ -12,16 +12,20 @@ SRC = pathlib.Path(batchserve.__file__).parent
 
 #: Every top-level module and subpackage, by layer, lowest first. A module may import from
 #: its own layer and the layers before it, never from a later one; the two drivers do not
-#: import each other. ``ls src/batchserve`` has nothing that is not listed here.
+#: import each other. ``ls src/batchserve`` has nothing that is not listed here. The core
+#: holds the model protocol and the models that need no engine (``models``); what picks,
+#: exports, gates and runs an engine is a layer of its own above it (``engines``), which
+#: the drivers load through.
 LAYERS: list[tuple[str, set[str]]] = [
     ("vocabulary", {"errors", "clock", "units", "config", "costmodel", "subpasses"}),
     ("core", {"policy", "models", "bisection", "batcher", "decorator", "workload"}),
+    ("engines", {"engines"}),
     ("drivers", {"server", "sim"}),
     ("outer", {"loadgen", "integrations", "testing"}),
     ("shell", {"cli", "__main__"}),
 ]
 LAYER_OF = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}
-DRIVERS = LAYERS[2][1]
+DRIVERS = LAYERS[3][1]
 
 
 def test_public_api_is_exactly_all() -> None:
@@ -76,6 +80,27 @@ def test_every_module_imports_only_from_its_layer_and_below() -> None:
                 assert LAYER_OF[used] <= LAYER_OF[own], where
                 assert not (own in DRIVERS and used in DRIVERS), where
     assert checked > 60
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    # The package's front is the public API, which is the core's.
+    return LAYER_OF[parts[1]] if len(parts) > 1 else LAYER_OF["batcher"]
+
+
+def test_no_import_runs_up_a_layer_however_it_is_written() -> None:
+    # The rule above, read on the whole graph: ``from batchserve import engines``, an import
+    # inside a function and one under ``TYPE_CHECKING`` count. So the core never imports an
+    # engine, however late or lazily, and an engine imports only the core and the vocabulary.
+    upward = sorted(
+        f"{module} imports {used}"
+        for module, edges in _graph().items()
+        for used in edges
+        if _layer(used) > _layer(module)
+    )
+    assert not upward, upward
+    assert _layer("batchserve.engines.loader") == _layer("batchserve.models.loader") + 1
+    assert _layer("batchserve.engines.loader") == _layer("batchserve.server.app") - 1
 
 
 def test_the_public_api_is_the_core() -> None:

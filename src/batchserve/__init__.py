@@ -3,6 +3,19 @@
 The core API: a :class:`Batcher` in front of any function from a list of inputs to a list of
 outputs, configured by a :class:`BatchConfig`; or the :func:`batched` decorator. Errors form
 one tree rooted at :class:`BatchServeError` (see :mod:`batchserve.errors`).
+
+The package, by layer, each importing only those before it (``tests/test_package.py``):
+
+* vocabulary: ``errors``, ``clock``, ``units``, ``config``, ``costmodel``;
+* core: ``policy``, ``batcher``, ``decorator``, ``bisection``, ``workload`` and ``models``
+  (the model protocol, the synthetic and faulty models, the SPEC grammar);
+* ``engines``: what runs a model that needs an engine (PyTorch, ONNX Runtime, OpenVINO)
+  and picks the fastest one that keeps its quality;
+* drivers: ``server``, ``sim``; outer: ``loadgen``, ``integrations``, ``testing``; shell:
+  ``cli``.
+
+A new engine goes in ``engines/``; a new kind of model is its protocol in ``models/`` and
+what runs it in ``engines/``.
 """
 
 from batchserve.batcher import Batcher, BatchRecord, Served, Ticket

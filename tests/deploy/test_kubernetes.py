@@ -26,7 +26,7 @@ import yaml
 
 from batchserve.cli import build_parser
 from batchserve.config import BatchConfig
-from batchserve.models.loader import load_model
+from batchserve.engines.loader import load_model
 from batchserve.server import App, ModelSettings, RequestLimits, ServerSettings
 from batchserve.units import parse_duration
 

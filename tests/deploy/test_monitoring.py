@@ -22,7 +22,7 @@ import httpx
 import pytest
 import yaml
 
-from batchserve.models.loader import load_model
+from batchserve.engines.loader import load_model
 from batchserve.server import App, ModelSettings, ServerSettings
 from batchserve.testing.process import free_port, wait_until
 from batchserve.testing.tools import ensure_prometheus, ensure_promtool

@@ -47,6 +47,8 @@ def test_an_imported_object_declares_itself_an_embedding_model() -> None:
         ("json:no_such_attr", "no attribute"),
         ("json:__doc__", "not callable"),
         ("synthetic:speed=3", "unknown synthetic model option"),
+        ("minilm", "runs on an engine: load it with batchserve.engines.loader"),
+        ("minilm:backend=onnx", "runs on an engine"),
     ],
 )
 def test_bad_specs_say_why(spec: str, words: str) -> None:

@@ -15,7 +15,8 @@ import httpx
 
 from batchserve.clock import Clock
 from batchserve.config import BatchConfig, CostEstimate
-from batchserve.models.loader import LoadedModel, load_model
+from batchserve.engines.loader import load_model
+from batchserve.models.loader import LoadedModel
 from batchserve.server import App, ModelSettings, RequestLimits, ServerSettings
 
 HERE = pathlib.Path(__file__).resolve().parent

@@ -116,7 +116,7 @@ def test_off_by_default_and_nothing_of_opentelemetry_is_imported() -> None:
 import asyncio, sys, httpx
 from batchserve.server import App, ModelSettings, ServerSettings
 from batchserve.server.exchange import Exchange
-from batchserve.models.loader import load_model
+from batchserve.engines.loader import load_model
 
 async def main():
     model = ModelSettings(name="m", spec="synthetic:fixed=0ms,per_item=0ms")

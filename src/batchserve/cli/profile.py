@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from batchserve.cli._common import HelpFormatter, positive_int
+from batchserve.engines.loader import load_model
 from batchserve.errors import ConfigError
-from batchserve.models.loader import load_model, with_runtime
+from batchserve.models.loader import with_runtime
 from batchserve.models.profiling import (
     Profile,
     default_sizes,

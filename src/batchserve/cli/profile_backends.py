@@ -10,7 +10,7 @@ last lines put the backends side by side, so the trade of speed against quality 
 at once. Each backend's profile is written to ``-o`` with the backend in its name.
 
 ``batchserve profile --backends`` (:func:`run_auto`) runs what ``serve --backend auto``
-runs on its first start on a machine (:mod:`batchserve.models.choice`), afresh, and prints
+runs on its first start on a machine (:mod:`batchserve.engines.choice`), afresh, and prints
 its table: every engine's rate at the batch size, its quality figures, the choice.
 """
 
@@ -22,15 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from batchserve.engines.embeddings import builtin_path
+from batchserve.engines.loader import choose_engine, load_model
+from batchserve.engines.quality import MIN_MEAN_COSINE, MIN_RANKING_AGREEMENT, Quality, compare
+from batchserve.engines.quality_set import QualitySet
+from batchserve.engines.quality_set import load as load_quality_set
+from batchserve.engines.quality_set import read as read_quality_set
+from batchserve.engines.runtime import BACKENDS, Runtime
 from batchserve.errors import ConfigError
-from batchserve.models.embeddings import builtin_path
-from batchserve.models.loader import choose_engine, load_model, split_runtime, with_runtime
+from batchserve.models.loader import split_runtime, with_runtime
 from batchserve.models.profiling import Profile, profile_model, save_profile
-from batchserve.models.quality import MIN_MEAN_COSINE, MIN_RANKING_AGREEMENT, Quality, compare
-from batchserve.models.quality_set import QualitySet
-from batchserve.models.quality_set import load as load_quality_set
-from batchserve.models.quality_set import read as read_quality_set
-from batchserve.models.runtime import BACKENDS, Runtime
 from batchserve.units import format_duration
 
 __all__ = ["BackendResult", "format_backends", "parse_backends", "run_auto", "run_backends"]

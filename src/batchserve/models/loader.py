@@ -1,13 +1,11 @@
-"""Turning a model SPEC string into a served model.
+"""The model SPEC grammar, and loading the models that need no engine.
 
 SPEC is one of:
 
 * ``minilm``: the built-in all-MiniLM-L6-v2 embedding model (the ``embeddings`` extra);
 * ``minilm:backend=onnx-int8,threads=1`` (or a folder with the same options): the same
-  model on another runtime, see :class:`~batchserve.models.runtime.Runtime` (keys
-  ``backend``, ``device``, ``dtype``, ``threads``, ``cache_dir``, ``batch_size``). The
-  default backend is ``auto``: every engine the machine offers is measured once and the
-  fastest that passes the quality gate is served (:mod:`batchserve.models.choice`);
+  model on another runtime (keys :data:`RUNTIME_KEYS`: ``backend``, ``device``,
+  ``dtype``, ``threads``, ``cache_dir``, ``batch_size``);
 * ``synthetic`` or ``synthetic:fixed=8ms,per_item=0.25ms,dim=8``: the seed's cost model;
 * a path to a sentence-transformers model folder;
 * ``package.module:attr``: any batch function, or model object with ``__call__`` (a class is
@@ -15,43 +13,41 @@ SPEC is one of:
   ``dimension`` (and optionally ``count_tokens``) is served as an embedding model; one with
   an ``initial_cost`` (a :class:`~batchserve.config.CostEstimate`) starts the batcher's
   cost model from it and skips the warm-up passes.
+
+This module reads every SPEC (names, options, :class:`LoadedModel`) and loads the two
+kinds that run in the process as they are: the synthetic model and an imported object.
+``minilm`` and a model folder run on an engine (PyTorch, ONNX Runtime, OpenVINO), picked
+and loaded by the engines' layer above the core: :func:`batchserve.engines.loader.load_model`
+loads any SPEC, and is what the server and the command line call.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import inspect
-import logging
 import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from batchserve.config import CostEstimate
 from batchserve.errors import ConfigError
 from batchserve.models.base import BatchFn
-from batchserve.models.runtime import Runtime, default_workers
 from batchserve.models.synthetic import SyntheticModel
 from batchserve.units import parse_duration
-
-if TYPE_CHECKING:
-    from batchserve.models.choice import Verdict
 
 __all__ = [
     "RUNTIME_KEYS",
     "LoadedModel",
-    "choose_engine",
     "default_model_name",
+    "describe",
     "load_model",
+    "needs_engine",
     "parse_synthetic",
     "split_runtime",
     "with_runtime",
 ]
-
-_log = logging.getLogger(__name__)
 
 #: The options a ``minilm`` or folder SPEC takes after ``:``.
 RUNTIME_KEYS = ("backend", "device", "dtype", "threads", "cache_dir", "batch_size")
@@ -73,11 +69,11 @@ class LoadedModel:
         initial_cost: the model's known cost per forward pass, to start the batcher's cost
             model with (None: unknown, measured by a warm-up or learned from traffic).
         workers: forward passes to run at once to use the machine, where the model knows
-            (``minilm`` or a folder: :func:`~batchserve.models.runtime.default_workers`);
+            (``minilm`` or a folder: :func:`batchserve.engines.runtime.default_workers`);
             the server's default when ``--workers`` is not set. None: one.
         engine: how ``minilm`` or a folder runs (``backend``, ``precision``, ``device``,
             ``threads``) and, under ``--backend auto``, ``choice``: the verdict and the
-            table behind it (:meth:`~batchserve.models.choice.Verdict.to_dict`). None for
+            table behind it (:meth:`batchserve.engines.choice.Verdict.to_dict`). None for
             other models.
     """
 
@@ -164,31 +160,28 @@ def with_runtime(spec: str, options: dict[str, str]) -> str:
     return base + ":" + ",".join(f"{k}={merged[k]}" for k in RUNTIME_KEYS if k in merged)
 
 
-def _runtime(options: dict[str, str], base: Runtime | None) -> Runtime:
-    fields: dict[str, object] = {}
-    for key, value in options.items():
-        if key in ("threads", "batch_size"):
-            if not value.isdigit():
-                raise ConfigError(f"{key} must be an integer >= 1, got {value!r}")
-            fields[key] = int(value)
-        else:
-            fields[key] = value
-    return dataclasses.replace(base or Runtime(), **fields)  # type: ignore[arg-type]
+def needs_engine(spec: str) -> bool:
+    """Whether ``spec`` runs on an engine: ``minilm`` or a model folder, with or without options.
+
+    Such a SPEC is loaded by :func:`batchserve.engines.loader.load_model`; any other by
+    :func:`load_model` here.
+    """
+    if spec == "synthetic" or spec.startswith("synthetic:"):
+        return False
+    base = split_runtime(spec)[0]
+    return base == "minilm" or os.path.isdir(base)
 
 
-def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
-    """Load the model named by ``spec`` (see the module docstring).
-
-    Blocks while the model loads (seconds for MiniLM; an ONNX or OpenVINO backend's first
-    load also exports it into the cache); call it off the event loop.
+def load_model(spec: str) -> LoadedModel:
+    """Load a SPEC that needs no engine: the synthetic model or ``package.module:attr``.
 
     Args:
-        spec: what to load.
-        runtime: how to run ``minilm`` or a model folder; options in ``spec`` override it.
+        spec: what to load (see the module docstring).
 
     Raises:
-        ConfigError: the spec names nothing loadable; the message says why.
-        ImportError: the ``embeddings`` extra is missing (the message names the pip command).
+        ConfigError: the spec names nothing loadable, or it runs on an engine (``minilm``,
+            a model folder: load it with :func:`batchserve.engines.loader.load_model`); the
+            message says why.
     """
     if spec == "synthetic" or spec.startswith("synthetic:"):
         model = parse_synthetic(spec)
@@ -200,102 +193,27 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
             dimension=model.dimension,
             initial_cost=CostEstimate(fixed_s=model.fixed_s, per_item_s=model.per_item_s),
         )
-    base, options = split_runtime(spec)
-    if base == "minilm" or os.path.isdir(base):
-        from batchserve.models.embeddings import builtin_path
-
-        rt = _runtime(options, runtime)
-        path = builtin_path() if base == "minilm" else Path(base)
-        choice: dict[str, Any] | None = None
-        if rt.backend == "auto":
-            emb, verdict = choose_engine(path, rt)
-            choice = verdict.to_dict()
-        else:
-            emb = _load_engine(path, rt)
-        return LoadedModel(
-            spec=spec,
-            fn=emb,
-            kind="embedding",
-            dimension=emb.dimension,
-            count_tokens=emb.count_tokens,
-            max_input_tokens=emb.max_seq_length,
-            workers=default_workers(emb.device, emb.threads),
-            engine={
-                "backend": emb.backend,
-                "precision": emb.dtype,
-                "device": emb.device,
-                "threads": emb.threads,
-                "choice": choice,
-            },
+    if needs_engine(spec):
+        raise ConfigError(
+            f"model spec {spec!r} runs on an engine: load it with "
+            "batchserve.engines.loader.load_model"
         )
     if ":" in spec:
-        return _describe(spec, _import_callable(spec))
+        return describe(spec, _import_callable(spec))
     raise ConfigError(
         "model spec must be 'minilm', 'synthetic[:fixed=..,per_item=..]', a model folder "
         f"or 'package.module:attr', got {spec!r}"
     )
 
 
-def _load_engine(path: Path, rt: Runtime, *, gated: bool = True) -> Any:
-    if rt.exported:
-        from batchserve.models.exported import ExportedEmbedder
+def describe(spec: str, fn: BatchFn) -> LoadedModel:
+    """What the protocols need to know of the model object ``fn``, read from its attributes.
 
-        return ExportedEmbedder.load(path, rt, gated=gated)
-    from batchserve.models.embeddings import SentenceEmbedder
-
-    return SentenceEmbedder.from_path(path, rt)
-
-
-def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[Any, Verdict]:
-    """``--backend auto`` for the model folder ``path``: the chosen engine, loaded, and why.
-
-    The verdict is read from the cache, or measured (and cached) when there is none for
-    this model, machine, versions and settings, or when ``refresh`` is set. Logs the
-    choice (and, when measured, the table).
-
-    Raises:
-        ConfigError: the device asked for is not here.
+    An object declares itself an embedding model with ``kind = "embedding"`` and an integer
+    ``dimension`` (a ``SentenceEmbedder`` qualifies); anything else is generic. One that
+    states its cost (``initial_cost``, a :class:`~batchserve.config.CostEstimate`) is not
+    warmed up to measure it.
     """
-    from batchserve.models.choice import choose
-    from batchserve.models.hardware import Engine, Machine
-    from batchserve.models.runtime import default_threads, resolve_device
-
-    machine = Machine.here()
-    device = resolve_device(rt.device, cuda_devices=len(machine.cuda_devices), mps=machine.mps)
-    threads = rt.threads or default_threads()
-
-    def load(engine: Engine) -> Any:
-        on = device if engine.backend == "torch" else "cpu"
-        return _load_engine(
-            path,
-            dataclasses.replace(
-                rt, backend=engine.backend, dtype=engine.dtype, device=on, threads=threads
-            ),
-            gated=False,
-        )
-
-    verdict, fn = choose(
-        path,
-        device=device,
-        threads=threads,
-        workers=default_workers(device, threads),
-        batch_size=rt.batch_size or 32,
-        cache_dir=rt.cache_path(),
-        load=load,
-        dtype=rt.dtype,
-        machine=machine,
-        refresh=refresh,
-    )
-    if not verdict.cached:
-        _log.warning("backend auto measured every engine:\n%s", verdict.table())
-    _log.warning("%s", verdict.summary())
-    return (fn if fn is not None else load(verdict.chosen)), verdict
-
-
-def _describe(spec: str, fn: BatchFn) -> LoadedModel:
-    # An imported object declares itself an embedding model with ``kind = "embedding"`` and
-    # an integer ``dimension`` (a SentenceEmbedder qualifies); anything else is generic. One
-    # that states its cost (``initial_cost``, a CostEstimate) is not warmed up to measure it.
     cost = getattr(fn, "initial_cost", None)
     initial_cost = cost if isinstance(cost, CostEstimate) else None
     dimension = getattr(fn, "dimension", None)

@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 from batchserve.batcher import BatchRecord
 from batchserve.clock import Clock, MonotonicClock
-from batchserve.models.loader import LoadedModel, load_model
+from batchserve.engines.loader import load_model
+from batchserve.models.loader import LoadedModel
 from batchserve.policy import ClassConfig, WorkClass
 from batchserve.server.deadlines import wire_deadline
 from batchserve.server.exchange import Endpoint, Exchange, Reply, passed

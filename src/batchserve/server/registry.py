@@ -24,9 +24,10 @@ from typing import Any
 from batchserve.batcher import Batcher, BatchRecord
 from batchserve.clock import Clock, MonotonicClock
 from batchserve.config import BatchConfig, CostEstimate
+from batchserve.engines.loader import load_model
 from batchserve.errors import NotReady
 from batchserve.models.base import is_async_model
-from batchserve.models.loader import LoadedModel, load_model
+from batchserve.models.loader import LoadedModel
 from batchserve.server.settings import ModelSettings
 from batchserve.server.statuses import ApiError
 

@@ -39,8 +39,9 @@ from typing import Any, Protocol, TextIO
 
 import uvicorn
 
+from batchserve.engines.loader import load_model
 from batchserve.errors import ConfigError
-from batchserve.models.loader import LoadedModel, load_model
+from batchserve.models.loader import LoadedModel
 from batchserve.server.app import App
 from batchserve.server.settings import ServerSettings
 from batchserve.server.transport.httptools import connection_protocol

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from batchserve.config import BatchConfig, check_positive
+from batchserve.engines.runtime import Runtime
 from batchserve.errors import ConfigError
 from batchserve.models.loader import default_model_name, split_runtime, with_runtime
-from batchserve.models.runtime import Runtime
 from batchserve.policy import ClassConfig, Tenant, WorkClass
 from batchserve.policy.classes import parse_class, parse_tenant
 from batchserve.units import parse_duration
@@ -77,7 +77,7 @@ class ModelSettings:
 
     Attributes:
         name: the name clients ask for (OpenAI ``model``, KServe ``/v2/models/{name}``).
-        spec: what to load (see :func:`batchserve.models.loader.load_model`).
+        spec: what to load (see :func:`batchserve.engines.loader.load_model`).
         batch: its batcher's settings.
         timeout_s: the deadline of a request that states none, in seconds.
         classes: its classes of work and tenants (None: one FIFO queue, and a request's

@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from batchserve.models.quality import (
+from batchserve.engines.quality import (
     MIN_MEAN_COSINE,
     MIN_RANKING_AGREEMENT,
     Quality,
@@ -16,7 +16,7 @@ from batchserve.models.quality import (
     embed_all,
     nearest,
 )
-from batchserve.models.quality_set import QualitySet
+from batchserve.engines.quality_set import QualitySet
 
 TEXTS = tuple(f"text number {i} " + "word " * (i % 7) for i in range(40))
 QS = QualitySet(texts=TEXTS, queries=("q0", "q1", "q2", "q3"), passages=("p0", "p1", "p2", "p3"))

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from batchserve.errors import ConfigError
-from batchserve.models.hardware import Machine
-from batchserve.models.runtime import (
+from batchserve.engines.hardware import Machine
+from batchserve.engines.runtime import (
     Runtime,
     default_cache_dir,
     default_threads,
@@ -20,6 +19,7 @@ from batchserve.models.runtime import (
     resolve_device,
     resolve_dtype,
 )
+from batchserve.errors import ConfigError
 
 
 def test_defaults_measure_every_engine_on_the_best_device() -> None:

@@ -4,7 +4,7 @@ Theory of operation: which engine is fastest (torch or ONNX Runtime or OpenVINO;
 bfloat16 or int8) depends on the CPU (AMX, VNNI, AVX-512, AVX2 only), the GPU, the text
 lengths and the batch size, so it is measured on the machine, never assumed:
 
-1. :func:`~batchserve.models.hardware.candidates` lists the engines the machine's facts
+1. :func:`~batchserve.engines.hardware.candidates` lists the engines the machine's facts
    and the installed packages make possible (bfloat16 only where the CPU computes in it).
 2. Each is loaded (an export is made once into the cache) and timed on shipped texts at
    the configured batch size, with as many passes at once as the server will run
@@ -12,7 +12,7 @@ lengths and the batch size, so it is measured on the machine, never assumed:
    neighbour's load falls on all alike; the best round counts. After the first round only
    the reference and the engines within 80% of the best are timed again.
 3. The engines faster than the reference (torch float32) go through the quality gate
-   (:mod:`batchserve.models.gate`: mean cosine to float32 >= 0.99 and the nearest passage
+   (:mod:`batchserve.engines.gate`: mean cosine to float32 >= 0.99 and the nearest passage
    kept for >= 95% of queries, on the shipped set), fastest first, until one passes.
 4. :func:`pick` (pure) serves the fastest engine that passed, or the reference when none
    did: ``auto`` never serves an engine that measured slower than torch float32.
@@ -42,15 +42,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from batchserve.models.hardware import (
+from batchserve.engines.hardware import (
     REFERENCE,
     Engine,
     Machine,
     candidates,
     installed_backends,
 )
-from batchserve.models.quality import Quality
-from batchserve.models.quality_set import QualitySet
+from batchserve.engines.quality import Quality
+from batchserve.engines.quality_set import QualitySet
 
 __all__ = ["Trial", "Verdict", "choose", "gate_order", "pick", "speed_texts"]
 
@@ -161,7 +161,7 @@ class Verdict:
         threads: CPU threads per pass.
         workers: passes at once.
         trials: every candidate's figures, the reference first.
-        machine: the machine's facts (:meth:`~batchserve.models.hardware.Machine.to_dict`).
+        machine: the machine's facts (:meth:`~batchserve.engines.hardware.Machine.to_dict`).
         versions: the engines' package versions.
         key: the cache key.
         seconds: what measuring cost (loads and exports included).
@@ -279,7 +279,7 @@ class Verdict:
 
 def versions() -> dict[str, str]:
     """The installed versions of the packages an engine's speed depends on."""
-    from batchserve.models.export import RECIPE
+    from batchserve.engines.export import RECIPE
 
     out = {"batchserve-export-recipe": str(RECIPE)}
     for name in _PACKAGES:
@@ -389,8 +389,8 @@ def choose(
         The verdict, and the chosen engine's batch function when it was loaded while
         measuring (None on a cached verdict: load it).
     """
-    from batchserve.models.export import model_folder, write_cached
-    from batchserve.models.gate import default_quality_set, gate, set_digest
+    from batchserve.engines.export import model_folder, write_cached
+    from batchserve.engines.gate import default_quality_set, gate, set_digest
 
     facts = machine or Machine.here()
     qs = quality_set if quality_set is not None else default_quality_set()

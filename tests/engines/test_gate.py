@@ -13,20 +13,20 @@ import pytest
 
 pytest.importorskip("sentence_transformers")
 
-from batchserve.models.embeddings import SentenceEmbedder, builtin_path
-from batchserve.models.export import model_folder
-from batchserve.models.gate import (
+from batchserve.engines.embeddings import SentenceEmbedder, builtin_path
+from batchserve.engines.export import model_folder
+from batchserve.engines.gate import (
     QUALITY_SET_ENV,
     default_quality_set,
     gate,
     reference_vectors,
     set_digest,
 )
-from batchserve.models.hardware import Engine
-from batchserve.models.quality import all_texts
-from batchserve.models.quality_set import QualitySet
-from batchserve.models.quality_set import load as load_quality_set
-from batchserve.models.runtime import Runtime
+from batchserve.engines.hardware import Engine
+from batchserve.engines.quality import all_texts
+from batchserve.engines.quality_set import QualitySet
+from batchserve.engines.quality_set import load as load_quality_set
+from batchserve.engines.runtime import Runtime
 
 SMALL = QualitySet(
     texts=("batching shares a pass", "a lighthouse in the storm", "x"),

@@ -10,9 +10,9 @@ import pytest
 
 from batchserve.cli import main
 from batchserve.cli.profile_backends import BackendResult, format_backends, parse_backends
+from batchserve.engines.quality import Quality
 from batchserve.errors import ConfigError
 from batchserve.models.profiling import Profile
-from batchserve.models.quality import Quality
 
 
 def test_parse_backends() -> None:
@@ -92,9 +92,9 @@ def test_profile_backends_measures_afresh_and_prints_the_table(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
 ) -> None:
     from batchserve.cli import profile_backends
-    from batchserve.models.choice import Trial, Verdict
-    from batchserve.models.hardware import Engine
-    from batchserve.models.runtime import Runtime
+    from batchserve.engines.choice import Trial, Verdict
+    from batchserve.engines.hardware import Engine
+    from batchserve.engines.runtime import Runtime
 
     calls: list[tuple[pathlib.Path, Runtime, bool]] = []
     good = Quality(texts=10, mean_cosine=0.995, min_cosine=0.97, queries=4, ranking_agreement=1.0)

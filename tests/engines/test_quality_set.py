@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from batchserve.engines import quality_set
 from batchserve.errors import ConfigError
-from batchserve.models import quality_set
 
 
 def test_the_shipped_file_is_what_build_makes() -> None:

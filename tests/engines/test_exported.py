@@ -22,14 +22,14 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("openvino")
 onnx = pytest.importorskip("onnx")
 
+from batchserve.engines import export  # noqa: E402
+from batchserve.engines.embeddings import SentenceEmbedder, builtin_path  # noqa: E402
+from batchserve.engines.exported import ExportedEmbedder  # noqa: E402
+from batchserve.engines.gate import set_digest  # noqa: E402
+from batchserve.engines.loader import load_model  # noqa: E402
+from batchserve.engines.quality_set import read as read_quality_set  # noqa: E402
+from batchserve.engines.runtime import Runtime  # noqa: E402
 from batchserve.errors import ConfigError  # noqa: E402
-from batchserve.models import export  # noqa: E402
-from batchserve.models.embeddings import SentenceEmbedder, builtin_path  # noqa: E402
-from batchserve.models.exported import ExportedEmbedder  # noqa: E402
-from batchserve.models.gate import set_digest  # noqa: E402
-from batchserve.models.loader import load_model  # noqa: E402
-from batchserve.models.quality_set import read as read_quality_set  # noqa: E402
-from batchserve.models.runtime import Runtime  # noqa: E402
 
 MIXED = [
     "Hi",

@@ -13,12 +13,12 @@ without a GPU:
   is float32 for torch and ONNX Runtime, int8 for the ``-int8`` backends, and for
   OpenVINO what the CPU computes in (bfloat16 with AVX-512 BF16 or AMX, else float32, as
   OpenVINO itself would). Half precision is possible where the machine's facts say so
-  (:func:`~batchserve.models.hardware.precision_support`: a GPU, or a CPU with bfloat16
+  (:func:`~batchserve.engines.hardware.precision_support`: a GPU, or a CPU with bfloat16
   instructions); asked for by name where it is not, it is an error that names the missing
   instructions; under ``--device auto`` it falls back to float32, so one config serves
   both kinds of machine.
 * ``--backend auto`` (the default) is not resolved here: the engine is chosen by
-  measuring every possible one (:mod:`batchserve.models.choice`).
+  measuring every possible one (:mod:`batchserve.engines.choice`).
 * :func:`default_threads`: the CPU threads one forward pass uses. The server's event loop
   (HTTP parsing, batching, answering) needs a share of a core while passes run, so the
   default leaves it room on a small machine; see the function for the measurement.
@@ -37,8 +37,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from batchserve.engines.hardware import Machine, precision_support
 from batchserve.errors import ConfigError
-from batchserve.models.hardware import Machine, precision_support
 
 __all__ = [
     "BACKENDS",
@@ -52,7 +52,7 @@ __all__ = [
     "resolve_dtype",
 ]
 
-#: The backends of the built-in model: ``auto`` (measured, see :mod:`batchserve.models.choice`),
+#: The backends of the built-in model: ``auto`` (measured, see :mod:`batchserve.engines.choice`),
 #: PyTorch, ONNX Runtime, OpenVINO; full precision or int8.
 BACKENDS = ("auto", "torch", "onnx", "onnx-int8", "openvino", "openvino-int8")
 #: Precisions. ``-mixed`` is torch's autocast (float32 weights, products in half precision);
@@ -200,7 +200,7 @@ def resolve_dtype(
 
     ``auto`` is float32 (int8 for an ``-int8`` backend; for OpenVINO, bfloat16 where the
     CPU computes in it). A precision the machine cannot compute in (see
-    :func:`~batchserve.models.hardware.precision_support`) is refused when the device was
+    :func:`~batchserve.engines.hardware.precision_support`) is refused when the device was
     asked for by name, and falls back to float32 when ``auto`` found no device for it.
 
     Args:

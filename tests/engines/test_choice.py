@@ -20,12 +20,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from batchserve.models.choice import Trial, Verdict, choose, gate_order, pick, speed_texts
-from batchserve.models.export import model_folder
-from batchserve.models.gate import set_digest
-from batchserve.models.hardware import REFERENCE, Engine, Machine
-from batchserve.models.quality import Quality
-from batchserve.models.quality_set import QualitySet
+from batchserve.engines.choice import Trial, Verdict, choose, gate_order, pick, speed_texts
+from batchserve.engines.export import model_folder
+from batchserve.engines.gate import set_digest
+from batchserve.engines.hardware import REFERENCE, Engine, Machine
+from batchserve.engines.quality import Quality
+from batchserve.engines.quality_set import QualitySet
 
 EPYC = Machine(cpu_model="AMD EPYC", cpu_flags=frozenset({"avx2", "fma"}), cores=2)
 ALL = {"torch", "onnx", "onnx-int8", "openvino", "openvino-int8"}

@@ -1,18 +1,18 @@
 """A sentence-transformers model exported to ONNX Runtime or OpenVINO, as a batch function.
 
 Theory of operation: one call is one forward pass, as with
-:class:`~batchserve.models.embeddings.SentenceEmbedder`, and the answers agree with it
+:class:`~batchserve.engines.embeddings.SentenceEmbedder`, and the answers agree with it
 (fp32: cosine >= 0.9999, a tested property). The texts are tokenized exactly as
 sentence-transformers does (the model folder's own tokenizer, whitespace stripped, padded
 to the longest, truncated at ``max_seq_length``), the exported graph runs the transformer,
-pooling and normalization (see :mod:`batchserve.models.export`), and the result is
+pooling and normalization (see :mod:`batchserve.engines.export`), and the result is
 normalized again (a no-op for a graph that ends in ``Normalize``).
 
 Threads and streams: one pass uses the runtime's ``threads`` (see
-:func:`~batchserve.models.runtime.default_threads`). ONNX Runtime runs concurrent calls
+:func:`~batchserve.engines.runtime.default_threads`). ONNX Runtime runs concurrent calls
 side by side on their callers' threads. OpenVINO runs infer requests on its *streams*,
 so it is compiled with one stream per worker the server runs
-(:func:`~batchserve.models.runtime.default_workers`) and ``threads`` threads each, rather
+(:func:`~batchserve.engines.runtime.default_workers`) and ``threads`` threads each, rather
 than with its ``LATENCY`` hint's single stream: with two workers on two cores, two streams
 ran 12.0-19.5 texts/s against one stream's 11.9-16.8 (three alternated rounds at batch
 32, another process's tests beside them).
@@ -38,15 +38,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from batchserve.errors import ConfigError
-from batchserve.models.hardware import Engine, Machine
-from batchserve.models.runtime import (
+from batchserve.engines.hardware import Engine, Machine
+from batchserve.engines.runtime import (
     Runtime,
     default_threads,
     default_workers,
     resolve_device,
     resolve_dtype,
 )
+from batchserve.errors import ConfigError
 from batchserve.models.token_counts import TokenCounts, estimate_tokens
 
 __all__ = ["ExportedEmbedder"]
@@ -88,7 +88,7 @@ _OV_PRECISION = {"float32": "f32", "bfloat16": "bf16"}
 def _openvino_runner(
     model_file: Path, threads: int, dtype: str, streams: int
 ) -> tuple[_Run, list[str]]:
-    from batchserve.models import telemetry
+    from batchserve.engines import telemetry
 
     ov = telemetry.openvino()
 
@@ -211,9 +211,9 @@ class ExportedEmbedder:
         """Export ``source`` for ``runtime.backend`` if not cached, gate it, load it.
 
         Blocks while exporting (once per model and backend; see
-        :func:`~batchserve.models.export.ensure_exported`) and, for a reduced precision
+        :func:`~batchserve.engines.export.ensure_exported`) and, for a reduced precision
         (int8, bfloat16), while its quality gate runs the first time
-        (:func:`~batchserve.models.gate.gate`; cached after).
+        (:func:`~batchserve.engines.gate.gate`; cached after).
 
         Args:
             source: the model folder.
@@ -227,8 +227,8 @@ class ExportedEmbedder:
                 gives the figures).
             ImportError: the backend's extra is missing.
         """
-        from batchserve.models.export import ensure_exported
-        from batchserve.models.gate import gate
+        from batchserve.engines.export import ensure_exported
+        from batchserve.engines.gate import gate
 
         resolve_device(runtime.device, cuda_devices=0, mps=False, backend=runtime.backend)
         dtype = resolve_dtype(

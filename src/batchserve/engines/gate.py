@@ -1,7 +1,7 @@
 """The quality gate, run once per model, engine and text set, and remembered.
 
 Theory of operation: an engine other than torch float32 is served only if its embeddings
-keep their meaning (:mod:`batchserve.models.quality`: mean cosine to float32 and the
+keep their meaning (:mod:`batchserve.engines.quality`: mean cosine to float32 and the
 nearest passage kept). Measuring that costs one pass over the shipped set for the
 reference and one for the candidate, so both are cached beside the model's exports::
 
@@ -34,12 +34,12 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from batchserve.models.export import model_folder, write_atomic, write_cached
-from batchserve.models.hardware import Engine
-from batchserve.models.quality import Embed, Quality, against, all_texts, embed_all
-from batchserve.models.quality_set import QualitySet
-from batchserve.models.quality_set import load as load_quality_set
-from batchserve.models.quality_set import read as read_quality_set
+from batchserve.engines.export import model_folder, write_atomic, write_cached
+from batchserve.engines.hardware import Engine
+from batchserve.engines.quality import Embed, Quality, against, all_texts, embed_all
+from batchserve.engines.quality_set import QualitySet
+from batchserve.engines.quality_set import load as load_quality_set
+from batchserve.engines.quality_set import read as read_quality_set
 
 __all__ = [
     "QUALITY_SET_ENV",
@@ -110,8 +110,8 @@ def _compute_reference(
     keep: Callable[[Path, bytes], object] = write_cached,
 ) -> npt.NDArray[np.float32]:
     # torch float32 on the CPU embeds every text of the set; the vectors are saved to path.
-    from batchserve.models.embeddings import SentenceEmbedder
-    from batchserve.models.runtime import Runtime
+    from batchserve.engines.embeddings import SentenceEmbedder
+    from batchserve.engines.runtime import Runtime
 
     reference = SentenceEmbedder.from_path(
         source, Runtime(backend="torch", device="cpu", dtype="float32", threads=threads)
@@ -152,7 +152,7 @@ def gate(
     threads: int | None = None,
     workers: int = 1,
 ) -> Quality:
-    """``engine``'s quality figures (see :mod:`batchserve.models.quality`), cached.
+    """``engine``'s quality figures (see :mod:`batchserve.engines.quality`), cached.
 
     Args:
         source: the model folder (its hash keys the cache).

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from batchserve.models.quality_set import QualitySet
+from batchserve.engines.quality_set import QualitySet
 
 __all__ = [
     "MIN_MEAN_COSINE",

@@ -13,8 +13,8 @@ import threading
 import numpy as np
 import pytest
 
-from batchserve.models.embeddings import EXTRA_HINT, SentenceEmbedder
-from batchserve.models.loader import load_model
+from batchserve.engines.embeddings import EXTRA_HINT, SentenceEmbedder
+from batchserve.engines.loader import load_model
 
 MIXED = [
     "Hi",

@@ -43,7 +43,7 @@ What each backend is made of:
   them). The recipe before it, ONNX Runtime's dynamic int8 converted to IR, ran slower
   than OpenVINO's own float32, as OpenVINO executes those ops one by one.
 
-No export is gated here: the quality gate (:mod:`batchserve.models.gate`) runs once per
+No export is gated here: the quality gate (:mod:`batchserve.engines.gate`) runs once per
 model and engine when an engine is first served or chosen, and its figures are cached.
 
 :data:`RECIPE` is part of the folder name: a change to how a backend is made changes it,
@@ -67,9 +67,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from batchserve.engines import telemetry
+from batchserve.engines.quality_set import load as load_quality_set
 from batchserve.errors import ConfigError
-from batchserve.models import telemetry
-from batchserve.models.quality_set import load as load_quality_set
 
 __all__ = [
     "RECIPE",
@@ -277,7 +277,7 @@ def _build(source: Path, backend: str, cache_dir: Path, out: Path) -> dict[str, 
 def _export_onnx(source: Path, path: Path) -> None:
     import torch
 
-    from batchserve.models.embeddings import load_sentence_transformer
+    from batchserve.engines.embeddings import load_sentence_transformer
 
     # Eager attention traces to the plain pattern that ONNX Runtime's optimizer fuses into
     # its Attention op (the SDPA trace it does not recognise).

@@ -13,7 +13,7 @@ two agree). The set has:
   fact of each topic, so the five or six of one topic compete as near neighbours),
   queries to be ranked against passages.
 
-The gate (:mod:`batchserve.models.quality`) compares a backend's embeddings of ``texts``
+The gate (:mod:`batchserve.engines.quality`) compares a backend's embeddings of ``texts``
 with the fp32 reference and checks that each query's nearest passage is unchanged.
 """
 
@@ -420,7 +420,7 @@ def to_json(qs: QualitySet) -> str:
 
 def load() -> QualitySet:
     """The shipped set (``data/quality_set.json`` in this package)."""
-    raw = resources.files("batchserve.models").joinpath("data", _FILE).read_text("utf-8")
+    raw = resources.files("batchserve.engines").joinpath("data", _FILE).read_text("utf-8")
     return _parse(json.loads(raw), _FILE)
 
 

@@ -7,7 +7,7 @@ tested with made-up machines (an AMD EPYC with AVX2 only, a Xeon with AVX-512 VN
 with AMX, a GPU without bfloat16) on whatever machine runs the tests.
 
 What is *possible* is decided here, from facts; what is *fastest* is never decided here:
-it is measured (:mod:`batchserve.models.choice`). The rules:
+it is measured (:mod:`batchserve.engines.choice`). The rules:
 
 * **bfloat16 on the CPU** needs the instructions that compute in it: AVX-512 BF16
   (``avx512_bf16``) or AMX (``amx_bf16``). Without them torch and OpenVINO emulate it,

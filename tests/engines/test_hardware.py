@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from batchserve.errors import ConfigError
-from batchserve.models.hardware import (
+from batchserve.engines.hardware import (
     REFERENCE,
     Engine,
     Machine,
@@ -19,7 +18,8 @@ from batchserve.models.hardware import (
     candidates,
     precision_support,
 )
-from batchserve.models.runtime import Runtime, resolve_dtype
+from batchserve.engines.runtime import Runtime, resolve_dtype
+from batchserve.errors import ConfigError
 
 AVX2 = frozenset({"sse4_2", "avx", "avx2", "fma", "f16c"})
 EPYC = Machine(cpu_model="AMD EPYC", cpu_flags=AVX2, cores=2)

@@ -12,15 +12,15 @@ positions' attention weights and the pooling averages only unmasked tokens, so a
 computed in a batch equals the one computed alone to float rounding (cosine >= 0.9999, a
 tested property, whatever the other texts' lengths).
 
-Where it runs (:class:`~batchserve.models.runtime.Runtime`): the device is resolved at load
+Where it runs (:class:`~batchserve.engines.runtime.Runtime`): the device is resolved at load
 (``auto`` takes a GPU when torch sees one); half precision (where the machine computes in
-it: a GPU, or a CPU with AVX-512 BF16 or AMX, see :mod:`batchserve.models.hardware`)
+it: a GPU, or a CPU with AVX-512 BF16 or AMX, see :mod:`batchserve.engines.hardware`)
 either casts the weights (``bfloat16``, ``float16``) or keeps them float32 and runs each
 pass under ``torch.autocast`` (``bfloat16-mixed``, ``float16-mixed``); on the CPU
 ``torch.set_num_threads`` is set to the runtime's threads (the default leaves the event
-loop room; see :func:`~batchserve.models.runtime.default_threads`). The number
+loop room; see :func:`~batchserve.engines.runtime.default_threads`). The number
 is process-wide in torch: the last model loaded sets it. The other backends (ONNX Runtime,
-OpenVINO) are :class:`~batchserve.models.exported.ExportedEmbedder`.
+OpenVINO) are :class:`~batchserve.engines.exported.ExportedEmbedder`.
 
 Thread-safety: the fast tokenizer is not safe to call from two threads at once (it mutates
 its padding and truncation state), so tokenization holds a lock; the forward pass does not,
@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from batchserve.models.hardware import Machine
-from batchserve.models.runtime import Runtime, default_threads, resolve_device, resolve_dtype
+from batchserve.engines.hardware import Machine
+from batchserve.engines.runtime import Runtime, default_threads, resolve_device, resolve_dtype
 from batchserve.models.token_counts import TokenCounts, estimate_tokens
 
 __all__ = ["EXTRA_HINT", "SentenceEmbedder", "builtin_path", "load_sentence_transformer"]

@@ -1,0 +1,146 @@
+"""Loading any model SPEC, the ones that run on an engine included.
+
+``minilm`` and a sentence-transformers model folder run on an engine: PyTorch, ONNX
+Runtime or OpenVINO, at a precision, on a device, with a number of CPU threads (a
+:class:`~batchserve.engines.runtime.Runtime`, from the command line and the SPEC's own
+options, ``minilm:backend=onnx-int8,threads=1``). With the default backend ``auto`` every
+engine the machine offers is measured once and the fastest that passes the quality gate is
+served (:mod:`batchserve.engines.choice`); the verdict is cached.
+
+Every other SPEC (the synthetic model, ``package.module:attr``) is handed to the core's
+:func:`batchserve.models.loader.load_model`, which also holds the SPEC grammar and
+:class:`~batchserve.models.loader.LoadedModel`. The server and the command line load
+through this module, so that one call loads anything a user can name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from batchserve.engines.runtime import Runtime, default_workers
+from batchserve.errors import ConfigError
+from batchserve.models import loader as models_loader
+from batchserve.models.loader import LoadedModel, needs_engine, split_runtime
+
+if TYPE_CHECKING:
+    from batchserve.engines.choice import Verdict
+
+__all__ = ["choose_engine", "load_model"]
+
+_log = logging.getLogger(__name__)
+
+
+def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
+    """Load the model named by ``spec`` (see :mod:`batchserve.models.loader`).
+
+    Blocks while the model loads (seconds for MiniLM; an ONNX or OpenVINO backend's first
+    load also exports it into the cache); call it off the event loop.
+
+    Args:
+        spec: what to load.
+        runtime: how to run ``minilm`` or a model folder; options in ``spec`` override it.
+
+    Raises:
+        ConfigError: the spec names nothing loadable; the message says why.
+        ImportError: the ``embeddings`` extra is missing (the message names the pip command).
+    """
+    if not needs_engine(spec):
+        return models_loader.load_model(spec)
+    from batchserve.engines.embeddings import builtin_path
+
+    base, options = split_runtime(spec)
+    rt = _runtime(options, runtime)
+    path = builtin_path() if base == "minilm" else Path(base)
+    choice: dict[str, Any] | None = None
+    if rt.backend == "auto":
+        emb, verdict = choose_engine(path, rt)
+        choice = verdict.to_dict()
+    else:
+        emb = _load_engine(path, rt)
+    return LoadedModel(
+        spec=spec,
+        fn=emb,
+        kind="embedding",
+        dimension=emb.dimension,
+        count_tokens=emb.count_tokens,
+        max_input_tokens=emb.max_seq_length,
+        workers=default_workers(emb.device, emb.threads),
+        engine={
+            "backend": emb.backend,
+            "precision": emb.dtype,
+            "device": emb.device,
+            "threads": emb.threads,
+            "choice": choice,
+        },
+    )
+
+
+def _runtime(options: dict[str, str], base: Runtime | None) -> Runtime:
+    fields: dict[str, object] = {}
+    for key, value in options.items():
+        if key in ("threads", "batch_size"):
+            if not value.isdigit():
+                raise ConfigError(f"{key} must be an integer >= 1, got {value!r}")
+            fields[key] = int(value)
+        else:
+            fields[key] = value
+    return dataclasses.replace(base or Runtime(), **fields)  # type: ignore[arg-type]
+
+
+def _load_engine(path: Path, rt: Runtime, *, gated: bool = True) -> Any:
+    if rt.exported:
+        from batchserve.engines.exported import ExportedEmbedder
+
+        return ExportedEmbedder.load(path, rt, gated=gated)
+    from batchserve.engines.embeddings import SentenceEmbedder
+
+    return SentenceEmbedder.from_path(path, rt)
+
+
+def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[Any, Verdict]:
+    """``--backend auto`` for the model folder ``path``: the chosen engine, loaded, and why.
+
+    The verdict is read from the cache, or measured (and cached) when there is none for
+    this model, machine, versions and settings, or when ``refresh`` is set. Logs the
+    choice (and, when measured, the table).
+
+    Raises:
+        ConfigError: the device asked for is not here.
+    """
+    from batchserve.engines.choice import choose
+    from batchserve.engines.hardware import Engine, Machine
+    from batchserve.engines.runtime import default_threads, resolve_device
+
+    machine = Machine.here()
+    device = resolve_device(rt.device, cuda_devices=len(machine.cuda_devices), mps=machine.mps)
+    threads = rt.threads or default_threads()
+
+    def load(engine: Engine) -> Any:
+        on = device if engine.backend == "torch" else "cpu"
+        return _load_engine(
+            path,
+            dataclasses.replace(
+                rt, backend=engine.backend, dtype=engine.dtype, device=on, threads=threads
+            ),
+            gated=False,
+        )
+
+    verdict, fn = choose(
+        path,
+        device=device,
+        threads=threads,
+        workers=default_workers(device, threads),
+        batch_size=rt.batch_size or 32,
+        cache_dir=rt.cache_path(),
+        load=load,
+        dtype=rt.dtype,
+        machine=machine,
+        refresh=refresh,
+    )
+    if not verdict.cached:
+        _log.warning("backend auto measured every engine:\n%s", verdict.table())
+    _log.warning("%s", verdict.summary())
+    return (fn if fn is not None else load(verdict.chosen)), verdict
