@@ -14,8 +14,9 @@ The package follows a request's life:
 * ``protocols/``: what its body and answer look like: OpenAI, KServe v2 (and its tensors),
   Triton's extensions;
 * ``app``: the verdict on its head, the models (``registry``), the drain; ``settings``:
-  the server's settings and the config file's schema; ``statuses``: the one table from
-  outcomes to status codes; ``account``: the passes' live account; ``routes``: every route
+  the server's frozen settings, and ``config_file``: the config file's schema and the
+  precedence of its layers under the flags; ``statuses``: the one table from outcomes to
+  status codes; ``account``: the passes' live account; ``routes``: every route
   that is not inference; ``run``: the process;
 * ``ops/``: what the server tells of itself: metrics, the live status and its dashboard,
   traces, the OpenAPI document.
