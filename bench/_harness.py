@@ -7,7 +7,7 @@
   request path's contenders (:data:`CONTENDERS`) that way;
 * :func:`wrk`: the closed-loop client (Debian's ``wrk``); the project's open-loop load
   generator is :func:`batchserve.loadgen.run_load` (or ``batchserve load``);
-* :func:`free_port`, :func:`cpu_s`, :func:`process_cpu_s`: from :mod:`batchserve.testing`,
+* :func:`free_port`, :func:`cpu_s`, :func:`process_cpu_s`: from :mod:`batchserve_testing`,
   which the tests use too (nothing here imports from ``tests/``).
 
 Scripts run by path from the repository root (``python bench/<script>.py``), so their own
@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from batchserve.testing.process import children, cpu_s, free_port, process_cpu_s
+from batchserve_testing.process import children, cpu_s, free_port, process_cpu_s
 
 __all__ = [
     "BENCH",

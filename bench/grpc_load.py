@@ -66,8 +66,8 @@ from _harness import batchserve
 from batchserve.loadgen import LoadConfig, LoadRun, run_load
 from batchserve.server.protocols.proto import grpc_service_pb2 as pb
 from batchserve.server.protocols.tensors import pack_bytes
-from batchserve.testing import harness, scenarios
-from batchserve.testing.tools import ensure_binary, ensure_perf_analyzer
+from batchserve_testing import harness, scenarios
+from batchserve_testing.tools import find_h2load, find_perf_analyzer
 
 SEED_FLAGS = [
     "--model", "seed=synthetic:fixed=8ms,per_item=0.25ms,dim=8",
@@ -207,7 +207,7 @@ PA_TEXT = "the quick brown fox jumps over the lazy dog"
 
 def perf_analyzer(address: str, protocol: str, window_ms: int, rate: float) -> dict[str, Any]:
     """One perf_analyzer run at ``rate`` (Poisson, async): its figures, or its ``error``."""
-    binary, env = ensure_perf_analyzer()
+    binary, env = find_perf_analyzer()
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "pa.csv"
         cmd = [
@@ -287,7 +287,7 @@ def h2load(address: str, body: pathlib.Path, rate: float, seconds: float) -> int
     """Send ``rate`` calls/s for ``seconds`` on one connection; the calls h2load sent."""
     n = int(rate * seconds)
     cmd = [
-        ensure_binary("h2load", "nghttp2-client"), "-n", str(n), "-c", "1", "-m", "4096",
+        find_h2load(), "-n", str(n), "-c", "1", "-m", "4096",
         "--rps", f"{rate:g}", "-d", str(body),
         "-H", "content-type: application/grpc", "-H", "te: trailers",
         "-H", "x-request-timeout: 0.25",

@@ -1,7 +1,7 @@
 """Every bench script starts as the README runs it: by path, from the repository root.
 
 Run as a fresh clone runs them: the tests' own directories are not on the path. No script
-imports from ``tests/`` or edits ``sys.path``: what both need is in ``batchserve.testing``,
+imports from ``tests/`` or edits ``sys.path``: what both need is in ``batchserve_testing``,
 and a script's own directory is on the path when it runs by path (``bench/_harness.py``).
 """
 

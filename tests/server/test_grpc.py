@@ -952,9 +952,9 @@ def test_a_shape_of_no_data_whose_other_axes_overflow_numpy_is_invalid() -> None
 
 @pytest.mark.slow
 def test_perf_analyzer_over_grpc_unary_and_streaming() -> None:
-    from batchserve.testing.tools import ensure_perf_analyzer
+    from batchserve_testing.tools import find_perf_analyzer
 
-    binary, env = ensure_perf_analyzer()
+    binary, env = find_perf_analyzer()
     model = "synthetic"
     args = ["--model", "synthetic:fixed=2ms,per_item=0.1ms", "--max-wait", "1ms"]
     with server_process([*args, "--grpc-port", "0"]) as server:
