@@ -1,11 +1,11 @@
 """Coverage-guided fuzzing of the KServe decoders at length (atheris / libFuzzer).
 
-Runs each target of ``tests/server/fuzz_kserve.py`` (the gRPC ModelInfer decoding into an
-exchange's items; the HTTP KServe body with Triton's binary tensor extension) for
+Runs each target of ``tests/server/protocols/fuzz_kserve.py`` (the gRPC ModelInfer decoding
+into an exchange's items; the HTTP KServe body with Triton's binary tensor extension) for
 ``--seconds`` from its seed corpus, keeping the corpus under ``--corpus`` so a later run
 goes on from where this one stopped. Prints, per target, the inputs executed, the coverage
 libFuzzer reached and any crash (its input is written under ``--corpus``/artifacts). The
-suite runs the same targets for a few seconds (``tests/server/test_fuzz.py``).
+suite runs the same targets for a few seconds (``tests/server/protocols/test_fuzz.py``).
 
 Run: ``.venv/bin/python bench/fuzz.py [--seconds 60] [--corpus /tmp/batchserve-fuzz]``
 """
@@ -20,7 +20,7 @@ import sys
 
 from _harness import ROOT
 
-SCRIPT = ROOT / "tests" / "server" / "fuzz_kserve.py"
+SCRIPT = ROOT / "tests" / "server" / "protocols" / "fuzz_kserve.py"
 
 
 def main() -> int:

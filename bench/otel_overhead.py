@@ -7,7 +7,7 @@ that the SDK's batch processor hands to an exporter; the console exporter writin
 /dev/null stands in for a collector (``OTEL_TRACES_EXPORTER=console``), so what is measured
 is the spans' making, not a network; ``OTEL_TRACES_EXPORTER=none`` measures the spans alone,
 made and dropped. Without ``--otel`` nothing of OpenTelemetry is loaded
-(``tests/server/test_tracing.py`` checks it), so "off" is the plain server.
+(``tests/server/ops/test_tracing.py`` checks it), so "off" is the plain server.
 
 Run: ``.venv/bin/python bench/otel_overhead.py [--rounds 3] [--seconds 4]``
 """

@@ -195,7 +195,7 @@ def _perf_analyzer(url: str, model: str, tensor_format: str) -> dict[str, int]:
 
 def test_the_readme_s_perf_analyzer_script_runs_it() -> None:
     find_perf_analyzer()
-    script = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "perf_analyzer"
+    script = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "perf_analyzer"
     done = subprocess.run(
         [str(script), "--version"], capture_output=True, text=True, timeout=120, check=False
     )
