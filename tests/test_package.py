@@ -225,9 +225,8 @@ def _server_imports(where: str) -> dict[str, set[str]]:
 
 
 def test_the_server_is_laid_out_by_a_requests_life() -> None:
-    # ``ls server/``: the exchange and the app's state at the top, then each stage's folder.
-    entries = {p.name for p in (SRC / "server").iterdir() if p.name != "__pycache__"}
-    assert {"transport", "protocols", "ops", "exchange.py", "app.py"} <= entries
+    # Each rule names the modules it binds; one that names a module no longer there fails
+    # (``_server_imports``), so a rule cannot go quiet when the code moves.
     below = ("batchserve.server.transport", "batchserve.server.ops")
     # The exchange and the protocols are carried by any transport and watched by the
     # operations: they know neither (a second transport needs only the exchange).
