@@ -63,6 +63,32 @@ def test_no_script_imports_from_tests_or_edits_the_path() -> None:
                 assert name.split(".")[0] not in TEST_MODULES, f"{path.name} imports {name}"
 
 
+def _docstrings(tree: ast.Module) -> set[int]:
+    """The ids of the docstring nodes of a module and its classes and functions."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def test_no_script_reaches_into_tests_by_path() -> None:
+    # Running a file of tests/ by path is a dependency as much as importing it is. A
+    # docstring may still name where a test lives.
+    ours = (p for p in BENCH.rglob("*.py") if ".venvs" not in p.relative_to(BENCH).parts)
+    for path in sorted(ours):
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if id(node) in docs:
+                    continue
+                parts = node.value.replace("\\", "/").split("/")
+                assert "tests" not in parts, f"{path.name}:{node.lineno} names {node.value!r}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_every_script_answers_help_from_the_repository_root(script: str) -> None:

@@ -23,8 +23,8 @@ requests written here. Run::
 
     python tests/server/protocols/fuzz_kserve.py grpc CORPUS_DIR -max_total_time=60
 
-(libFuzzer's flags after the target; ``tests/server/protocols/test_fuzz.py`` runs each for a few
-seconds, ``bench/fuzz.py`` for longer.)
+(libFuzzer's flags after the target; ``test_fuzz.py`` runs each for a few seconds,
+``fuzz_campaign.py`` for longer, keeping the corpus.)
 """
 
 from __future__ import annotations
