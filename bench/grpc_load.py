@@ -5,15 +5,15 @@ which sends a ``grpc://`` URL's requests as KServe ``ModelInfer`` calls on one H
 channel and an ``http://`` URL's on HTTP/1.1 keep-alive connections, on the same schedule,
 with latency from each scheduled send time:
 
-1. **the seed's scenario** (issue 26's target: gRPC p99 <= 1.15x HTTP's): the synthetic model
+1. **the seed's scenario**: the synthetic model
    of 8 ms + 0.25 ms per item, batches of at most 32 closed after 2 ms, a queue of 64, 600
    requests/s, a 250 ms deadline (as ``bench/http_seed.py``). One server serves both
    transports; each round runs KServe over gRPC, KServe over HTTP (JSON, the same protocol)
    and OpenAI over HTTP (what ``http_seed.py`` sends), in a rotating order, on the same
    schedule. Per round: each contender's p99 and the server's own p99 (``server-timing``,
    the same on both transports), and the ratios; then the medians;
-2. **overload** (targets: goodput >= 90% of capacity, no success past its deadline,
-   refusals in < 5 ms by the server's own account): the reliability tests' scenario (20 ms
+2. **overload** (goodput as a share of capacity, successes past their deadline, the
+   refusals' p99 by the server's own account): the reliability tests' scenario (20 ms
    + 2.5 ms per item in batches of 8: 200 items/s; 5x that offered, Poisson; 250 ms
    deadline) over gRPC and, beside it, over HTTP.
 
@@ -150,11 +150,7 @@ def seed(args: argparse.Namespace) -> None:
     for base in ("http-kserve", "http-openai"):
         ratio = statistics.median(g / h for g, h in zip(p99s["grpc"], p99s[base], strict=True))
         own_ratio = statistics.median(g / h for g, h in zip(own["grpc"], own[base], strict=True))
-        verdict = "met" if ratio <= 1.15 else "MISSED"
-        print(
-            f"  grpc / {base}: median p99 ratio {ratio:.2f}x (target <= 1.15x: {verdict}); "
-            f"server's own {own_ratio:.2f}x"
-        )
+        print(f"  grpc / {base}: median p99 ratio {ratio:.2f}x; server's own {own_ratio:.2f}x")
 
 
 def overload(args: argparse.Namespace) -> None:
@@ -192,10 +188,8 @@ def overload(args: argparse.Namespace) -> None:
         late = max(f.extra["late_ok"] for f in figures)
         refusal = statistics.median(f.extra["refusal_p99_server_s"] for f in figures) * 1e3
         print(
-            f"overload {name}: median goodput {share:.1%} of capacity (target >= 90%: "
-            f"{'met' if share >= 0.9 else 'MISSED'}), most late successes in a run {late} "
-            f"(target 0), median refusal p99 {refusal:.2f} ms by the server's account "
-            f"(target < 5 ms: {'met' if refusal < 5 else 'MISSED'})"
+            f"overload {name}: median goodput {share:.1%} of capacity, most late successes "
+            f"in a run {late}, median refusal p99 {refusal:.2f} ms by the server's account"
         )
 
 
@@ -266,8 +260,7 @@ def seed_perf_analyzer(args: argparse.Namespace) -> None:
         print(
             f"perf_analyzer, median over {len(ratios)} rounds: http p99 "
             f"{statistics.median(p99s['http']):.1f} ms, grpc p99 "
-            f"{statistics.median(p99s['grpc']):.1f} ms; grpc / http {ratio:.2f}x "
-            f"(target <= 1.15x: {'met' if ratio <= 1.15 else 'MISSED'})"
+            f"{statistics.median(p99s['grpc']):.1f} ms; grpc / http {ratio:.2f}x"
         )
 
 
@@ -354,10 +347,7 @@ def overload_h2load(args: argparse.Namespace) -> None:
     for name in names:
         if shares[name]:
             share = statistics.median(shares[name])
-            print(
-                f"overload via h2load, {name}: median goodput {share:.1%} of capacity "
-                f"(target >= 90%: {'met' if share >= 0.9 else 'MISSED'})"
-            )
+            print(f"overload via h2load, {name}: median goodput {share:.1%} of capacity")
 
 
 def main() -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -87,6 +88,20 @@ def test_no_script_reaches_into_tests_by_path() -> None:
                     continue
                 parts = node.value.replace("\\", "/").split("/")
                 assert "tests" not in parts, f"{path.name}:{node.lineno} names {node.value!r}"
+
+
+#: Words of a verdict against a target: a benchmark prints what it measured, and what a
+#: figure should be is an issue's to say (so no script quotes an issue's target either).
+VERDICT = re.compile(r"\b(met|missed|meets|misses|targets?)\b", re.IGNORECASE)
+
+
+def test_no_script_prints_a_verdict_or_quotes_a_target() -> None:
+    ours = (p for p in BENCH.rglob("*.py") if ".venvs" not in p.relative_to(BENCH).parts)
+    for path in sorted(ours):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found = VERDICT.search(node.value)
+                assert found is None, f"{path.name}:{node.lineno} says {found.group()!r}"
 
 
 @pytest.mark.slow
