@@ -5,7 +5,7 @@ before the suite). A test that needs a program never skips without it: each ``fi
 returns the program's path or raises :class:`MissingTool`, whose message names the command
 that installs it, so the test fails and says how to make it pass.
 
-* Debian's programs (nginx, Chromium, Prometheus and its ``promtool``, ``h2load``) are
+* Debian's programs (nginx, Chromium, Prometheus and its ``promtool``, curl, ``h2load``) are
   looked for on the PATH and in the ``sbin`` folders, where a non-root PATH may not reach.
 * Triton's ``perf_analyzer`` has no working Debian or PyPI package for this machine: the
   set-up unpacks it from the ``tritonclient`` 2.50.0 wheel, with the CUDA runtime it loads
@@ -72,6 +72,11 @@ def find_promtool() -> str:
 def find_prometheus() -> str:
     """The Prometheus server binary."""
     return find_binary("prometheus")
+
+
+def find_curl() -> str:
+    """curl, which the README's first request uses."""
+    return find_binary("curl")
 
 
 def find_h2load() -> str:
