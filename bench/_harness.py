@@ -4,10 +4,10 @@
   line says where it listens);
 * :func:`serving`: any command that serves HTTP on a given port (the yardstick, the same
   app under other ASGI servers), until the block ends; :func:`running` starts one of the
-  request path's contenders (:data:`CONTENDERS`) that way;
+  request path's contenders (:data:`CONTENDERS`, :data:`OTEL_CONTENDERS`) that way;
 * :func:`wrk`: the closed-loop client (Debian's ``wrk``); the project's open-loop load
   generator is :func:`batchserve.loadgen.run_load` (or ``batchserve load``);
-* :func:`free_port`, :func:`cpu_s`, :func:`process_cpu_s`: from :mod:`batchserve.testing`,
+* :func:`free_port`, :func:`cpu_s`, :func:`process_cpu_s`: from :mod:`batchserve_testing`,
   which the tests use too (nothing here imports from ``tests/``).
 
 Scripts run by path from the repository root (``python bench/<script>.py``), so their own
@@ -28,12 +28,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from batchserve.testing.process import children, cpu_s, free_port, process_cpu_s
+from batchserve_testing.process import children, cpu_s, free_port, process_cpu_s
 
 __all__ = [
     "BENCH",
     "CONTENDERS",
     "NGINX_CONF",
+    "OTEL_CONTENDERS",
     "NULL",
     "OUT",
     "ROOT",
@@ -157,10 +158,17 @@ def _stop(proc: subprocess.Popen[str] | subprocess.Popen[bytes], wait_s: float) 
 #: The request path's contenders: each answers ``POST /v1/embeddings`` from the null model,
 #: max batch 64, max wait 2 ms (see ``bench/request_path.py``).
 CONTENDERS = ("yardstick", "batchserve", "batchserve-asgi", "batchserve-granian", "batchserve-rsgi")
+#: What ``--otel`` costs: batchserve without it, then with it, its spans made and dropped
+#: (``OTEL_TRACES_EXPORTER=none``) and written by the console exporter to /dev/null, which
+#: stands in for a collector (what is measured is the spans' making, not a network).
+OTEL_CONTENDERS = ("batchserve", "batchserve-otel-dropped", "batchserve-otel-console")
+_OTEL_EXPORTER = {"batchserve-otel-dropped": "none", "batchserve-otel-console": "console"}
 
 
 def contender(name: str, port: int) -> list[str]:
-    """The command that serves contender ``name`` (one of :data:`CONTENDERS`) on ``port``.
+    """The command that serves contender ``name`` on ``port``.
+
+    ``name`` is one of :data:`CONTENDERS` or :data:`OTEL_CONTENDERS`.
 
     Raises:
         ValueError: an unknown name.
@@ -168,6 +176,10 @@ def contender(name: str, port: int) -> list[str]:
     py = sys.executable
     if name == "yardstick":
         return [py, str(BENCH / "yardstick.py"), "--port", str(port)]
+    if name in _OTEL_EXPORTER:
+        # ``env`` execs the server: the pid it is started with is the server's.
+        exporter = f"OTEL_TRACES_EXPORTER={_OTEL_EXPORTER[name]}"
+        return ["env", exporter, *contender("batchserve", port), "--otel"]
     if name == "batchserve":
         return [
             *(py, "-m", "batchserve", "serve", "--port", str(port), "--model", NULL),
@@ -189,7 +201,8 @@ def contender(name: str, port: int) -> list[str]:
         ]
     if name == "batchserve-rsgi":
         return [py, str(BENCH / "rsgi_app.py"), "--port", str(port)]
-    raise ValueError(f"contender must be one of {', '.join(CONTENDERS)}, got {name!r}")
+    known = ", ".join(dict.fromkeys(CONTENDERS + OTEL_CONTENDERS))
+    raise ValueError(f"contender must be one of {known}, got {name!r}")
 
 
 @contextlib.contextmanager

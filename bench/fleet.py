@@ -29,7 +29,8 @@ from _harness import NGINX_CONF
 
 from batchserve.loadgen.config import LoadConfig
 from batchserve.sim import simulate_fleet
-from batchserve.testing.fleet import (
+from batchserve.units import parse_duration
+from batchserve_testing.fleet import (
     MODEL,
     PASS_COST,
     REPLICA_CAPACITY_PER_S,
@@ -37,8 +38,7 @@ from batchserve.testing.fleet import (
     SIM_OVERHEAD_S,
     Fleet,
 )
-from batchserve.testing.harness import LoadRun, percentile, run_load, unique_texts
-from batchserve.units import parse_duration
+from batchserve_testing.harness import LoadRun, percentile, run_load, unique_texts
 
 DEADLINE_S = 2.0
 LOADS = (0.8, 1.33)  # offered, as a share of the fleet's capacity

@@ -5,15 +5,15 @@ which sends a ``grpc://`` URL's requests as KServe ``ModelInfer`` calls on one H
 channel and an ``http://`` URL's on HTTP/1.1 keep-alive connections, on the same schedule,
 with latency from each scheduled send time:
 
-1. **the seed's scenario** (issue 26's target: gRPC p99 <= 1.15x HTTP's): the synthetic model
+1. **the seed's scenario**: the synthetic model
    of 8 ms + 0.25 ms per item, batches of at most 32 closed after 2 ms, a queue of 64, 600
    requests/s, a 250 ms deadline (as ``bench/http_seed.py``). One server serves both
    transports; each round runs KServe over gRPC, KServe over HTTP (JSON, the same protocol)
    and OpenAI over HTTP (what ``http_seed.py`` sends), in a rotating order, on the same
    schedule. Per round: each contender's p99 and the server's own p99 (``server-timing``,
    the same on both transports), and the ratios; then the medians;
-2. **overload** (targets: goodput >= 90% of capacity, no success past its deadline,
-   refusals in < 5 ms by the server's own account): the reliability tests' scenario (20 ms
+2. **overload** (goodput as a share of capacity, successes past their deadline, the
+   refusals' p99 by the server's own account): the reliability tests' scenario (20 ms
    + 2.5 ms per item in batches of 8: 200 items/s; 5x that offered, Poisson; 250 ms
    deadline) over gRPC and, beside it, over HTTP.
 
@@ -66,8 +66,8 @@ from _harness import batchserve
 from batchserve.loadgen import LoadConfig, LoadRun, run_load
 from batchserve.server.protocols.proto import grpc_service_pb2 as pb
 from batchserve.server.protocols.tensors import pack_bytes
-from batchserve.testing import harness, scenarios
-from batchserve.testing.tools import ensure_binary, ensure_perf_analyzer
+from batchserve_testing import harness, scenarios
+from batchserve_testing.tools import find_h2load, find_perf_analyzer
 
 SEED_FLAGS = [
     "--model", "seed=synthetic:fixed=8ms,per_item=0.25ms,dim=8",
@@ -150,11 +150,7 @@ def seed(args: argparse.Namespace) -> None:
     for base in ("http-kserve", "http-openai"):
         ratio = statistics.median(g / h for g, h in zip(p99s["grpc"], p99s[base], strict=True))
         own_ratio = statistics.median(g / h for g, h in zip(own["grpc"], own[base], strict=True))
-        verdict = "met" if ratio <= 1.15 else "MISSED"
-        print(
-            f"  grpc / {base}: median p99 ratio {ratio:.2f}x (target <= 1.15x: {verdict}); "
-            f"server's own {own_ratio:.2f}x"
-        )
+        print(f"  grpc / {base}: median p99 ratio {ratio:.2f}x; server's own {own_ratio:.2f}x")
 
 
 def overload(args: argparse.Namespace) -> None:
@@ -192,10 +188,8 @@ def overload(args: argparse.Namespace) -> None:
         late = max(f.extra["late_ok"] for f in figures)
         refusal = statistics.median(f.extra["refusal_p99_server_s"] for f in figures) * 1e3
         print(
-            f"overload {name}: median goodput {share:.1%} of capacity (target >= 90%: "
-            f"{'met' if share >= 0.9 else 'MISSED'}), most late successes in a run {late} "
-            f"(target 0), median refusal p99 {refusal:.2f} ms by the server's account "
-            f"(target < 5 ms: {'met' if refusal < 5 else 'MISSED'})"
+            f"overload {name}: median goodput {share:.1%} of capacity, most late successes "
+            f"in a run {late}, median refusal p99 {refusal:.2f} ms by the server's account"
         )
 
 
@@ -207,7 +201,7 @@ PA_TEXT = "the quick brown fox jumps over the lazy dog"
 
 def perf_analyzer(address: str, protocol: str, window_ms: int, rate: float) -> dict[str, Any]:
     """One perf_analyzer run at ``rate`` (Poisson, async): its figures, or its ``error``."""
-    binary, env = ensure_perf_analyzer()
+    binary, env = find_perf_analyzer()
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "pa.csv"
         cmd = [
@@ -266,8 +260,7 @@ def seed_perf_analyzer(args: argparse.Namespace) -> None:
         print(
             f"perf_analyzer, median over {len(ratios)} rounds: http p99 "
             f"{statistics.median(p99s['http']):.1f} ms, grpc p99 "
-            f"{statistics.median(p99s['grpc']):.1f} ms; grpc / http {ratio:.2f}x "
-            f"(target <= 1.15x: {'met' if ratio <= 1.15 else 'MISSED'})"
+            f"{statistics.median(p99s['grpc']):.1f} ms; grpc / http {ratio:.2f}x"
         )
 
 
@@ -287,7 +280,7 @@ def h2load(address: str, body: pathlib.Path, rate: float, seconds: float) -> int
     """Send ``rate`` calls/s for ``seconds`` on one connection; the calls h2load sent."""
     n = int(rate * seconds)
     cmd = [
-        ensure_binary("h2load", "nghttp2-client"), "-n", str(n), "-c", "1", "-m", "4096",
+        find_h2load(), "-n", str(n), "-c", "1", "-m", "4096",
         "--rps", f"{rate:g}", "-d", str(body),
         "-H", "content-type: application/grpc", "-H", "te: trailers",
         "-H", "x-request-timeout: 0.25",
@@ -354,10 +347,7 @@ def overload_h2load(args: argparse.Namespace) -> None:
     for name in names:
         if shares[name]:
             share = statistics.median(shares[name])
-            print(
-                f"overload via h2load, {name}: median goodput {share:.1%} of capacity "
-                f"(target >= 90%: {'met' if share >= 0.9 else 'MISSED'})"
-            )
+            print(f"overload via h2load, {name}: median goodput {share:.1%} of capacity")
 
 
 def main() -> int:

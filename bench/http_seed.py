@@ -12,8 +12,8 @@ after 2 ms. It runs twice per round, interleaved:
   answers; latency runs from each request's scheduled send time, so a late sender or a slow
   server cannot hide a queue.
 
-Targets (issue 10; issue 4 asked 1.25x): HTTP serves >= 99% of requests, and its p99 is
-within 1.1x of the in-process p99. Each answer's ``Server-Timing`` gives the server's own
+It prints the share of requests HTTP serves and the ratio of its p99 to the in-process
+p99. Each answer's ``Server-Timing`` gives the server's own
 share of that p99 (from its first byte read to its answer), apart from the sender's lag and
 the kernel's. Prints figures and ratios; not a test. The machine is shared and has 2
 cores (client, server and model share them): figures are noisy, compare within one run.
@@ -234,11 +234,7 @@ def main() -> int:
                 )
     med_ratio = statistics.median(ratios)
     min_served = min(served)
-    print(
-        f"\nmedian p99 ratio {med_ratio:.2f}x (target <= 1.1x: "
-        f"{'met' if med_ratio <= 1.1 else 'MISSED'}); lowest HTTP served "
-        f"{min_served * 100:.2f}% (target >= 99%: {'met' if min_served >= 0.99 else 'MISSED'})"
-    )
+    print(f"\nmedian p99 ratio {med_ratio:.2f}x; lowest HTTP served {min_served * 100:.2f}%")
     if server_ratios:
         print(
             f"median p99 by the server's own clock / in-process p99: "

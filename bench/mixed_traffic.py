@@ -19,9 +19,9 @@ scheduled send), ``rejected, timed_out, alone_p99_ms`` (the same class's p99 whe
 alone under the same policy), then the simulator's ``predicted_*`` for the same schedule
 (:func:`batchserve.sim.simulate_mix`), and ``ok_vs_predicted``. The measured side is a real
 ``batchserve serve`` on 127.0.0.1 driven by ``batchserve load --mix`` (one sender process
-per stream). Then the targets: interactive p99 <= 1.5x alone and none refused; bulk goodput
->= 90% of the capacity the queries leave; each tenant 45-55%; measured ok/s within 5% of
-predicted.
+per stream). Then one line per policy: interactive p99 over its p99 alone and its refusals;
+bulk goodput as a share of the capacity the queries leave; each tenant's share; and the
+worst gap between measured and predicted ok/s.
 
 Run: ``.venv/bin/python bench/mixed_traffic.py [--json] [--duration 5] [--simulate-only]``
 (about a minute measured; a second simulated only).
@@ -208,8 +208,8 @@ def _alone(rows: list[dict[str, Any]]) -> None:
                 row[f"{prefix}alone_p99_ms"] = alone
 
 
-def verdicts(rows: list[dict[str, Any]], measured: bool) -> list[str]:
-    """The issue's targets, one line each, for the classes policy (FIFO beside it)."""
+def summary(rows: list[dict[str, Any]], measured: bool) -> list[str]:
+    """The headline figures, one line per policy (the classes policy, FIFO beside it)."""
     lines = []
     for prefix, label in (("", "measured"), ("predicted_", "simulated")):
         if prefix == "" and not measured:
@@ -233,14 +233,12 @@ def verdicts(rows: list[dict[str, Any]], measured: bool) -> list[str]:
             shares = ", ".join(
                 f"{r['tenant']} {r[f'{prefix}ok_per_s'] / total:.0%}" for r in tenants
             )
-            ok = ratio <= 1.5 and q[f"{prefix}rejected"] == 0 and share >= 0.9
-            ok = ok and all(0.45 <= r[f"{prefix}ok_per_s"] / total <= 0.55 for r in tenants)
             lines.append(
                 f"{label:9s} {policy:7s}: interactive p99 {q[f'{prefix}p99_ms']:.1f} ms = "
                 f"{ratio:.2f}x alone ({q[f'{prefix}alone_p99_ms']:.1f} ms), "
                 f"{q[f'{prefix}rejected']} refused, {q[f'{prefix}timed_out']} timed out; bulk "
                 f"{b[f'{prefix}ok_per_s']:.0f}/s = {share:.0%} of the {left:.0f}/s left; "
-                f"tenants {shares} -> {'meets' if ok else 'misses'} the targets"
+                f"tenants {shares}"
             )
     if measured:
         for policy in POLICIES:
@@ -251,9 +249,7 @@ def verdicts(rows: list[dict[str, Any]], measured: bool) -> list[str]:
             ]
             worst, where = max(gaps)
             where = where.rstrip("/")
-            lines.append(
-                f"measured ok/s vs simulated, {policy}: worst gap {worst:.1%} ({where}; target 5%)"
-            )
+            lines.append(f"measured ok/s vs simulated, {policy}: worst gap {worst:.1%} ({where})")
     return lines
 
 
@@ -299,7 +295,7 @@ def main() -> None:
         )
         print(line)
     print()
-    for line in verdicts(rows, measured):
+    for line in summary(rows, measured):
         print(line)
 
 

@@ -14,8 +14,8 @@ Both send the same one text (a 15-word sentence) in each request.
 
 The server's own record of each run (``/v2/models/synthetic/stats`` before and after: mean
 queue wait and pass per item, mean time arrival to answer) is printed beside each client's
-view, so a difference between the two tools shows whose it is. perf_analyzer is installed
-as the tests install it (:mod:`batchserve.testing.tools`). Needs about 10 s per rate.
+view, so a difference between the two tools shows whose it is. perf_analyzer is the one
+``scripts/install-tools perf_analyzer`` unpacks (as for the tests). Needs about 10 s per rate.
 
 Run: ``.venv/bin/python bench/perf_analyzer_vs_load.py [--rates 100,400] [--seconds 4]
 [--spec minilm]``
@@ -36,7 +36,7 @@ import httpx
 from _harness import batchserve
 
 from batchserve.models.loader import default_model_name
-from batchserve.testing.tools import ensure_perf_analyzer
+from batchserve_testing.tools import find_perf_analyzer
 
 SYNTHETIC = "synthetic:fixed=2ms,per_item=0.1ms"
 #: Both tools send this one text: perf_analyzer's default (random 128-character strings)
@@ -73,7 +73,7 @@ def server_view(before: dict[str, Any], after: dict[str, Any]) -> dict[str, floa
 def perf_analyzer(
     url: str, rate: float, window_ms: int, fmt: str, stability: int
 ) -> dict[str, float]:
-    binary, env = ensure_perf_analyzer()
+    binary, env = find_perf_analyzer()
     out = pathlib.Path("/tmp") / f"perf_analyzer-{rate:g}-{fmt}.csv"
     cmd = [
         binary, "-m", MODEL, "-u", url.removeprefix("http://"), "-i", "http",

@@ -17,11 +17,18 @@ interleaved; the table gives each one's median requests/s and its ratio to the y
 * ``batchserve-rsgi``: the same application under Granian's lighter RSGI interface
   (``bench/rsgi_app.py``: an exchange per inference request, as the connection protocol).
 
+``--otel`` measures what tracing costs instead: ``batchserve`` without ``--otel``, then with
+it, its spans made and dropped (``OTEL_TRACES_EXPORTER=none``) and written by the console
+exporter to /dev/null, a stand-in for a collector (the spans' making, not a network), the
+ratios to the first. Without ``--otel`` nothing of OpenTelemetry is loaded
+(``tests/server/ops/test_tracing.py`` checks it), so the first is the plain server.
+
 ``--profile`` also records a py-spy flame graph of ``batchserve`` during one extra run into
 ``bench/out/request_path-<time>.svg`` (``pip install py-spy``). The CPU a contender uses is
 measured from ``/proc`` over its runs and printed as CPU seconds per 1,000 requests.
 
-Run: ``.venv/bin/python bench/request_path.py [--rounds 5] [--seconds 4] [--profile] [--json]``
+Run: ``.venv/bin/python bench/request_path.py [--rounds 5] [--seconds 4] [--otel] [--profile]
+[--json]``
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import subprocess
 import sys
 import time
 
-from _harness import CONTENDERS, OUT, cpu_s, running, wrk
+from _harness import CONTENDERS, OTEL_CONTENDERS, OUT, cpu_s, running, wrk
 
 BIN = pathlib.Path(sys.executable).parent
 
@@ -46,15 +53,20 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=4)
     parser.add_argument(
         "--servers",
-        default=",".join(CONTENDERS),
-        help="contenders, the first the yardstick of the ratios",
+        help="contenders, the first the yardstick of the ratios (default: "
+        f"{','.join(CONTENDERS)}; with --otel, {','.join(OTEL_CONTENDERS)})",
+    )
+    parser.add_argument(
+        "--otel", action="store_true", help="what --otel costs: batchserve without and with it"
     )
     parser.add_argument("--profile", action="store_true", help="py-spy flame graph of batchserve")
     parser.add_argument("--json", action="store_true", help="one JSON object per contender")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
-        sys.exit("wrk is needed: apt-get install wrk")
-    names = [n for n in args.servers.split(",") if n]
+        sys.exit("wrk is needed: scripts/install-tools wrk")
+    servers = args.servers or ",".join(OTEL_CONTENDERS if args.otel else CONTENDERS)
+    names = [n for n in servers.split(",") if n]
+    width = max(20, *map(len, names))
     for granian in ("batchserve-granian", "batchserve-rsgi"):
         if granian in names and not (BIN / "granian").exists():
             print(f"granian is not installed (pip install granian): skipping {granian}")
@@ -71,7 +83,7 @@ def main() -> None:
             rates[name].append(rate)
             cpu[name].append(used / max(1.0, rate * args.seconds) * 1000)
             bad[name] += n_bad
-            print(f"round {r + 1} {name:20s} {rate:9.0f} req/s", file=sys.stderr, flush=True)
+            print(f"round {r + 1} {name:{width}s} {rate:9.0f} req/s", file=sys.stderr, flush=True)
     base = statistics.median(rates[names[0]])
     if args.json:
         for name in names:
@@ -89,13 +101,13 @@ def main() -> None:
         return
     print(f"\nclosed loop, wrk -t1 -c64, {args.seconds:g} s x {args.rounds} rounds, null model")
     print(
-        f"{'server':20s} {'req/s (median)':>15s} {'ratio':>7s} "
+        f"{'server':{width}s} {'req/s (median)':>15s} {'ratio':>7s} "
         f"{'CPU s/1k req':>13s} {'non-2xx':>8s}"
     )
     for name in names:
         med = statistics.median(rates[name])
         print(
-            f"{name:20s} {med:15.0f} {med / base:7.2f} "
+            f"{name:{width}s} {med:15.0f} {med / base:7.2f} "
             f"{statistics.median(cpu[name]):13.3f} {bad[name]:8d}"
         )
     if args.profile:

@@ -2,7 +2,7 @@
 
 Usage: python bench/stress.py [--only overload,soak,...] [--quick] [--soak 5m] [--json]
 
-Runs the reliability scenarios (:mod:`batchserve.testing.scenarios`, which the tests of
+Runs the reliability scenarios (:mod:`batchserve_testing.scenarios`, which the tests of
 ``tests/reliability/`` run at CI lengths) with
 longer durations than CI can afford, each against a real ``batchserve serve`` in a
 subprocess with the fault-injecting model, and prints a table: scenario, offered load,
@@ -30,9 +30,9 @@ from collections.abc import Callable
 from typing import Any
 
 from batchserve.models.faults import crashes_on
-from batchserve.testing import scenarios
-from batchserve.testing.scenarios import Figures
 from batchserve.units import parse_duration
+from batchserve_testing import scenarios
+from batchserve_testing.scenarios import Figures
 
 
 def poison_texts(n: int) -> list[str]:

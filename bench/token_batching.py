@@ -26,9 +26,6 @@ batchserve, the padding waste (padded tokens / real tokens) from ``/status``. Th
 prints, per repeat and as the median: by tokens / by count at the same settings, by tokens /
 the best count-only setting, by tokens / Infinity, by tokens / encode alone.
 
-Targets (issue 13): by tokens >= 1.3x by count on the mixed set at the same p99, no loss on
-short texts; served >= 1.5x Infinity and >= 95% of the best encode alone.
-
 Run: ``.venv/bin/python bench/token_batching.py [--repeats 2] [--seconds 20] [--json]``
 """
 

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 from websockets.sync.client import ClientConnection, connect
 
-from batchserve.testing.tools import ensure_chromium
+from batchserve_testing.tools import find_chromium
 
 
 class Page:
@@ -112,7 +112,7 @@ class Page:
 @contextlib.contextmanager
 def open_browser() -> Iterator[Page]:
     """A headless Chromium with one blank tab; closed on exit."""
-    binary = ensure_chromium()
+    binary = find_chromium()
     # Chromium's helper processes may still write the profile as it closes.
     with tempfile.TemporaryDirectory(prefix="chromium-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen(

@@ -1,6 +1,6 @@
 """What the in-process tests share: waiting for an event on the loop (instead of sleeping
 and hoping it happened) and a metric's value. Waiting from a thread, and reading raw
-HTTP/1.1 off a socket, are :mod:`batchserve.testing`'s (the benchmarks use them too).
+HTTP/1.1 off a socket, are :mod:`batchserve_testing`'s (the benchmarks use them too).
 
 A test that orders events with real sleeps passes only while the machine is idle. These
 poll a condition with a bound instead: they return as soon as it holds, and the bound is
@@ -23,7 +23,7 @@ async def settle(turns: int = 20) -> None:
 
 
 async def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    """:func:`batchserve.testing.process.wait_until` on an event loop: never blocks it."""
+    """:func:`batchserve_testing.process.wait_until` on an event loop: never blocks it."""
     end = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() >= end:

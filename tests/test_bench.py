@@ -1,7 +1,7 @@
 """Every bench script starts as the README runs it: by path, from the repository root.
 
 Run as a fresh clone runs them: the tests' own directories are not on the path. No script
-imports from ``tests/`` or edits ``sys.path``: what both need is in ``batchserve.testing``,
+imports from ``tests/`` or edits ``sys.path``: what both need is in ``batchserve_testing``,
 and a script's own directory is on the path when it runs by path (``bench/_harness.py``).
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -61,6 +62,46 @@ def test_no_script_imports_from_tests_or_edits_the_path() -> None:
                 continue
             for name in names:
                 assert name.split(".")[0] not in TEST_MODULES, f"{path.name} imports {name}"
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    """The ids of the docstring nodes of a module and its classes and functions."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def test_no_script_reaches_into_tests_by_path() -> None:
+    # Running a file of tests/ by path is a dependency as much as importing it is. A
+    # docstring may still name where a test lives.
+    ours = (p for p in BENCH.rglob("*.py") if ".venvs" not in p.relative_to(BENCH).parts)
+    for path in sorted(ours):
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if id(node) in docs:
+                    continue
+                parts = node.value.replace("\\", "/").split("/")
+                assert "tests" not in parts, f"{path.name}:{node.lineno} names {node.value!r}"
+
+
+#: Words of a verdict against a target: a benchmark prints what it measured, and what a
+#: figure should be is an issue's to say (so no script quotes an issue's target either).
+VERDICT = re.compile(r"\b(met|missed|meets|misses|targets?)\b", re.IGNORECASE)
+
+
+def test_no_script_prints_a_verdict_or_quotes_a_target() -> None:
+    ours = (p for p in BENCH.rglob("*.py") if ".venvs" not in p.relative_to(BENCH).parts)
+    for path in sorted(ours):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found = VERDICT.search(node.value)
+                assert found is None, f"{path.name}:{node.lineno} says {found.group()!r}"
 
 
 @pytest.mark.slow

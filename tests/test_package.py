@@ -1,14 +1,24 @@
-"""The package's shape: the public API is exactly what __all__ says; the core is layered."""
+"""The package's shape: the public API is exactly what __all__ says; the core is layered.
+
+The test and bench harness (``harness/``, :mod:`batchserve_testing`) is the repository's, not
+the package's: it may import batchserve, batchserve never imports it, and no wheel holds it.
+"""
 
 import ast
 import functools
+import os
 import pathlib
+import shutil
 import subprocess
+import sys
 import types
+import zipfile
 
 import batchserve
 
 SRC = pathlib.Path(batchserve.__file__).parent
+ROOT = SRC.parents[1]
+HARNESS = ROOT / "harness" / "batchserve_testing"
 
 #: Every top-level module and subpackage, by layer, lowest first. A module may import from
 #: its own layer and the layers before it, never from a later one; the two drivers do not
@@ -21,7 +31,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("core", {"policy", "models", "bisection", "batcher", "decorator", "workload"}),
     ("engines", {"engines"}),
     ("drivers", {"server", "sim"}),
-    ("outer", {"loadgen", "integrations", "testing"}),
+    ("outer", {"loadgen", "integrations"}),
     ("shell", {"cli", "__main__"}),
 ]
 LAYER_OF = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}
@@ -240,9 +250,8 @@ def _server_imports(where: str) -> dict[str, set[str]]:
 
 
 def test_the_server_is_laid_out_by_a_requests_life() -> None:
-    # ``ls server/``: the exchange and the app's state at the top, then each stage's folder.
-    entries = {p.name for p in (SRC / "server").iterdir() if p.name != "__pycache__"}
-    assert {"transport", "protocols", "ops", "exchange.py", "app.py"} <= entries
+    # Each rule names the modules it binds; one that names a module no longer there fails
+    # (``_server_imports``), so a rule cannot go quiet when the code moves.
     below = ("batchserve.server.transport", "batchserve.server.ops")
     # The exchange and the protocols are carried by any transport and watched by the
     # operations: they know neither (a second transport needs only the exchange).
@@ -276,3 +285,63 @@ def test_no_large_file_is_tracked() -> None:
         if name and (root / name).is_file() and (root / name).stat().st_size > 4 << 20
     )
     assert not large, f"files over 4 MiB tracked by git: {large}"
+
+
+def _top_level(name: str) -> str:
+    return name.split(".")[0]
+
+
+def test_the_harness_imports_batchserve_and_nothing_imports_the_harness_but_tests_and_bench() -> (
+    None
+):
+    assert (HARNESS / "harness.py").exists()
+    for f in sorted(SRC.rglob("*.py")):
+        used = {_top_level(n) for n in _imports(f)}
+        assert "batchserve_testing" not in used, f"{f.relative_to(SRC)} imports the harness"
+    # The harness stands on batchserve alone: neither tests/ nor bench/ is on its path.
+    tests = {p.stem for p in (ROOT / "tests").rglob("*.py")} - {"__init__", "conftest"}
+    for f in sorted(HARNESS.rglob("*.py")):
+        used = {_top_level(n) for n in _imports(f)}
+        assert not used & (tests | {"bench", "tests"}), f"{f.name} imports {used & tests}"
+
+
+def test_the_wheel_holds_batchserve_alone_no_harness_and_no_tool_installer(
+    tmp_path: pathlib.Path,
+) -> None:
+    # The wheel ``pip install .`` installs, built from a copy of the working tree as git sees
+    # it (what a clone holds, with the files not committed yet), so that a packaging setting
+    # anywhere in the repository counts. About 2 s.
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    tree = tmp_path / "tree"
+    for name in listed.split("\0"):
+        if name and (ROOT / name).is_file():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, tree / name)
+    wheel_cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+    built = subprocess.run(
+        [*wheel_cmd, "-q", "-w", str(tmp_path / "out"), str(tree)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PIP_NO_INDEX": "1"},
+        timeout=120,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = (tmp_path / "out").glob("batchserve-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        tops = {n.split("/")[0] for n in names}
+        assert tops == {"batchserve", wheel.name.split("-py3")[0] + ".dist-info"}, tops
+        modules = [n for n in names if n.endswith(".py")]
+        assert "batchserve/server/app.py" in modules
+        assert not [n for n in names if n.startswith("batchserve/testing/")]
+        # No module that installs a program (apt-get) or fetches one (pip download).
+        for n in modules:
+            text = z.read(n).decode()
+            assert "apt-get" not in text, n
+            assert "pip download" not in text, n

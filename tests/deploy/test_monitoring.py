@@ -24,8 +24,8 @@ import yaml
 
 from batchserve.engines.loader import load_model
 from batchserve.server import App, ModelSettings, ServerSettings
-from batchserve.testing.process import free_port, wait_until
-from batchserve.testing.tools import ensure_prometheus, ensure_promtool
+from batchserve_testing.process import free_port, wait_until
+from batchserve_testing.tools import find_prometheus, find_promtool
 
 HERE = pathlib.Path(__file__).resolve().parent
 MONITORING = HERE.parent.parent / "deploy" / "monitoring"
@@ -47,7 +47,7 @@ def dashboard_exprs() -> list[str]:
 
 
 def test_promtool_checks_the_rules_and_runs_their_unit_tests() -> None:
-    promtool = ensure_promtool()
+    promtool = find_promtool()
     for args in (["check", "rules", RULES.name], ["test", "rules", "alerts_test.yml"]):
         done = subprocess.run(
             [promtool, *args], cwd=MONITORING, capture_output=True, text=True, check=False
@@ -141,7 +141,7 @@ def _stop(proc: subprocess.Popen[str]) -> str:
 
 @pytest.mark.slow
 def test_a_real_prometheus_scrapes_a_real_server() -> None:
-    prometheus = ensure_prometheus()
+    prometheus = find_prometheus()
     server = subprocess.Popen(
         [sys.executable, "-m", "batchserve", "serve", "--port", "0",
          "--model", "synthetic:fixed=1ms,per_item=0.1ms"],

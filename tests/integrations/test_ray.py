@@ -31,7 +31,7 @@ from batchserve.integrations.ray import (
     deployment,
 )
 from batchserve.server import ModelSettings, ServerSettings
-from batchserve.testing.process import free_port
+from batchserve_testing.process import free_port
 
 
 def settings(queue_size: int = 64, fixed: str = "20ms") -> ServerSettings:

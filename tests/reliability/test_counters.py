@@ -17,7 +17,7 @@ from batchserve.config import BatchConfig
 from batchserve.models.faults import FaultyModel
 from batchserve.models.loader import LoadedModel
 from batchserve.server import App, ModelSettings, ServerSettings
-from batchserve.testing.harness import OUTCOMES, Scrape
+from batchserve_testing.harness import OUTCOMES, Scrape
 from support import wait_for
 
 pytestmark = pytest.mark.reliability

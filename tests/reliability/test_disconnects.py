@@ -14,7 +14,7 @@ import pathlib
 
 import pytest
 
-from batchserve.testing.scenarios import leaving_clients
+from batchserve_testing.scenarios import leaving_clients
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

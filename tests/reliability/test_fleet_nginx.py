@@ -33,7 +33,7 @@ import pytest
 
 from batchserve.loadgen.config import LoadConfig
 from batchserve.sim import simulate_fleet
-from batchserve.testing.fleet import (
+from batchserve_testing.fleet import (
     MODEL,
     PASS_COST,
     SIM_CONFIG,
@@ -43,7 +43,7 @@ from batchserve.testing.fleet import (
     delta,
     wait_quiet,
 )
-from batchserve.testing.harness import LoadRun, RequestCounts, percentile, run_load, unique_texts
+from batchserve_testing.harness import LoadRun, RequestCounts, percentile, run_load, unique_texts
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

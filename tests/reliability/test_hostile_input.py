@@ -17,9 +17,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from batchserve.testing.harness import FAULTY, Server, serve
-from batchserve.testing.rawhttp import read_response
-from batchserve.testing.scenarios import http_request
+from batchserve_testing.harness import FAULTY, Server, serve
+from batchserve_testing.rawhttp import read_response
+from batchserve_testing.scenarios import http_request
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

@@ -12,8 +12,8 @@ import pathlib
 import pytest
 
 from batchserve.models.faults import crashes_on
-from batchserve.testing.harness import unique_texts
-from batchserve.testing.scenarios import failing_model
+from batchserve_testing.harness import unique_texts
+from batchserve_testing.scenarios import failing_model
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

@@ -35,8 +35,8 @@ import time
 
 import pytest
 
-from batchserve.testing.process import cpu_pressure_s
-from batchserve.testing.scenarios import overload
+from batchserve_testing.process import cpu_pressure_s
+from batchserve_testing.scenarios import overload
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

@@ -33,7 +33,7 @@ from schemathesis.config._checks import (
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from batchserve.server.ops.openapi import openapi_spec
-from batchserve.testing.harness import FAULTY, Server, serve
+from batchserve_testing.harness import FAULTY, Server, serve
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

@@ -17,7 +17,7 @@ import pathlib
 
 import pytest
 
-from batchserve.testing.scenarios import REFUSED_CONNECTION, shutdown_under_load
+from batchserve_testing.scenarios import REFUSED_CONNECTION, shutdown_under_load
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

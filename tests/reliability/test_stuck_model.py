@@ -15,7 +15,7 @@ import pathlib
 
 import pytest
 
-from batchserve.testing.scenarios import stuck_model
+from batchserve_testing.scenarios import stuck_model
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

@@ -27,8 +27,8 @@ from batchserve_testmodels import vector
 from server_helpers import server_process
 
 from batchserve.models.synthetic import SyntheticModel
-from batchserve.testing.process import wait_until
-from batchserve.testing.rawhttp import read_response, read_responses
+from batchserve_testing.process import wait_until
+from batchserve_testing.rawhttp import read_response, read_responses
 from support import metric_value
 
 pytestmark = pytest.mark.slow

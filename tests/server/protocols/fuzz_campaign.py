@@ -1,13 +1,14 @@
-"""Coverage-guided fuzzing of the KServe decoders at length (atheris / libFuzzer).
+"""A fuzzing campaign: the KServe decoders fuzzed at length (atheris / libFuzzer).
 
-Runs each target of ``tests/server/fuzz_kserve.py`` (the gRPC ModelInfer decoding into an
-exchange's items; the HTTP KServe body with Triton's binary tensor extension) for
+Runs each target of ``fuzz_kserve.py``, beside it (the gRPC ModelInfer decoding
+into an exchange's items; the HTTP KServe body with Triton's binary tensor extension) for
 ``--seconds`` from its seed corpus, keeping the corpus under ``--corpus`` so a later run
 goes on from where this one stopped. Prints, per target, the inputs executed, the coverage
 libFuzzer reached and any crash (its input is written under ``--corpus``/artifacts). The
-suite runs the same targets for a few seconds (``tests/server/test_fuzz.py``).
+suite runs the same targets for a few seconds (``test_fuzz.py``).
 
-Run: ``.venv/bin/python bench/fuzz.py [--seconds 60] [--corpus /tmp/batchserve-fuzz]``
+Run: ``.venv/bin/python tests/server/protocols/fuzz_campaign.py [--seconds 60]
+[--corpus /tmp/batchserve-fuzz]``
 """
 
 from __future__ import annotations
@@ -18,9 +19,7 @@ import re
 import subprocess
 import sys
 
-from _harness import ROOT
-
-SCRIPT = ROOT / "tests" / "server" / "fuzz_kserve.py"
+SCRIPT = pathlib.Path(__file__).resolve().parent / "fuzz_kserve.py"
 
 
 def main() -> int:

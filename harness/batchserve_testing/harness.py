@@ -40,7 +40,7 @@ from batchserve.loadgen.config import LoadConfig
 from batchserve.loadgen.runner import loop_factory
 from batchserve.loadgen.sender import Sender, Share, ShareResult
 from batchserve.server.ops.metrics import REQUEST_OUTCOMES
-from batchserve.testing.process import process_cpu_s
+from batchserve_testing.process import process_cpu_s
 
 #: The fault-injecting model, served under the name ``faulty``.
 FAULTY = "faulty=batchserve.models.faults:FaultyModel"

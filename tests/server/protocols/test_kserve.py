@@ -171,7 +171,7 @@ async def test_parameters_timeout_is_microseconds() -> None:
             "invalid",
             "datatype",
         ),
-        # Found by the fuzzer (tests/server/fuzz_kserve.py): a datatype that is a list
+        # Found by the fuzzer (tests/server/protocols/fuzz_kserve.py): a datatype that is a list
         # was looked up as a key and raised TypeError, answered 500.
         (
             {"inputs": [{"name": "t", "shape": [1], "datatype": [1, 2], "data": [1]}]},

@@ -13,7 +13,7 @@ from batchserve.errors import DeadlineExceeded, ModelError, NotReady, OutputMism
 from batchserve.server.exchange import SERVER_TIMING, TIMING_HEADERS
 from batchserve.server.statuses import GRPC_TABLE, STATUS_TABLE, ApiError, from_exception
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 async def test_metrics_report_requests_batches_queue_and_cost_per_model() -> None:

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from loadgen_server import Reply, TinyServer
 
 from batchserve.cli import build_parser, main
 from batchserve.cli.load import config_from_args
 from batchserve.workload.summary import DEMO_KEYS
+from loadgen_server import Reply, TinyServer
 
 
 def test_plot_without_sweep_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

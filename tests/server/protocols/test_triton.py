@@ -21,7 +21,7 @@ from server_helpers import build_app, client_for, embedding_model, server_proces
 from batchserve.config import BatchConfig
 from batchserve.models.loader import LoadedModel
 from batchserve.server import App, ModelSettings, ServerSettings
-from batchserve.testing.tools import ensure_perf_analyzer
+from batchserve_testing.tools import find_perf_analyzer
 
 tritonhttp = pytest.importorskip("tritonclient.http")
 
@@ -167,7 +167,7 @@ async def test_repository_index_and_its_body() -> None:
 
 def _perf_analyzer(url: str, model: str, tensor_format: str) -> dict[str, int]:
     """Run perf_analyzer at 100 requests/s for a few short windows; its figures."""
-    binary, env = ensure_perf_analyzer()
+    binary, env = find_perf_analyzer()
     cmd = [
         binary,
         "-m", model,
@@ -194,8 +194,8 @@ def _perf_analyzer(url: str, model: str, tensor_format: str) -> dict[str, int]:
 
 
 def test_the_readme_s_perf_analyzer_script_runs_it() -> None:
-    ensure_perf_analyzer()
-    script = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "perf_analyzer"
+    find_perf_analyzer()
+    script = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "perf_analyzer"
     done = subprocess.run(
         [str(script), "--version"], capture_output=True, text=True, timeout=120, check=False
     )

@@ -21,10 +21,10 @@ The ``batchserve`` modules are imported under atheris's instrumentation, so the 
 sees which of their branches an input reaches; each run starts from a seed corpus of valid
 requests written here. Run::
 
-    python tests/server/fuzz_kserve.py grpc CORPUS_DIR -max_total_time=60
+    python tests/server/protocols/fuzz_kserve.py grpc CORPUS_DIR -max_total_time=60
 
-(libFuzzer's flags after the target; ``tests/server/test_fuzz.py`` runs each for a few
-seconds, ``bench/fuzz.py`` for longer.)
+(libFuzzer's flags after the target; ``test_fuzz.py`` runs each for a few seconds,
+``fuzz_campaign.py`` for longer, keeping the corpus.)
 """
 
 from __future__ import annotations

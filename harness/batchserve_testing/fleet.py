@@ -1,14 +1,12 @@
 """Three replicas behind Debian's nginx, configured by ``deploy/nginx/batchserve.conf``.
 
-* :func:`ensure_nginx` finds the nginx binary, installing Debian's ``nginx-light`` with
-  apt-get when it is missing (the tests need it: they are not skipped without it).
 * :func:`render` turns the deploy file into one for given ports: its ``listen`` line and
   its replica ``server`` lines are replaced, nothing else is touched.
 * :class:`Nginx` runs nginx in the foreground with its own prefix folder, and reads its
   access log, which records every attempt of every request: the replica's address, its
   status, the bytes sent to it (a log format of the harness's own, see :class:`Access`).
 * :class:`Fleet` starts the replicas (``batchserve serve`` on fixed free ports, through
-  :class:`~batchserve.testing.harness.Server`) and nginx in front: one front door for the whole
+  :class:`~batchserve_testing.harness.Server`) and nginx in front: one front door for the whole
   fleet, and one to each smaller fleet of its first replicas (replica 0 alone...), to
   measure fewer replicas through the same proxy. It restarts (SIGTERM, wait, start) and
   kills (SIGKILL) replicas.
@@ -32,9 +30,9 @@ from collections.abc import Sequence
 import httpx
 
 from batchserve.config import BatchConfig, CostEstimate
-from batchserve.testing.harness import RequestCounts, Server
-from batchserve.testing.process import free_port, wait_until
-from batchserve.testing.tools import ensure_binary
+from batchserve_testing.harness import RequestCounts, Server
+from batchserve_testing.process import free_port, wait_until
+from batchserve_testing.tools import find_nginx
 
 #: Each replica: a sleeping model, 20 ms a pass of at most 2 items, so 100 requests/s at
 #: most per replica and 300 for three: far below what this machine's CPUs can carry.
@@ -67,15 +65,6 @@ SIM_OVERHEAD_S = 0.0005
 LOG_FORMAT = (
     "$status|$upstream_addr|$upstream_status|$upstream_bytes_sent|$request_time|$request_uri"
 )
-
-
-def ensure_nginx() -> str:
-    """The nginx binary's path; installs Debian's nginx-light with apt-get if it is missing.
-
-    Raises:
-        RuntimeError: nginx is missing and could not be installed (the output says why).
-    """
-    return ensure_binary("nginx", "nginx-light")
 
 
 _SERVER_LINE = re.compile(r"^(\s*)server 127\.0\.0\.1:\d+( .*;)$", re.MULTILINE)
@@ -141,7 +130,7 @@ class Nginx:
     """
 
     def __init__(self, http_conf: str, folder: pathlib.Path) -> None:
-        self.binary = ensure_nginx()
+        self.binary = find_nginx()
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "batchserve.conf").write_text(http_conf)

@@ -26,7 +26,7 @@ from uvicorn.server import ServerState
 from batchserve.server.transport.guard import GuardedHttpToolsProtocol
 from batchserve.server.transport.httptools import ExchangeProtocol
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 #: Methods of ``HttpToolsProtocol`` that the two classes override, each with the digest of
 #: uvicorn's source it was read against: those that copy part of it (connection_made,

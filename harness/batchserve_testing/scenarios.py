@@ -2,7 +2,7 @@
 
 Each scenario starts a real server (``batchserve serve`` in a subprocess, serving the
 fault-injecting model of :mod:`batchserve.models.faults`), drives it with open-loop load
-(:func:`~batchserve.testing.harness.run_load`) or with special clients, and returns a
+(:func:`~batchserve_testing.harness.run_load`) or with special clients, and returns a
 :class:`Figures`: what was offered, what came back, the server's own counters and its
 memory. The tests call them with short CI durations and assert; ``bench/stress.py`` calls
 them with long durations and prints the table. Nothing here asserts except where a scenario
@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from batchserve.loadgen.config import LoadConfig
-from batchserve.testing.harness import (
+from batchserve_testing.harness import (
     FAULTY,
     LoadRun,
     RequestCounts,
@@ -35,8 +35,8 @@ from batchserve.testing.harness import (
     serve,
     unique_texts,
 )
-from batchserve.testing.process import wait_until
-from batchserve.testing.rawhttp import read_response
+from batchserve_testing.process import wait_until
+from batchserve_testing.rawhttp import read_response
 
 #: The overload model: 20 ms + 2.5 ms per item; batches of 8 take 40 ms: 200 items/s.
 OVERLOAD_COST = "fixed=20ms,per_item=2.5ms,dim=8"

@@ -2,9 +2,9 @@
 
 Each target of ``fuzz_kserve.py`` runs in a subprocess (libFuzzer ends its process) for
 :data:`SECONDS` from its seed corpus; a crash (an exception other than a client's refusal)
-fails the test with libFuzzer's report and the input it wrote. ``bench/fuzz.py`` runs
+fails the test with libFuzzer's report and the input it wrote. ``fuzz_campaign.py`` runs
 the same targets for longer. Regressions found this way are tests of their own in
-``test_grpc.py`` and ``test_kserve.py``.
+``test_kserve_grpc.py`` and ``test_kserve.py``.
 """
 
 from __future__ import annotations
@@ -61,3 +61,15 @@ def test_the_decoder_refuses_or_accepts_never_crashes(target: str, tmp_path: pat
     assert proc.returncode == 0, proc.stderr[-4000:]
     # It ran: libFuzzer's final line counts the inputs it executed.
     assert "Done" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_the_campaign_script_starts_as_its_docstring_runs_it() -> None:
+    done = subprocess.run(
+        [sys.executable, str(HERE / "fuzz_campaign.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "--seconds" in done.stdout

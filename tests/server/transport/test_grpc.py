@@ -1,9 +1,12 @@
-"""KServe v2 over gRPC: the real client (tritonclient.grpc) against the same app as HTTP.
+"""The gRPC transport: the real client (tritonclient.grpc) against the same app as HTTP.
 
 In-process tests start the app and its gRPC transport on the test's loop, on port 0 of
 127.0.0.1, and call it with ``tritonclient.grpc.aio`` or a bare grpcio channel (for trailing
 metadata, hostile bytes, and typed contents, which tritonclient never sends). The slow tests
-run ``batchserve serve --grpc-port 0`` in a subprocess.
+run ``batchserve serve --grpc-port 0`` in a subprocess. The messages' decoding under hostile
+bytes is tested in ``tests/server/protocols/test_kserve_grpc.py``, the reasons' gRPC codes in
+``tests/server/test_statuses.py``, the load generator over gRPC in
+``tests/loadgen/test_grpc_load.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import pathlib
 import re
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -27,19 +29,14 @@ import pytest
 import tritonclient.grpc as tc
 import tritonclient.grpc.aio as tc_aio
 from batchserve_testmodels import Gate, Recorder, double, poisoned, upper, vector
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from server_helpers import ROOT, build_app, client_for, embedding_model, server_process
+from server_helpers import build_app, client_for, embedding_model, server_process
 from tritonclient.utils import InferenceServerException
 
 from batchserve.config import BatchConfig
 from batchserve.errors import ConfigError
 from batchserve.models.loader import LoadedModel
 from batchserve.server import App, ModelSettings, RequestLimits, ServerSettings
-from batchserve.server.protocols.kserve import generic_items, parse_infer_request
-from batchserve.server.protocols.kserve_grpc import CONTENTS_FIELD, parse_model_infer
 from batchserve.server.protocols.proto import grpc_service_pb2 as pb
-from batchserve.server.statuses import GRPC_TABLE, STATUS_TABLE, ApiError
 from batchserve.server.transport.grpc import CALL_MARGIN, GrpcTransport, grpc_timeout, max_calls
 from support import wait_for
 
@@ -115,9 +112,6 @@ def queue_depth(app: App, name: str) -> int:
     return batcher.statistics().queue_depth
 
 
-# -- the table --------------------------------------------------------------------------------
-
-
 def held_app() -> tuple[Gate, App]:
     """An app serving ``g``, one item a pass, whose passes wait at the returned gate."""
     gate = Gate()
@@ -127,12 +121,7 @@ def held_app() -> tuple[Gate, App]:
     return gate, build_app({"g": embedding_model(gate)}, batch={"g": cfg})
 
 
-def test_every_reason_has_one_grpc_code() -> None:
-    assert set(GRPC_TABLE) == set(STATUS_TABLE)
-    for reason, code in GRPC_TABLE.items():
-        assert grpc.StatusCode[code] is not grpc.StatusCode.OK, reason
-    assert GRPC_TABLE["queue_full"] == GRPC_TABLE["infeasible"] == "RESOURCE_EXHAUSTED"
-    assert GRPC_TABLE["draining"] == GRPC_TABLE["not_ready"] == "UNAVAILABLE"
+# -- the deadline on the wire -----------------------------------------------------------------
 
 
 def test_a_deadline_is_written_in_the_finest_unit_that_fits() -> None:
@@ -142,29 +131,6 @@ def test_a_deadline_is_written_in_the_finest_unit_that_fits() -> None:
     assert grpc_timeout(1000.0) == b"1000000m"
     assert grpc_timeout(-1.0) == b"0n"
     assert grpc_timeout(1e12) == b"99999999H"
-
-
-def test_the_generated_module_is_what_the_proto_makes(tmp_path: pathlib.Path) -> None:
-    proto = ROOT / "src/batchserve/server/protocols/proto"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "grpc_tools.protoc",
-            f"-I{proto}",
-            f"--python_out={tmp_path}",
-            f"--pyi_out={tmp_path}",
-            str(proto / "grpc_service.proto"),
-        ],
-        check=True,
-    )
-    made = (tmp_path / "grpc_service_pb2.py").read_text()
-    # The one edit, named in the .proto: a pool of its own, beside tritonclient's messages.
-    made = made.replace("_descriptor_pool.Default()", "_descriptor_pool.DescriptorPool()")
-    assert made == (proto / "grpc_service_pb2.py").read_text()
-    assert (tmp_path / "grpc_service_pb2.pyi").read_text() == (
-        proto / "grpc_service_pb2.pyi"
-    ).read_text()
 
 
 # -- the service through tritonclient ---------------------------------------------------------
@@ -597,85 +563,6 @@ def test_the_ready_line_names_the_grpc_address() -> None:
         server.stop()
 
 
-# -- hostile bytes ----------------------------------------------------------------------------
-
-_DATATYPES = [*CONTENTS_FIELD, "FP8", ""]
-_LIMITS = RequestLimits(max_inputs=64)
-
-
-@st.composite
-def infer_messages(draw: st.DrawFn) -> bytes:
-    """A ModelInferRequest with arbitrary tensors: shapes, datatypes, contents, raw bytes."""
-    request = pb.ModelInferRequest(model_name=draw(st.text(max_size=8)))
-    raw = draw(st.booleans())
-    for i in range(draw(st.integers(0, 3))):
-        datatype = draw(st.sampled_from(_DATATYPES))
-        shape = draw(st.lists(st.integers(-2, 5) | st.just(2**40), max_size=4))
-        tensor = request.inputs.add(name=f"x{i}", datatype=datatype, shape=shape)
-        if raw:
-            request.raw_input_contents.append(draw(st.binary(max_size=64)))
-        elif datatype == "BYTES":
-            tensor.contents.bytes_contents.extend(draw(st.lists(st.binary(max_size=8), max_size=6)))
-        elif datatype in CONTENTS_FIELD:
-            field = CONTENTS_FIELD[datatype]
-            values: st.SearchStrategy[Any] = st.integers(-(2**31), 2**31 - 1)
-            if field.startswith("uint"):
-                values = st.integers(0, 2**32 - 1)
-            elif field.startswith("fp"):
-                values = st.floats(width=32)
-            elif field == "bool_contents":
-                values = st.booleans()
-            getattr(tensor.contents, field).extend(draw(st.lists(values, max_size=6)))
-    for key in draw(st.lists(st.sampled_from(["timeout", "priority", "other"]), max_size=2)):
-        param = request.parameters[key]
-        choice = draw(st.integers(0, 2))
-        if choice == 0:
-            param.int64_param = draw(st.integers(-(2**63), 2**63 - 1))
-        elif choice == 1:
-            param.string_param = draw(st.text(max_size=4))
-        else:
-            param.double_param = draw(st.floats())
-    body = request.SerializeToString()
-    cut = draw(st.integers(0, len(body)))
-    return body if draw(st.booleans()) else body[:cut] + draw(st.binary(max_size=8))
-
-
-def _refusal(body: bytes) -> ApiError | None:
-    try:
-        _, request = parse_model_infer(body)
-        generic_items(request, _LIMITS)
-    except ApiError as error:
-        return error
-    return None
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.binary(max_size=256) | infer_messages())
-def test_hostile_messages_are_refused_never_crash(body: bytes) -> None:
-    error = _refusal(body)
-    assert error is None or GRPC_TABLE[error.reason] == "INVALID_ARGUMENT", error
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=256), st.integers(-1, 300) | st.just(None))
-def test_hostile_binary_tensor_bodies_are_refused_never_crash(
-    body: bytes, header_length: int | None
-) -> None:
-    # The HTTP side's KServe body with Triton's binary tensor extension: JSON, then bytes.
-    for candidate in (
-        body,
-        b'{"inputs":[{"name":"x","datatype":"BYTES","shape":[2],'
-        b'"parameters":{"binary_data_size":%d}}]}' % len(body) + body,
-    ):
-        length = None if header_length is None else str(header_length)
-        refusal: ApiError | None = None
-        try:
-            generic_items(parse_infer_request(candidate, length), _LIMITS)
-        except ApiError as error:
-            refusal = error
-        assert refusal is None or refusal.status in (400, 413, 422), refusal
-
-
 # -- TLS --------------------------------------------------------------------------------------
 
 
@@ -861,21 +748,6 @@ def test_client_certificates_signed_by_the_ca_are_required_on_both(
     assert code == 0, err
 
 
-def test_a_certificate_needs_its_key_and_ports_their_range() -> None:
-    with pytest.raises(ConfigError, match="ssl_certfile and ssl_keyfile go together"):
-        ServerSettings(ssl_certfile="cert.pem")
-    with pytest.raises(ConfigError, match="ssl_ca_certs needs ssl_certfile and ssl_keyfile"):
-        ServerSettings(ssl_ca_certs="ca.pem")
-    with pytest.raises(ConfigError, match=r"grpc_port must be in 0\.\.65535, got 70000"):
-        ServerSettings(grpc_port=70000)
-    settings = ServerSettings.from_toml(None, overrides={"grpc_port": "8001"})
-    assert settings.grpc_port == 8001
-    settings = ServerSettings.from_toml(None, overrides={"grpc_max_calls": "100"})
-    assert settings.grpc_max_calls == 100
-    with pytest.raises(ConfigError, match="grpc_max_calls must be an integer >= 1, got 0"):
-        ServerSettings(grpc_max_calls=0)
-
-
 # -- ModelStreamInfer -------------------------------------------------------------------------
 
 
@@ -940,21 +812,11 @@ async def test_cancelling_a_stream_cancels_its_queued_requests() -> None:
     assert gate.seen == ["holder"]
 
 
-def test_a_shape_of_no_data_whose_other_axes_overflow_numpy_is_invalid() -> None:
-    # Found by the fuzzing above: numpy refused the reshape with a ValueError (a 500).
-    request = pb.ModelInferRequest(model_name="m")
-    request.inputs.add(name="x", datatype="BOOL", shape=[0, *[64] * 11])
-    error = _refusal(request.SerializeToString())
-    assert error is not None
-    assert error.reason == "invalid"
-    assert "non-zero axes must multiply to at most" in error.message
-
-
 @pytest.mark.slow
 def test_perf_analyzer_over_grpc_unary_and_streaming() -> None:
-    from batchserve.testing.tools import ensure_perf_analyzer
+    from batchserve_testing.tools import find_perf_analyzer
 
-    binary, env = ensure_perf_analyzer()
+    binary, env = find_perf_analyzer()
     model = "synthetic"
     args = ["--model", "synthetic:fixed=2ms,per_item=0.1ms", "--max-wait", "1ms"]
     with server_process([*args, "--grpc-port", "0"]) as server:
@@ -985,44 +847,3 @@ def test_perf_analyzer_over_grpc_unary_and_streaming() -> None:
         assert requests["ok"] == sum(requests.values())  # none refused or failed
         code, err = server.stop()
     assert code == 0, err
-
-
-# -- the load generator over gRPC -----------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_the_load_generator_speaks_grpc_and_reads_the_trailing_facts() -> None:
-    # `batchserve load grpc://...`: the open-loop schedule, the outcomes and the timing
-    # facts (batch ids, the server's own time, refusal reasons) read from trailing metadata.
-    from batchserve.loadgen import LoadConfig, run_load
-    from batchserve.loadgen.protocol import Outcome
-
-    args = ["--model", "m=synthetic:fixed=40ms", "--grpc-port", "0", "--max-batch-size", "4"]
-    with server_process([*args, "--queue-size", "4"]) as server:
-        url = f"grpc://{server.grpc}"
-        texts = tuple(f"t{i}" for i in range(64))
-        ok = run_load(LoadConfig(url=url, api="kserve", model="m", rate=40, duration_s=0.5))
-        over = run_load(
-            LoadConfig(url=url, api="kserve", model="m", rate=400, duration_s=0.5, texts=texts)
-        )
-        missing = run_load(LoadConfig(url=url, api="kserve", model="x", rate=20, duration_s=0.2))
-        prometheus = httpx.get(server.url + "/metrics", timeout=5).text
-        server.stop()
-    r = ok.report.summary
-    assert (r.sent, r.ok) == (20, 20)
-    assert ok.report.items == 20
-    assert 1 <= ok.report.batches <= 20
-    assert all(0 < s < 1 for s in ok.records.server_s)
-    # 200 requests at 10x what 40 ms passes of 4 serve: the queue of 4 refuses most, and
-    # every refusal names its reason and carries the server's own (short) time.
-    outcomes = over.records.outcomes()
-    refused = [i for i, o in enumerate(outcomes) if o is Outcome.REJECTED]
-    assert len(refused) > 100
-    assert {over.records.status[i] for i in refused} == {429}
-    assert {over.records.reason[i] for i in refused} <= {"queue_full", "infeasible"}
-    assert all(over.records.server_s[i] < 0.1 for i in refused)
-    assert outcomes.count(Outcome.OK) + len(refused) + outcomes.count(Outcome.TIMED_OUT) == 200
-    # The server counted what the generator sent, over gRPC.
-    assert 'protocol="grpc"' in prometheus
-    assert set(missing.records.status) == {404}
-    assert set(missing.records.reason) == {"not_found"}

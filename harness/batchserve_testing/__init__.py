@@ -1,0 +1,17 @@
+"""Tools that exercise a real batchserve: the harness of the project's tests and benchmarks.
+
+As :mod:`trio.testing` is to trio, except that it is not shipped: it is code of the
+repository (``harness/``), installed in development mode by ``scripts/install`` with the
+``dev`` extra, and no wheel of batchserve holds it. Nothing in batchserve imports it. What
+the test suite and ``bench/`` both need lives here, so that neither imports the other.
+
+* :mod:`~batchserve_testing.process`: a free port, a process's CPU seconds, waiting for a
+  condition with a bound;
+* :mod:`~batchserve_testing.rawhttp`: HTTP/1.1 responses read raw off a socket;
+* :mod:`~batchserve_testing.harness`: ``batchserve serve`` in a subprocess, open-loop load
+  from the project's generator, and the server's outcome counters;
+* :mod:`~batchserve_testing.scenarios`: the reliability scenarios, each run to its figures;
+* :mod:`~batchserve_testing.fleet`: replicas behind nginx;
+* :mod:`~batchserve_testing.tools`: the outside programs they drive (nginx, perf_analyzer...),
+  found where ``scripts/install-tools`` put them; nothing here installs anything.
+"""
