@@ -4,7 +4,7 @@ The fake engines cost a known time per text (a sleep, which releases the GIL as 
 engine's pass does), so their measured order is certain on a busy machine: each is at least
 2.5x apart from the next, and a pass lasts milliseconds, far above a thread's start. Their
 quality figures are put in the gate's cache beforehand, so no real model runs here; the
-real engines are chosen end to end in ``tests/server/test_server_engine_choice.py``.
+real engines (the float32 ones) are chosen end to end in ``tests/server/test_engine_choice.py``.
 """
 
 from __future__ import annotations

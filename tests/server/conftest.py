@@ -15,7 +15,7 @@ def minilm_server() -> Iterator[ServerProcess]:
 
     It loads in ~10 s. Pinned to torch, the reference, so its answers can be held to
     torch's own to 0.9999; the default ``--backend auto`` has a server of its own
-    (``test_server_engine_choice.py``).
+    (``test_engine_choice.py``).
     """
     pytest.importorskip("sentence_transformers")
     start = time.monotonic()
