@@ -11,7 +11,6 @@ at once. Its rates are low (tens of requests); it takes about 30 s, mostly Ray s
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -73,6 +72,11 @@ def test_settings_are_checked() -> None:
         "policy_kwargs": {"target_queue_depth": 16},
     }
     assert (config["min_replicas"], config["max_replicas"]) == (1, 3)
+    assert "metrics_interval_s" not in config  # Ray's default
+    fast = Scaling(look_back_period_s=1.0, metrics_interval_s=0.25).ray_config()
+    assert (fast["look_back_period_s"], fast["metrics_interval_s"]) == (1.0, 0.25)
+    with pytest.raises(ConfigError, match=r"metrics_interval_s must be > 0 and < look_back_pe"):
+        Scaling(look_back_period_s=1.0, metrics_interval_s=1.0)
 
 
 async def test_a_replica_reports_its_queue_depth() -> None:
@@ -109,9 +113,6 @@ def ray_url() -> Iterator[str]:
     from ray import serve
 
     port = free_port()
-    # Replicas report their queue depth every 0.5 s instead of 10 s, so a scale-up shows
-    # within seconds (the replica processes inherit the variable).
-    os.environ["RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = "0.5"
     # Every Ray process on the loopback address: the test talks to nothing else.
     ray.init(
         num_cpus=2,
@@ -136,7 +137,6 @@ def ray_url() -> Iterator[str]:
     finally:
         serve.shutdown()
         ray.shutdown()
-        del os.environ["RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"]
 
 
 @pytest.mark.slow
@@ -209,16 +209,19 @@ def test_ray_scales_up_on_queue_depth(ray_url: str) -> None:
     from ray import serve
 
     # One replica to start, passes of 1 s: a queue builds at once, and with a target of 2
-    # waiting items per replica the policy asks for the second replica.
+    # waiting items per replica the policy asks for the second replica. The replicas push
+    # their depths every 0.25 s (Ray's default, 10 s, would be most of the wait), and a
+    # queue of 16 drains in 2 s once the load stops.
     scaling = Scaling(
         min_replicas=1,
         max_replicas=2,
         target_queue_depth=2,
         upscale_delay_s=0.0,
-        look_back_period_s=11.0,  # Ray wants it above its own metrics_interval_s (10 s)
+        look_back_period_s=1.0,
+        metrics_interval_s=0.25,
     )
     app = deployment(
-        settings(queue_size=64, fixed="1s"),
+        settings(queue_size=16, fixed="1s"),
         scaling=scaling,
         name="scaled",
         ray_actor_options={"num_cpus": 0},

@@ -65,8 +65,11 @@ class Scaling:
         upscale_delay_s: how long the wish to scale up must last before Ray acts.
         downscale_delay_s: how long the wish to scale down must last before Ray acts.
         look_back_period_s: the window Ray averages the reported depths over; Ray wants it
-            longer than its metrics interval (10 s unless
-            ``RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S`` says otherwise).
+            longer than ``metrics_interval_s``.
+        metrics_interval_s: how often each replica pushes its depths to Ray's controller
+            (Ray's own ``metrics_interval_s``): a scale-up waits up to this long to be
+            seen. None keeps Ray's default (10 s). Ray 2.60 marks the field deprecated (a
+            ``DeprecationWarning``) in favour of a variable it does not read yet.
     """
 
     min_replicas: int = 1
@@ -75,6 +78,7 @@ class Scaling:
     upscale_delay_s: float = 5.0
     downscale_delay_s: float = 60.0
     look_back_period_s: float = 30.0
+    metrics_interval_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.min_replicas < 1:
@@ -91,10 +95,23 @@ class Scaling:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not self.look_back_period_s > 0:
             raise ConfigError(f"look_back_period_s must be > 0, got {self.look_back_period_s}")
+        if self.metrics_interval_s is not None and not (
+            0 < self.metrics_interval_s < self.look_back_period_s
+        ):
+            raise ConfigError(
+                "metrics_interval_s must be > 0 and < look_back_period_s "
+                f"({self.look_back_period_s}), got {self.metrics_interval_s}"
+            )
 
     def ray_config(self) -> dict[str, Any]:
         """Ray Serve's ``autoscaling_config`` for these settings."""
+        interval = (
+            {}
+            if self.metrics_interval_s is None
+            else {"metrics_interval_s": self.metrics_interval_s}
+        )
         return {
+            **interval,
             "min_replicas": self.min_replicas,
             "max_replicas": self.max_replicas,
             "upscale_delay_s": self.upscale_delay_s,
