@@ -56,7 +56,7 @@ def test_the_table_puts_speed_beside_quality_and_says_why_a_backend_was_refused(
 
 @pytest.mark.slow
 def test_cli_profiles_each_backend_with_its_quality(
-    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], engine_cache: pathlib.Path
 ) -> None:
     pytest.importorskip("onnxruntime")
     qs = tmp_path / "set.json"
@@ -72,15 +72,14 @@ def test_cli_profiles_each_backend_with_its_quality(
     out = tmp_path / "prof.json"
     argv = ["profile", "--model", "minilm", "--backend", "torch,onnx", "--threads", "1"]
     argv += ["--sizes", "1,2", "--repeats", "1", "--warmup", "0", "--json", "-o", str(out)]
-    argv += ["--cache-dir", str(tmp_path / "cache"), "--quality-set", str(qs)]
+    # the run's export cache: its ONNX export is the one the other engine tests use
+    argv += ["--cache-dir", str(engine_cache), "--quality-set", str(qs)]
     assert main(argv) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["backend"] for r in rows] == ["torch", "onnx"]
     for row in rows:
         assert row["refused"] is None
-        assert (
-            row["spec"] == f"minilm:backend={row['backend']},threads=1,cache_dir={tmp_path}/cache"
-        )
+        assert row["spec"] == f"minilm:backend={row['backend']},threads=1,cache_dir={engine_cache}"
         assert [p[0] for p in row["profile"]["points"]] == [1, 2]
         assert row["quality"]["texts"] == 3
         assert row["quality"]["mean_cosine"] > 0.9999
