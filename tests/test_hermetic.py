@@ -4,7 +4,8 @@ The proof runs a slice of the suite as a user who served before would: a home wh
 batchserve cache holds an ``auto`` verdict that names ONNX Runtime, and that engine's
 export. Outside the suite that cache changes what ``load_model("minilm")`` does (it loads
 ONNX Runtime, and needs no sentence-transformers: checked first, so the proof cannot pass
-by accident); inside, the tests pass as on a clean machine, and the cache is left as found.
+by accident); inside (a pytest of a slice of the suite in that home), the tests pass as on
+a clean machine, and the home is left as found.
 """
 
 from __future__ import annotations
@@ -22,23 +23,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from batchserve.models.runtime import default_cache_dir
+from batchserve.engines.loader import load_model
+from batchserve.engines.runtime import default_cache_dir
 from hermetic import changes, listing, user_cache_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The test of issue 34 that read the user's verdict, and a few that read the environment.
 SLICE = [
-    "tests/models/test_embeddings.py::test_without_the_extra_one_sentence_names_the_pip_command",
+    "tests/engines/test_embeddings.py::test_without_the_extra_one_sentence_names_the_pip_command",
     "tests/test_hermetic.py::test_each_test_has_a_cache_and_the_run_a_home_of_its_own",
-    "tests/models/test_runtime.py",
+    "tests/engines/test_runtime.py",
 ]
-LOAD_WITHOUT_THE_EXTRA = """
-import sys
-sys.modules["sentence_transformers"] = None
-from batchserve.models.loader import load_model
-engine = load_model("minilm").engine
-print(engine["backend"], engine["precision"])
-"""
 
 
 def test_listing_says_what_changed(tmp_path: Path) -> None:
@@ -81,13 +76,13 @@ def served_before(home: Path, engine_cache: Path) -> Path:
     on this machine, from fake engines (ONNX Runtime the fastest) and a gate record that
     passes; the export is a copy of the run's (made once, in ``engine_cache``).
     """
-    from batchserve.models.choice import choose
-    from batchserve.models.embeddings import builtin_path
-    from batchserve.models.export import ensure_exported, model_folder
-    from batchserve.models.gate import default_quality_set, set_digest
-    from batchserve.models.hardware import Engine, Machine
-    from batchserve.models.quality import Quality
-    from batchserve.models.runtime import default_threads, default_workers, resolve_device
+    from batchserve.engines.choice import choose
+    from batchserve.engines.embeddings import builtin_path
+    from batchserve.engines.export import ensure_exported, model_folder
+    from batchserve.engines.gate import default_quality_set, set_digest
+    from batchserve.engines.hardware import Engine, Machine
+    from batchserve.engines.quality import Quality
+    from batchserve.engines.runtime import default_threads, default_workers, resolve_device
 
     cache = home / ".cache" / "batchserve"
     source = builtin_path()
@@ -130,18 +125,17 @@ def test_the_suite_passes_beside_a_user_cache_that_names_another_engine(
     user = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "BATCHSERVE_"))}
     user["HOME"] = str(home)
 
-    # Outside the suite, this cache decides: the built-in model loads on ONNX Runtime,
-    # without sentence-transformers (the test below expects that load to fail).
-    done = subprocess.run(
-        [sys.executable, "-c", LOAD_WITHOUT_THE_EXTRA],
-        env=user,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["onnx", "float32"], done.stdout
+    # Outside the suite, this cache decides: with the user's environment (here, in this
+    # process), the built-in model loads on ONNX Runtime without sentence-transformers,
+    # where the test below expects that load to fail.
+    with pytest.MonkeyPatch.context() as mp:
+        for key in [k for k in os.environ if k not in user]:
+            mp.delenv(key)
+        mp.setenv("HOME", str(home))
+        mp.setitem(sys.modules, "sentence_transformers", None)
+        engine = load_model("minilm").engine
+    assert engine is not None
+    assert (engine["backend"], engine["precision"]) == ("onnx", "float32")
     before = listing(home)  # after that load: it may write there, the suite may not
 
     # Inside, the tests pass as on a clean machine, and leave the cache as they found it.
