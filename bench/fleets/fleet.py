@@ -25,11 +25,10 @@ import threading
 import time
 from typing import Any
 
-from _harness import NGINX_CONF
-
 from batchserve.loadgen.config import LoadConfig
 from batchserve.sim import simulate_fleet
 from batchserve.units import parse_duration
+from batchserve_testing.bench import NGINX_CONF
 from batchserve_testing.fleet import (
     MODEL,
     PASS_COST,

@@ -42,7 +42,7 @@ import time
 import urllib.request
 from typing import Any
 
-from _harness import batchserve
+from batchserve_testing.bench import batchserve
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -29,9 +29,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _harness import free_port, process_cpu_s
+from batchserve_testing.bench import free_port, process_cpu_s
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 PEERS_DIR = BENCH / "peers"
 VENVS = BENCH / ".venvs"

@@ -41,14 +41,13 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-from _harness import batchserve
-
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.policy import ClassConfig
 from batchserve.policy.classes import parse_class
 from batchserve.sim.mix import parse_stream, simulate_mix
+from batchserve_testing.bench import batchserve
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 COST = CostEstimate(fixed_s=0.022, per_item_s=0.00016)
 MAX_BATCH = 64
 CAPACITY = MAX_BATCH / COST.cost(MAX_BATCH)

@@ -28,7 +28,7 @@ import statistics
 import sys
 import time
 
-from _harness import cpu_s, running
+from batchserve_testing.bench import cpu_s, running
 
 BODY = b'{"input": "hello world", "model": "m"}'
 

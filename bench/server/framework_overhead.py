@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Any
 
-from _harness import free_port, serving
+from batchserve_testing.bench import free_port, serving
 
 BODY = json.dumps({"input": "hello world", "model": "m"}).encode()
 

@@ -50,7 +50,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-from _harness import batchserve, process_cpu_s
+from batchserve_testing.bench import batchserve, process_cpu_s
 
 NULL = "synthetic:fixed=0ms,per_item=0ms,dim=8"
 METHOD = "/inference.GRPCInferenceService/ModelInfer"

@@ -23,11 +23,10 @@ import contextlib
 import math
 from collections.abc import Iterator
 
-from _harness import NULL, batchserve, cpu_s, running
-
 from batchserve.loadgen import LoadConfig, run_load
 from batchserve.units import parse_rates
 from batchserve.workload.summary import percentile
+from batchserve_testing.bench import NULL, batchserve, cpu_s, running
 
 
 def main() -> None:

@@ -35,8 +35,8 @@ import sys
 import time
 from typing import Any
 
-HERE = pathlib.Path(__file__).resolve().parent
-OUT = HERE / "out"
+from batchserve_testing.bench import APPS, OUT
+
 BODY = b'{"input": "hello world", "model": "m"}'
 REQUEST = (
     b"POST /v1/embeddings HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
@@ -81,10 +81,15 @@ async def _protocol_class(which: str, refuse: bool) -> tuple[Any, Any]:
     import uvicorn
 
     if which == "yardstick":
-        import yardstick
+        import importlib.util
 
+        spec = importlib.util.spec_from_file_location("yardstick", APPS / "yardstick.py")
+        assert spec is not None
+        assert spec.loader is not None
+        yardstick = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(yardstick)
         if refuse:
-            yardstick.QUEUE = 0
+            yardstick.__dict__["QUEUE"] = 0  # refuse every request after parsing it
 
         config = uvicorn.Config(
             yardstick.app, http="httptools", lifespan="off", access_log=False, log_level="warning"

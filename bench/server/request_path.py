@@ -42,7 +42,7 @@ import subprocess
 import sys
 import time
 
-from _harness import CONTENDERS, OTEL_CONTENDERS, OUT, cpu_s, running, wrk
+from batchserve_testing.bench import CONTENDERS, OTEL_CONTENDERS, OUT, cpu_s, running, wrk
 
 BIN = pathlib.Path(sys.executable).parent
 

@@ -20,7 +20,7 @@ import platform
 import subprocess
 from typing import Any
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"
 
 
