@@ -9,10 +9,12 @@ it runs by path (so ``bench/peers/compare.py`` imports ``compare_servers``).
 
 from __future__ import annotations
 
+import argparse
 import ast
 import os
 import pathlib
 import re
+import shlex
 import subprocess
 import sys
 
@@ -66,6 +68,43 @@ def test_every_script_is_listed_in_the_bench_readme() -> None:
     missing = [s for s in SCRIPTS if f"`{s}`" not in readme]
     missing += [m for m in MODULES if f"`{m}`" not in readme]
     assert not missing, f"bench/README.md's table has no line for {missing}"
+
+
+def readme_commands() -> list[str]:
+    """The command column of bench/README.md's table, one command a row that has one."""
+    found = []
+    for line in (BENCH / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[3].startswith("`") and cells[3].endswith("`"):
+            found.append(cells[3].strip("`"))
+    return found
+
+
+def test_every_command_in_the_readme_names_a_script_and_flags_it_defines() -> None:
+    commands = readme_commands()
+    assert len(commands) >= len(SCRIPTS)
+    for command in commands:
+        argv = shlex.split(command.replace("[", " ").replace("]", " "))
+        if argv[0] == "batchserve":  # the CLI: its own parser says whether the line parses
+            from batchserve.cli import build_parser
+
+            parser = build_parser()
+            parser.exit_on_error = False
+            try:
+                parser.parse_args(argv[1:])
+            except (SystemExit, argparse.ArgumentError) as exc:
+                raise AssertionError(f"bench/README.md: {command}: {exc}") from exc
+            continue
+        scripts = [a for a in argv if a.startswith("bench/") and a.endswith(".py")]
+        if not scripts:
+            continue  # e.g. granian importing an app
+        script = ROOT / scripts[0]
+        assert script.is_file(), f"bench/README.md: {command}: no {scripts[0]}"
+        source = script.read_text()
+        if argv[0] != "python":  # a peer's script: its flags are in its venv's _common.py
+            source += (script.parent / "_common.py").read_text()
+        for flag in (a.split("=")[0] for a in argv if a.startswith("--")):
+            assert f'"{flag}"' in source, f"bench/README.md: {scripts[0]} defines no {flag}"
 
 
 #: Modules of tests/, by the names a script would import them under.

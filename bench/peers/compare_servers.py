@@ -1,4 +1,4 @@
-"""Start, probe and stop the servers that bench/compare.py lays side by side.
+"""Start, probe and stop the servers that bench/peers/compare.py lays side by side.
 
 Every server runs in its own process group (``start_new_session``), on 127.0.0.1, with the
 same HTTP contract: ``POST /v1/embeddings`` with ``{"model": ..., "input": "text"}``.

@@ -23,7 +23,7 @@ per stream). Then one line per policy: interactive p99 over its p99 alone and it
 bulk goodput as a share of the capacity the queries leave; each tenant's share; and the
 worst gap between measured and predicted ok/s.
 
-Run: ``.venv/bin/python bench/mixed_traffic.py [--json] [--duration 5] [--simulate-only]``
+Run: ``python bench/scenarios/mixed_traffic.py [--json] [--duration 5] [--simulate-only]``
 (about a minute measured; a second simulated only).
 """
 

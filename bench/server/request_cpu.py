@@ -6,11 +6,11 @@ each sending the closed-loop benchmark's request (OpenAI ``POST /v1/embeddings``
 null model (``synthetic``, no cost, 8 floats) answers through the batcher's worker thread as
 in the server. What is left is the Python that a request costs between the parser and the
 ``write``: no syscalls, no client, no kernel, so a change to the request path shows here
-with far less noise than under ``wrk`` (``bench/request_path.py``, which adds the sockets).
+with far less noise than under ``wrk`` (``bench/server/request_path.py``, which adds the sockets).
 
 * ``batchserve``: the server's own protocol (:mod:`batchserve.server.transport.httptools`) on
   its app, max batch 64, max wait 2 ms, queue 1,024;
-* ``yardstick``: uvicorn's httptools protocol running ``bench/yardstick.py``'s ASGI app.
+* ``yardstick``: uvicorn's httptools protocol running ``bench/apps/yardstick.py``'s ASGI app.
 
 ``--refuse`` measures a refusal instead: batchserve's model is stuck in a pass (one queue
 slot, taken), so every request is refused 429 ``queue_full`` from its head; the
@@ -20,7 +20,7 @@ Each round runs both, one after the other, in fresh processes; the table gives e
 median process CPU per request over the rounds and the ratio. Optionally profile one
 contender: ``--profile batchserve`` writes py-spy's collapsed stacks to ``bench/out/``.
 
-Run: ``.venv/bin/python bench/request_cpu.py [--rounds 5] [--requests 40000]``
+Run: ``python bench/server/request_cpu.py [--rounds 5] [--requests 40000]``
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ process on a free port of 127.0.0.1, and ``wrk`` (Debian's ``wrk``: one thread, 
 keep-alive connections) drives each in turn for ``--seconds``, ``--rounds`` times
 interleaved; the table gives each one's median requests/s and its ratio to the yardstick.
 
-* ``yardstick``: ``bench/yardstick.py``, the simplest dynamic batcher on the same stack
+* ``yardstick``: ``bench/apps/yardstick.py``, the simplest dynamic batcher on the same stack
   (uvicorn + httptools + uvloop, a bounded queue, one thread hop per batch);
 * ``batchserve``: ``batchserve serve`` (inference requests carried by its connection
   protocol, :mod:`batchserve.server.transport.httptools`);
@@ -15,7 +15,7 @@ interleaved; the table gives each one's median requests/s and its ratio to the y
 * ``batchserve-granian``: the same application under Granian's ASGI server (a Rust HTTP
   layer), when ``granian`` is installed;
 * ``batchserve-rsgi``: the same application under Granian's lighter RSGI interface
-  (``bench/rsgi_app.py``: an exchange per inference request, as the connection protocol).
+  (``bench/apps/rsgi_app.py``: an exchange per inference request, as the connection protocol).
 
 ``--otel`` measures what tracing costs instead: ``batchserve`` without ``--otel``, then with
 it, its spans made and dropped (``OTEL_TRACES_EXPORTER=none``) and written by the console
@@ -27,7 +27,7 @@ ratios to the first. Without ``--otel`` nothing of OpenTelemetry is loaded
 ``bench/out/request_path-<time>.svg`` (``pip install py-spy``). The CPU a contender uses is
 measured from ``/proc`` over its runs and printed as CPU seconds per 1,000 requests.
 
-Run: ``.venv/bin/python bench/request_path.py [--rounds 5] [--seconds 4] [--otel] [--profile]
+Run: ``python bench/server/request_path.py [--rounds 5] [--seconds 4] [--otel] [--profile]
 [--json]``
 """
 

@@ -1,6 +1,6 @@
 """Run a bench command and record its ``--json`` output as a result file of the manual.
 
-    python bench/record.py NAME 'COMMAND'
+    python bench/tools/record.py NAME 'COMMAND'
 
 runs COMMAND in bash, reads one JSON object per line of its standard output, and writes
 ``docs/results/NAME.json``: the command, the machine, the date and the rows. The file's
