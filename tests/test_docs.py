@@ -173,6 +173,13 @@ def test_result_files_say_where_their_figures_came_from() -> None:
         assert re.match(r"(batchserve|python|\.venv/bin/python|for) ", data["command"]), path.name
         # Written by the run that measured them: none copied from an older record.
         assert "transcribed" not in data, f"{path.name}: figures transcribed, not measured"
+        for command in shell_commands(f"```sh\n{data['command']}\n```\n"):
+            scripts = [a for a in command if re.fullmatch(r"bench/[\w/]+\.py", a)]
+            for script in scripts:  # the script that wrote it is still there, with its flags
+                source = (ROOT / script).read_text() if (ROOT / script).is_file() else ""
+                assert source, f"{path.name}: no {script}"
+                for flag in (a.split("=")[0] for a in command if a.startswith("--")):
+                    assert f'"{flag}"' in source, f"{path.name}: {script} defines no {flag}"
         used = [p for p in PAGES if f"<!-- results: {path.stem} -->" in p.read_text()]
         assert used, f"{path.name} is rendered by no page"
 
