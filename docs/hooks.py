@@ -4,14 +4,14 @@ A page asks for a generated block with an HTML comment on a line of its own; the
 replaced before the page's Markdown is rendered:
 
 - ``<!-- results: NAME -->``: the table of ``docs/results/NAME.json``, a file written from a
-  bench command's ``--json`` output by ``bench/record.py``, with a caption naming
+  bench command's ``--json`` output by ``bench/tools/record.py``, with a caption naming
   the command, the machine and the date (the format: docs/benchmarks/index.md). Benchmark
   pages hold no hand-typed figures.
 - ``<!-- statuses -->``: the one table from reason to HTTP status and gRPC code, from
   ``batchserve.server.statuses`` (``STATUS_TABLE`` and ``GRPC_TABLE``), so it cannot drift.
 - ``<!-- cli: COMMAND -->``: the flags of ``batchserve COMMAND``, from the real parser.
 
-The same functions render the README's headline table, which a test compares with them.
+The same function renders a results block in the README, which a test compares with it.
 """
 
 from __future__ import annotations
@@ -78,8 +78,6 @@ def render_results(name: str, results_url: str = "docs/results") -> str:
         for row in data["rows"]
     ]
     caption = f"*{data['title']}.* `{data['command']}` on {data['machine']}, {data['date']}."
-    if data.get("transcribed"):
-        caption += f" Transcribed from {data['transcribed']}."
     caption += f" Figures: [`{name}.json`]({results_url}/{name}.json)."
     return "\n".join([head, align, *body, "", caption])
 

@@ -27,7 +27,7 @@ def engine_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def small_quality_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A slice of the shipped quality set (every retrieval pair, ~100 texts), as a file.
 
-    The gate's figures on it are close to the full set's (``bench/minilm_backends.py``
+    The gate's figures on it are close to the full set's (``batchserve profile --backends``
     gives those); a test that gates on it takes seconds instead of a minute.
     """
     qs = load_quality_set()

@@ -1,16 +1,20 @@
 """Every bench script starts as the README runs it: by path, from the repository root.
 
-Run as a fresh clone runs them: the tests' own directories are not on the path. No script
-imports from ``tests/`` or edits ``sys.path``: what both need is in ``batchserve_testing``,
-and a script's own directory is on the path when it runs by path (``bench/_harness.py``).
+Run as a fresh clone runs them: the tests' own directories are not on the path. Scripts
+live in folders by what they measure (``bench/<group>/<script>.py``). No script imports
+from ``tests/`` or edits ``sys.path``: what both need is in ``batchserve_testing``
+(``batchserve_testing.bench`` for the bench), and a script's own folder is on the path when
+it runs by path (so ``bench/peers/compare.py`` imports ``compare_servers``).
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import os
 import pathlib
 import re
+import shlex
 import subprocess
 import sys
 
@@ -18,11 +22,33 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
+#: The folders, by what their scripts measure.
+GROUPS = {"apps", "server", "scenarios", "fleets", "models", "peers", "tools"}
 #: Scripts that are modules for other scripts, not commands.
-MODULES = {"null_app.py"}
+MODULES = {"apps/null_app.py"}
+
+
+def _runs_in_a_peer_venv(path: pathlib.Path) -> bool:
+    """A peer's own script: it runs in ``bench/.venvs/<peer>``, with packages ours lacks."""
+    return path.parent.name == "peers" and (
+        path.name.endswith("_server.py") or path.name == "fastembed_encode.py"
+    )
+
+
 SCRIPTS = sorted(
-    p.name for p in BENCH.glob("*.py") if not p.name.startswith("_") and p.name not in MODULES
+    str(p.relative_to(BENCH))
+    for p in BENCH.glob("*/*.py")
+    if not p.name.startswith("_")
+    and str(p.relative_to(BENCH)) not in MODULES
+    and not _runs_in_a_peer_venv(p)
 )
+
+
+def test_every_script_is_in_a_folder_named_for_what_it_measures() -> None:
+    loose = sorted(p.name for p in BENCH.glob("*.py"))
+    assert not loose, f"scripts at bench/'s top level: {loose}"
+    folders = {p.parent.name for p in BENCH.glob("*/*.py")} - {".venvs"}
+    assert folders <= GROUPS, f"folders the README does not explain: {folders - GROUPS}"
 
 
 def _env() -> dict[str, str]:
@@ -40,7 +66,45 @@ def _env() -> dict[str, str]:
 def test_every_script_is_listed_in_the_bench_readme() -> None:
     readme = (BENCH / "README.md").read_text()
     missing = [s for s in SCRIPTS if f"`{s}`" not in readme]
+    missing += [m for m in MODULES if f"`{m}`" not in readme]
     assert not missing, f"bench/README.md's table has no line for {missing}"
+
+
+def readme_commands() -> list[str]:
+    """The command column of bench/README.md's table, one command a row that has one."""
+    found = []
+    for line in (BENCH / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[3].startswith("`") and cells[3].endswith("`"):
+            found.append(cells[3].strip("`"))
+    return found
+
+
+def test_every_command_in_the_readme_names_a_script_and_flags_it_defines() -> None:
+    commands = readme_commands()
+    assert len(commands) >= len(SCRIPTS)
+    for command in commands:
+        argv = shlex.split(command.replace("[", " ").replace("]", " "))
+        if argv[0] == "batchserve":  # the CLI: its own parser says whether the line parses
+            from batchserve.cli import build_parser
+
+            parser = build_parser()
+            parser.exit_on_error = False
+            try:
+                parser.parse_args(argv[1:])
+            except (SystemExit, argparse.ArgumentError) as exc:
+                raise AssertionError(f"bench/README.md: {command}: {exc}") from exc
+            continue
+        scripts = [a for a in argv if a.startswith("bench/") and a.endswith(".py")]
+        if not scripts:
+            continue  # e.g. granian importing an app
+        script = ROOT / scripts[0]
+        assert script.is_file(), f"bench/README.md: {command}: no {scripts[0]}"
+        source = script.read_text()
+        if argv[0] != "python":  # a peer's script: its flags are in its venv's _common.py
+            source += (script.parent / "_common.py").read_text()
+        for flag in (a.split("=")[0] for a in argv if a.startswith("--")):
+            assert f'"{flag}"' in source, f"bench/README.md: {scripts[0]} defines no {flag}"
 
 
 #: Modules of tests/, by the names a script would import them under.

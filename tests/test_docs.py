@@ -171,8 +171,15 @@ def test_result_files_say_where_their_figures_came_from() -> None:
         data = hooks.load_results(path.stem)
         assert data["rows"], path.name
         assert re.match(r"(batchserve|python|\.venv/bin/python|for) ", data["command"]), path.name
-        if "transcribed" in data:  # copied from an earlier record: it must say which
-            assert re.search(r"README|bench/", data["transcribed"]), path.name
+        # Written by the run that measured them: none copied from an older record.
+        assert "transcribed" not in data, f"{path.name}: figures transcribed, not measured"
+        for command in shell_commands(f"```sh\n{data['command']}\n```\n"):
+            scripts = [a for a in command if re.fullmatch(r"bench/[\w/]+\.py", a)]
+            for script in scripts:  # the script that wrote it is still there, with its flags
+                source = (ROOT / script).read_text() if (ROOT / script).is_file() else ""
+                assert source, f"{path.name}: no {script}"
+                for flag in (a.split("=")[0] for a in command if a.startswith("--")):
+                    assert f'"{flag}"' in source, f"{path.name}: {script} defines no {flag}"
         used = [p for p in PAGES if f"<!-- results: {path.stem} -->" in p.read_text()]
         assert used, f"{path.name} is rendered by no page"
 
@@ -184,10 +191,14 @@ def test_benchmark_pages_hold_no_hand_typed_figures() -> None:
                 assert not re.search(r"\d", line), f"{path.name}: a hand-typed table row: {line}"
 
 
-def test_the_readme_headline_is_rendered_from_its_result_file() -> None:
+def test_the_readmes_results_blocks_are_rendered_from_their_files() -> None:
     readme = (ROOT / "README.md").read_text()
-    block = readme.split("<!-- results: compare -->\n", 1)[1].split("\n<!-- end results -->")[0]
-    assert block == hooks.render_results("compare", "docs/results")
+    blocks = re.findall(
+        r"^<!-- results: ([\w-]+) -->\n(.*?)\n<!-- end results -->$", readme, re.M | re.S
+    )
+    assert len(blocks) == readme.count("<!-- results:"), "a results block without its end"
+    for name, block in blocks:
+        assert block == hooks.render_results(name, "docs/results"), name
 
 
 def test_the_status_table_is_rendered_from_the_code(site: pathlib.Path) -> None:

@@ -14,4 +14,6 @@ the test suite and ``bench/`` both need lives here, so that neither imports the 
 * :mod:`~batchserve_testing.fleet`: replicas behind nginx;
 * :mod:`~batchserve_testing.tools`: the outside programs they drive (nginx, perf_analyzer...),
   found where ``scripts/install-tools`` put them; nothing here installs anything.
+* :mod:`~batchserve_testing.bench`: what the bench's scripts share: servers started and
+  stopped, the request path's contenders, ``wrk``.
 """

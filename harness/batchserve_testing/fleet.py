@@ -11,7 +11,7 @@
   measure fewer replicas through the same proxy. It restarts (SIGTERM, wait, start) and
   kills (SIGKILL) replicas.
 
-The tests and ``bench/fleet.py`` use it. Everything binds 127.0.0.1.
+The tests and ``bench/fleets/fleet.py`` use it. Everything binds 127.0.0.1.
 """
 
 from __future__ import annotations

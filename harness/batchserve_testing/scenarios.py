@@ -4,7 +4,7 @@ Each scenario starts a real server (``batchserve serve`` in a subprocess, servin
 fault-injecting model of :mod:`batchserve.models.faults`), drives it with open-loop load
 (:func:`~batchserve_testing.harness.run_load`) or with special clients, and returns a
 :class:`Figures`: what was offered, what came back, the server's own counters and its
-memory. The tests call them with short CI durations and assert; ``bench/stress.py`` calls
+memory. The tests call them with short CI durations and assert; ``bench/scenarios/stress.py`` calls
 them with long durations and prints the table. Nothing here asserts except where a scenario
 cannot go on (the server did not start, a queue never filled).
 

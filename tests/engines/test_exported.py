@@ -3,7 +3,7 @@
 The fp32 exports must answer what torch answers (cosine >= 0.9999, the same token counts)
 for texts of every length, truncation included. An int8 load runs its quality gate (on a
 slice of the shipped set here, to keep the test short; ``batchserve profile --backends``
-and ``bench/minilm_backends.py`` give the full set's figures), and refuses an engine whose
+and ``profile --backend all`` give the full set's figures), and refuses an engine whose
 gate failed. Exports take seconds each; the suite shares them through one cache.
 """
 

@@ -141,7 +141,7 @@ def test_capacity_scales_and_counters_add_up(fleet: Fleet) -> None:
     refused_by_the_whole_fleet(fleet, three_log)
 
     # The fleet simulator, on the same schedule with the same settings, predicts it. On a
-    # quiet machine bench/fleet.py finds goodput within 3% and p50 within 8%; with another
+    # quiet machine bench/fleets/fleet.py finds goodput within 3% and p50 within 8%; with another
     # process keeping a core busy the servers' own overhead grows (measured: goodput 5-8%
     # under the prediction, p50 10-13% over), hence the tolerances: 12% and 25%.
     predicted = simulate_fleet(

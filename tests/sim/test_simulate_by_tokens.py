@@ -3,7 +3,7 @@
 The cost is about what all-MiniLM-L6-v2 costs on one thread of a 2-core machine: 10 ms per
 pass plus 0.37 ms per padded token (a pass pads every text to its longest; measured in
 process at 13 ms for one 8-token text and 0.36-0.42 ms per padded token from 8 to 200
-tokens; one served run of ``bench/token_batching.py`` fitted 17 ms + 0.31 ms). Texts of 5 to
+tokens; one served run of ``bench/peers/token_batching.py`` fitted 17 ms + 0.31 ms). Texts of 5 to
 202 tokens, uniformly, past saturation with a 1 s deadline.
 """
 

@@ -240,8 +240,8 @@ def default_threads(cpu_count: int | None = None) -> int:
 
     All cores but one on a machine of up to four cores, so that the event loop keeps one;
     all but two above that. Measured on the 2-core machine this project is developed on
-    (``bench/minilm_backends.py --threads 1`` and ``--threads 2``, served with
-    ``bench/minilm_throughput.py``): see the README section "The built-in model: devices,
+    (``batchserve profile --backend all --threads 1`` and ``--threads 2``, served with
+    ``bench/models/minilm_throughput.py``): see the README section "The built-in model: devices,
     backends, int8".
 
     Args:
@@ -263,7 +263,7 @@ def default_workers(device: str, threads: int, cpu_count: int | None = None) -> 
     Two one-thread passes beat one two-thread pass on a busy machine: a pass whose
     threads must meet at every layer stalls whenever anything else takes a core, while
     two independent passes each just slow down. Measured here with
-    ``bench/minilm_throughput.py`` (see the README section "The built-in model: devices,
+    ``bench/models/minilm_throughput.py`` (see the README section "The built-in model: devices,
     backends, int8"); the event loop shares the cores, and its share is small beside a
     forward pass.
 

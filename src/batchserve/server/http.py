@@ -2,7 +2,7 @@
 
 The server is a bare ASGI application and, on its fast path, a connection protocol of its
 own: measured on a trivial endpoint, a framework's routing and request objects cost more per
-request than they save here (see ``bench/framework_overhead.py``). This module holds what
+request than they save here (see ``bench/server/framework_overhead.py``). This module holds what
 both transports and the protocols share; the ASGI I/O is in
 :mod:`batchserve.server.transport.asgi`.
 

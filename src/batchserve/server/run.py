@@ -56,7 +56,7 @@ __all__ = ["SWITCH_INTERVAL_S", "bind", "serve", "serve_async"]
 #: and 0.6 ms at 0.2 ms (timestamps taken by hand around ``Batcher._start`` and the worker's
 #: ``_run_in_thread``, one run each; not a bench script). Shorter costs switches where the
 #: model thread is always busy: on the null model, closed loop, 0.2 ms gave 0.76-0.79x the
-#: yardstick's requests/s where 5 ms gave 0.90x and 1 ms 0.87x (``bench/request_path.py``,
+#: yardstick's requests/s where 5 ms gave 0.90x and 1 ms 0.87x (``bench/server/request_path.py``,
 #: one run each).
 SWITCH_INTERVAL_S = 0.001
 

@@ -15,7 +15,7 @@ overhead per request. The client is the same for every contender, so its cost ca
 This is a closed-loop micro-benchmark of overhead, not a load test. On a shared 2-core
 machine the figures are noisy: compare within one run.
 
-Run: ``.venv/bin/python bench/framework_overhead.py [--requests 3000]``
+Run: ``python bench/server/framework_overhead.py [--requests 3000]``
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Any
 
-from _harness import free_port, serving
+from batchserve_testing.bench import free_port, serving
 
 BODY = json.dumps({"input": "hello world", "model": "m"}).encode()
 

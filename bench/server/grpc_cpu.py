@@ -33,7 +33,7 @@ streaming call.
 imported from ``DIR`` (a ``src`` folder of another checkout, e.g. from ``git archive``), to
 compare two versions of the refusal path side by side in the same rounds.
 
-Run: ``.venv/bin/python bench/grpc_cpu.py [--rates 500,1500] [--seconds 5] [--rounds 3]
+Run: ``python bench/server/grpc_cpu.py [--rates 500,1500] [--seconds 5] [--rounds 3]
 [--stream | --refusals [--baseline-src DIR]]``
 """
 
@@ -50,7 +50,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-from _harness import batchserve, process_cpu_s
+from batchserve_testing.bench import batchserve, process_cpu_s
 
 NULL = "synthetic:fixed=0ms,per_item=0ms,dim=8"
 METHOD = "/inference.GRPCInferenceService/ModelInfer"

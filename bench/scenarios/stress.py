@@ -1,6 +1,6 @@
 """The reliability scenarios at length, with one table of figures.
 
-Usage: python bench/stress.py [--only overload,soak,...] [--quick] [--soak 5m] [--json]
+Usage: python bench/scenarios/stress.py [--only overload,soak,...] [--quick] [--soak 5m] [--json]
 
 Runs the reliability scenarios (:mod:`batchserve_testing.scenarios`, which the tests of
 ``tests/reliability/`` run at CI lengths) with

@@ -1,8 +1,8 @@
-"""Tables, headline figures and ``bench/RESULTS.md`` from the raw figures of bench/compare.py.
+"""Tables, headline figures and ``bench/RESULTS.md`` from the raw figures of bench/peers/compare.py.
 
 Pure functions of the raw JSON (plus a few reads of the machine and the environments'
 version files): the report can be rebuilt from a saved run with
-``.venv/bin/python bench/compare_report.py bench/out/compare-<time>.json``.
+``python bench/peers/compare_report.py bench/out/compare-<time>.json``.
 
 Each cell shows the median of its repeats; ``ok/s`` and ``p99`` also show the range. "Best
 peer" is, per column, the best value among the peers (not batchserve) that ran: the most
@@ -555,7 +555,7 @@ def write_results(data: dict[str, Any], path: Path | None) -> str:
         parts.append(f"- {name}: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
     parts.append("\n## Commands\n")
     parts.append("Set up the peers' environments once, then run everything:\n")
-    parts.append("```\npython bench/peers/setup.py\n.venv/bin/python bench/compare.py\n```\n")
+    parts.append("```\npython bench/peers/setup.py\npython bench/peers/compare.py\n```\n")
     parts.append(
         "Each server as started in the first cell of each scenario, and the "
         "generator's command line (the URL differs per run):\n"

@@ -1,6 +1,6 @@
 """Run a bench command and record its ``--json`` output as a result file of the manual.
 
-    python bench/record.py NAME 'COMMAND'
+    python bench/tools/record.py NAME 'COMMAND'
 
 runs COMMAND in bash, reads one JSON object per line of its standard output, and writes
 ``docs/results/NAME.json``: the command, the machine, the date and the rows. The file's
@@ -20,7 +20,7 @@ import platform
 import subprocess
 from typing import Any
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"
 
 

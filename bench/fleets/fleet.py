@@ -9,7 +9,7 @@ under and past the fleet's capacity with the project's load generator, and runs
 as nginx routes, each pass costing 20 ms + ``--overhead``). Then it rolls a restart through
 the fleet under load, and kills one replica with SIGKILL under load.
 
-``python bench/fleet.py`` prints a table; ``--json`` one object per measured row (keys
+``python bench/fleets/fleet.py`` prints a table; ``--json`` one object per measured row (keys
 ``replicas, routing, offered_per_s, ok_per_s, p50_ms, p99_ms, rejected, lost``, and the
 simulator's ``predicted_*``), then one for the rolling restart and one for the SIGKILL.
 About a minute. Traffic goes to 127.0.0.1 only.
@@ -25,11 +25,10 @@ import threading
 import time
 from typing import Any
 
-from _harness import NGINX_CONF
-
 from batchserve.loadgen.config import LoadConfig
 from batchserve.sim import simulate_fleet
 from batchserve.units import parse_duration
+from batchserve_testing.bench import NGINX_CONF
 from batchserve_testing.fleet import (
     MODEL,
     PASS_COST,

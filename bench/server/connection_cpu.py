@@ -6,8 +6,8 @@ pays for connections as well as for requests, and a connection costs it more tha
 If that cost is high, an overloaded server that falls behind feeds on itself: late answers
 make clients leave, leaving makes connections, connections take the CPU the answers needed.
 
-Each contender (as in ``bench/request_path.py``: ``batchserve serve`` on the null model and
-``bench/yardstick.py``, each in its own process on a free port of 127.0.0.1) is sent
+Each contender (as in ``bench/server/request_path.py``: ``batchserve serve`` on the null model and
+``bench/apps/yardstick.py``, each in its own process on a free port of 127.0.0.1) is sent
 ``--connections`` connections, ``--concurrency`` at a time, each carrying one OpenAI
 ``POST /v1/embeddings`` and closed by the client once the answer has come (as a client that
 gives up closes it); ``--refuse`` sends requests whose ``X-Request-Deadline`` has already
@@ -17,7 +17,7 @@ their head by batchserve; the yardstick has no deadlines and serves them). The s
 and after; the table gives each one's median CPU per connection over the rounds and the
 ratio, and the same for requests on kept-alive connections for scale.
 
-Run: ``.venv/bin/python bench/connection_cpu.py [--rounds 3] [--connections 4000]``
+Run: ``python bench/server/connection_cpu.py [--rounds 3] [--connections 4000]``
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import statistics
 import sys
 import time
 
-from _harness import cpu_s, running
+from batchserve_testing.bench import cpu_s, running
 
 BODY = b'{"input": "hello world", "model": "m"}'
 

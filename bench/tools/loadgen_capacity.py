@@ -12,8 +12,8 @@ part of the lag that is the generator's own timing (the rest is waiting for a co
 Both sides share this machine's cores (and with anything else running), so the figures are
 noisy: the load average is printed.
 
-    .venv/bin/python bench/loadgen_capacity.py                      # default ladder
-    .venv/bin/python bench/loadgen_capacity.py --rates 5000,10000 --processes 1,2 --duration 3
+    python bench/tools/loadgen_capacity.py                      # default ladder
+    python bench/tools/loadgen_capacity.py --rates 5000,10000 --processes 1,2 --duration 3
 """
 
 from __future__ import annotations

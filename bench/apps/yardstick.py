@@ -5,7 +5,7 @@ An ASGI app on uvicorn + httptools + uvloop that answers OpenAI ``POST /v1/embed
 closed when full or 2 ms after the oldest arrival, one thread hop per batch, and
 standard-library JSON: the same request and answer (8 floats) as batchserve's null model.
 No deadlines, metrics, validation or disconnect handling: what batchserve does per request
-beyond this is its overhead. Run it: ``python bench/yardstick.py --port 8001``.
+beyond this is its overhead. Run it: ``python bench/apps/yardstick.py --port 8001``.
 """
 
 from __future__ import annotations

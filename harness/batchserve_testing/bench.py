@@ -10,8 +10,10 @@
 * :func:`free_port`, :func:`cpu_s`, :func:`process_cpu_s`: from :mod:`batchserve_testing`,
   which the tests use too (nothing here imports from ``tests/``).
 
-Scripts run by path from the repository root (``python bench/<script>.py``), so their own
-directory is on the path and they import this module as ``_harness``.
+Scripts run by path from the repository root (``python bench/<group>/<script>.py``) and
+import this module as :mod:`batchserve_testing.bench`, from any folder, with no path edit.
+The apps the contenders serve (the yardstick, the RSGI app, the null app) are in
+``bench/apps/``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import NamedTuple
 from batchserve_testing.process import children, cpu_s, free_port, process_cpu_s
 
 __all__ = [
+    "APPS",
     "BENCH",
     "CONTENDERS",
     "NGINX_CONF",
@@ -51,9 +54,10 @@ __all__ = [
     "wrk",
 ]
 
-#: This directory, the repository's root, and where scripts write their raw figures.
-BENCH = pathlib.Path(__file__).resolve().parent
-ROOT = BENCH.parent
+#: The repository's root, its bench, the bench's apps, and where scripts write raw figures.
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench"
+APPS = BENCH / "apps"
 OUT = BENCH / "out"
 #: The nginx configuration the fleet runs behind.
 NGINX_CONF = ROOT / "deploy" / "nginx" / "batchserve.conf"
@@ -156,7 +160,7 @@ def _stop(proc: subprocess.Popen[str] | subprocess.Popen[bytes], wait_s: float) 
 
 
 #: The request path's contenders: each answers ``POST /v1/embeddings`` from the null model,
-#: max batch 64, max wait 2 ms (see ``bench/request_path.py``).
+#: max batch 64, max wait 2 ms (see ``bench/server/request_path.py``).
 CONTENDERS = ("yardstick", "batchserve", "batchserve-asgi", "batchserve-granian", "batchserve-rsgi")
 #: What ``--otel`` costs: batchserve without it, then with it, its spans made and dropped
 #: (``OTEL_TRACES_EXPORTER=none``) and written by the console exporter to /dev/null, which
@@ -175,7 +179,7 @@ def contender(name: str, port: int) -> list[str]:
     """
     py = sys.executable
     if name == "yardstick":
-        return [py, str(BENCH / "yardstick.py"), "--port", str(port)]
+        return [py, str(APPS / "yardstick.py"), "--port", str(port)]
     if name in _OTEL_EXPORTER:
         # ``env`` execs the server: the pid it is started with is the server's.
         exporter = f"OTEL_TRACES_EXPORTER={_OTEL_EXPORTER[name]}"
@@ -188,7 +192,7 @@ def contender(name: str, port: int) -> list[str]:
     if name == "batchserve-asgi":
         code = (
             "import uvicorn; from batchserve.server.transport.guard import guarded_protocol; "
-            f"uvicorn.run('null_app:app', app_dir={str(BENCH)!r}, host='127.0.0.1', "
+            f"uvicorn.run('null_app:app', app_dir={str(APPS)!r}, host='127.0.0.1', "
             f"port={port}, loop='uvloop', http=guarded_protocol(read_timeout_s=30), "
             "access_log=False, log_level='warning')"
         )
@@ -196,11 +200,11 @@ def contender(name: str, port: int) -> list[str]:
     if name == "batchserve-granian":
         return [
             *(str(_BIN / "granian"), "--interface", "asgi", "--host", "127.0.0.1"),
-            *("--port", str(port), "--loop", "uvloop", "--no-ws", "--working-dir", str(BENCH)),
+            *("--port", str(port), "--loop", "uvloop", "--no-ws", "--working-dir", str(APPS)),
             *("--log-level", "warning", "null_app:app"),
         ]
     if name == "batchserve-rsgi":
-        return [py, str(BENCH / "rsgi_app.py"), "--port", str(port)]
+        return [py, str(APPS / "rsgi_app.py"), "--port", str(port)]
     known = ", ".join(dict.fromkeys(CONTENDERS + OTEL_CONTENDERS))
     raise ValueError(f"contender must be one of {known}, got {name!r}")
 

@@ -23,7 +23,7 @@ per stream). Then one line per policy: interactive p99 over its p99 alone and it
 bulk goodput as a share of the capacity the queries leave; each tenant's share; and the
 worst gap between measured and predicted ok/s.
 
-Run: ``.venv/bin/python bench/mixed_traffic.py [--json] [--duration 5] [--simulate-only]``
+Run: ``python bench/scenarios/mixed_traffic.py [--json] [--duration 5] [--simulate-only]``
 (about a minute measured; a second simulated only).
 """
 
@@ -41,14 +41,13 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-from _harness import batchserve
-
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.policy import ClassConfig
 from batchserve.policy.classes import parse_class
 from batchserve.sim.mix import parse_stream, simulate_mix
+from batchserve_testing.bench import batchserve
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 COST = CostEstimate(fixed_s=0.022, per_item_s=0.00016)
 MAX_BATCH = 64
 CAPACITY = MAX_BATCH / COST.cost(MAX_BATCH)

@@ -1,4 +1,4 @@
-"""Start, probe and stop the servers that bench/compare.py lays side by side.
+"""Start, probe and stop the servers that bench/peers/compare.py lays side by side.
 
 Every server runs in its own process group (``start_new_session``), on 127.0.0.1, with the
 same HTTP contract: ``POST /v1/embeddings`` with ``{"model": ..., "input": "text"}``.
@@ -29,9 +29,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _harness import free_port, process_cpu_s
+from batchserve_testing.bench import free_port, process_cpu_s
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 PEERS_DIR = BENCH / "peers"
 VENVS = BENCH / ".venvs"

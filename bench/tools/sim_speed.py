@@ -15,7 +15,7 @@ Besides wall-clock requests per second it prints CPU-time requests per second an
 of an empty Python loop iteration, so a figure taken on a busy shared machine can be read
 against the machine's speed at that moment. The aim is 200,000 requests per wall second.
 
-Run: ``.venv/bin/python bench/sim_speed.py [--requests 1000000] [--repeat 3]``
+Run: ``python bench/tools/sim_speed.py [--requests 1000000] [--repeat 3]``
 """
 
 from __future__ import annotations

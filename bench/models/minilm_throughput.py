@@ -24,7 +24,7 @@ pays.
 on the same model as the server loads it (backend, threads), so the ratio compares like
 with like.
 
-Run: ``.venv/bin/python bench/minilm_throughput.py [--rounds 2] [--seconds 8] [--spec S]``
+Run: ``python bench/models/minilm_throughput.py [--rounds 2] [--seconds 8] [--spec S]``
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import time
 import urllib.request
 from typing import Any
 
-from _harness import batchserve
+from batchserve_testing.bench import batchserve
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -8,11 +8,11 @@ generator had to open, and the CPU the server and the generator used. When the c
 figures run away from the server's, requests are waiting where the server's clock has not
 started: in socket buffers, for the one event loop to read them.
 
-``--server rsgi`` runs the same on ``bench/rsgi_app.py`` (the same application driven by
-Granian's RSGI interface, one Rust runtime thread; started as ``bench/request_path.py``
+``--server rsgi`` runs the same on ``bench/apps/rsgi_app.py`` (the same application driven by
+Granian's RSGI interface, one Rust runtime thread; started as ``bench/server/request_path.py``
 starts it, max batch 64).
 
-Run: ``.venv/bin/python bench/open_loop_gap.py [--rates 1900,2850,4270] [--seconds 4]
+Run: ``python bench/server/open_loop_gap.py [--rates 1900,2850,4270] [--seconds 4]
 [--server batchserve|rsgi]``
 """
 
@@ -23,11 +23,10 @@ import contextlib
 import math
 from collections.abc import Iterator
 
-from _harness import NULL, batchserve, cpu_s, running
-
 from batchserve.loadgen import LoadConfig, run_load
 from batchserve.units import parse_rates
 from batchserve.workload.summary import percentile
+from batchserve_testing.bench import NULL, batchserve, cpu_s, running
 
 
 def main() -> None:

@@ -5,18 +5,18 @@ is what that would run: an :class:`~batchserve.server.exchange.Exchange` per inf
 request, opened from its head (refusals before the body), fed its body, answered through its
 ``respond`` callback, as the connection protocol
 (:mod:`batchserve.server.transport.httptools`) does; every other route through the ASGI application
-with a minimal scope. ``bench/request_path.py``
+with a minimal scope. ``bench/server/request_path.py``
 runs it as ``batchserve-rsgi``, embedded in one event loop with the null model (Granian,
 one Rust runtime thread).
 
 Measured on this machine (2 cores), side by side with ``wrk -t1 -c64``: 0.74x the yardstick
 vs 0.58x for the uvicorn connection protocol (quiet; 5.8-8.0k vs 5.2-5.5k req/s busy). Open
-loop (``bench/open_loop_gap.py --server rsgi``) it is worse: client p99 8.3, 7.8 and 29 ms at
+loop (``bench/server/open_loop_gap.py --server rsgi``) it is worse: client p99 8.3, 7.8 and 29 ms at
 1,900, 2,850 and 4,270 requests/s against 3.9, 4.0 and 10.5 ms, at more server CPU. So it
 is not offered; it also would not see a client that disconnects while its request waits
 (RSGI reports a disconnect only to a task awaiting it: a task per request).
 
-Run alone: ``python bench/rsgi_app.py --port 8002``.
+Run alone: ``python bench/apps/rsgi_app.py --port 8002``.
 """
 
 from __future__ import annotations
