@@ -417,10 +417,8 @@ class Exchange:
         the deadline and class the head gives. Refused: ``done`` is True and the body is not
         to be read; else the driver reads it and calls :meth:`feed`.
         """
-        model = self.model = verdict.model
-        self.deadline = verdict.deadline
-        self.tenant = verdict.tenant
-        refusal = verdict.refusal
+        model, named, self.deadline, self.tenant, refusal = verdict
+        self.model = model
         if refusal is not None:
             self.fail(refusal)
             return
@@ -450,7 +448,7 @@ class Exchange:
             return
         if refused is not None:
             self.fail(refused)  # not raised: a refusal is the common case under load
-        elif not verdict.named:
+        elif not named:
             self.model = None  # the body names the model
 
     def feed(self, body: bytes) -> None:
@@ -464,16 +462,14 @@ class Exchange:
                 self.model = exc.model
                 self.fail(exc.error)
                 return
-            model = self.model = parsed.model
-            self.request = parsed.request
-            items = parsed.items
+            model, self.request, items, timeout_s, work_class = parsed
+            self.model = model
             arrival = self.arrival
             deadline = self.deadline
-            if parsed.timeout_s is not None:
-                own = arrival + parsed.timeout_s
+            if timeout_s is not None:
+                own = arrival + timeout_s
                 if deadline is None or own < deadline:
                     deadline = self.deadline = own
-            work_class = parsed.work_class
             classes = model.classes
             if classes is not None:
                 work_class, self.tenant = self.app.classify(
@@ -481,8 +477,8 @@ class Exchange:
                 )
                 self.work_class = work_class
             if deadline is None:
-                timeout_s = None if work_class is None else work_class.timeout_s
-                deadline = self.deadline = model.deadline_for(timeout_s, arrival)
+                class_s = None if work_class is None else work_class.timeout_s
+                deadline = self.deadline = model.deadline_for(class_s, arrival)
             self._admit(self.app.clock.now())
             batcher = model.require_batcher()
             self.results = [None] * len(items)
