@@ -430,7 +430,8 @@ class Exchange:
             return
         try:
             self._admit(now)
-            batcher = model.require_batcher()
+            # The attribute first: the call (which raises NotReady) only while it loads.
+            batcher = model.batcher or model.require_batcher()
             classes = model.classes
             deadline = self.deadline
             if classes is None:
@@ -480,7 +481,7 @@ class Exchange:
                 class_s = None if work_class is None else work_class.timeout_s
                 deadline = self.deadline = model.deadline_for(class_s, arrival)
             self._admit(self.app.clock.now())
-            batcher = model.require_batcher()
+            batcher = model.batcher or model.require_batcher()
             self.results = [None] * len(items)
             self.pending = len(items)
             entries = self.entries

@@ -257,7 +257,8 @@ class EmbeddingsEndpoint:
         req = parse_embeddings_request(body, self.limits)
         model = self.registry.require(req.model)
         try:
-            model.require_batcher()
+            if model.batcher is None:
+                model.require_batcher()  # raises NotReady while it loads
             loaded = model.loaded
             assert loaded is not None
             if loaded.kind != "embedding":
