@@ -345,3 +345,128 @@ def test_the_wheel_holds_batchserve_alone_no_harness_and_no_tool_installer(
             text = z.read(n).decode()
             assert "apt-get" not in text, n
             assert "pip download" not in text, n
+
+
+def _exchange_writes(source: str, where: str, slots: frozenset[str]) -> list[str]:
+    """Where ``source`` (file ``where``) assigns, ``setattr``s or deletes an exchange's slot.
+
+    An expression is taken for an exchange when its last name says so (``exchange``,
+    ``self._exchange``, ``traced_exchange``...), when it is a name annotated with a type
+    naming ``Exchange`` (a parameter, ``x: Exchange = ...``) or bound by a call that opens
+    one (``.begin(...)``, ``Exchange(...)``, ``TracedExchange(...)``), or when it is ``self``
+    in a class built on an ``...Exchange`` class.
+    """
+    tree = ast.parse(source)
+    found: list[str] = []
+
+    def last_name(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            return node.attr
+        return None
+
+    def opens(value: ast.expr | None) -> bool:
+        if not isinstance(value, ast.Call):
+            return False
+        name = last_name(value.func) or ""
+        return name == "begin" or "exchange" in name.lower()
+
+    def visit(node: ast.AST, known: frozenset[str], own: bool) -> None:
+        if isinstance(node, ast.ClassDef):
+            own = any("Exchange" in ast.unparse(b) for b in node.bases)
+            known = frozenset()
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            args = node.args
+            every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+            annotated = {
+                a.arg for a in every if a.annotation and "Exchange" in ast.unparse(a.annotation)
+            }
+            known = known | annotated | ({"self"} if own and every else set())
+            # The names of the body that hold an exchange: annotated, or bound by a call
+            # that opens one (a name is one object per function here).
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name):
+                    if "Exchange" in ast.unparse(sub.annotation) or opens(sub.value):
+                        known = known | {sub.target.id}
+                elif isinstance(sub, ast.Assign) and opens(sub.value):
+                    known = known | {t.id for t in sub.targets if isinstance(t, ast.Name)}
+
+        def is_exchange(obj: ast.expr) -> bool:
+            name = last_name(obj)
+            if name is None:
+                return False
+            if isinstance(obj, ast.Name) and name in known:
+                return True
+            return "exchange" in name.lower()
+
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = list(node.targets)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in {"setattr", "delattr"}
+            and len(node.args) >= 2
+        ):
+            obj, attr = node.args[0], node.args[1]
+            if is_exchange(obj) and not (
+                isinstance(attr, ast.Constant) and attr.value not in slots
+            ):
+                found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+        while targets:
+            target = targets.pop()
+            if isinstance(target, ast.Tuple | ast.List):
+                targets.extend(target.elts)
+            elif isinstance(target, ast.Starred):
+                targets.append(target.value)
+            elif (
+                isinstance(target, ast.Attribute)
+                and target.attr in slots
+                and is_exchange(target.value)
+            ):
+                found.append(f"{where}:{target.lineno}: {ast.unparse(target)}")
+        for child in ast.iter_child_nodes(node):
+            visit(child, known, own)
+
+    visit(tree, frozenset(), False)
+    return found
+
+
+def test_only_the_exchange_writes_its_state() -> None:
+    # The exchange is the state machine of one request, as h11's Connection is of one
+    # connection: protocols return what they parsed, the app returns its verdict on the
+    # head, and the exchange applies both. No module but its own assigns its fields.
+    from batchserve.server.exchange import Exchange
+
+    slots = frozenset(Exchange.__slots__)
+    assert {"model", "request", "deadline", "tenant", "work_class", "respond"} <= slots
+    own = SRC / "server" / "exchange.py"
+    root = SRC.parent.parent
+    files = [f for f in sorted(SRC.rglob("*.py")) if f != own]
+    files += sorted((root / "bench").rglob("*.py"))
+    assert len(files) > 90
+    writes = [
+        w for f in files for w in _exchange_writes(f.read_text(), str(f.relative_to(root)), slots)
+    ]
+    assert not writes, "an exchange's fields written outside server/exchange.py:\n" + "\n".join(
+        writes
+    )
+    # The rule sees what it is meant to see: each way of writing one is caught.
+    cases = [
+        "def f(exchange):\n    exchange.model = 1\n",
+        "def f(self):\n    self._exchange.deadline -= 1\n",
+        "def f(x: 'Exchange'):\n    x.tenant = 't'\n",
+        "def f(app):\n    e = app.begin(1, 2, 3, 4, None)\n    e.respond, y = None, 2\n",
+        "class T(Exchange):\n    def g(self):\n        self.work_class = None\n",
+        "def f(exchange):\n    setattr(exchange, 'request', 1)\n",
+        "def f(exchange):\n    del exchange.reply\n",
+    ]
+    for case in cases:
+        assert len(_exchange_writes(case, "case", slots)) == 1, case
+    fine = "def f(exchange, model):\n    model.request = exchange.request\n    model.x = 1\n"
+    assert _exchange_writes(fine, "case", slots) == []

@@ -5,16 +5,20 @@ Theory of operation
 :class:`App` owns the served models (each behind its own batcher), the metrics and the drain.
 An inference request is an
 :class:`~batchserve.server.exchange.Exchange`: the app opens it from the request's head
-(:meth:`App.begin`), where everything that needs no body is decided (API key, media type,
-declared length, the deadline from the wire, the model, drain, readiness, and the batcher's
-verdict on one more item) and a refusal is answered before the body is read. Two drivers
-carry exchanges (:mod:`batchserve.server.transport`): the connection protocol
+(:meth:`App.begin`), where everything that needs no body is decided and a refusal is
+answered before the body is read: the app's verdict on the head (API key, media type,
+declared length, the deadline from the wire, the model) is a value,
+:class:`~batchserve.server.exchange.HeadVerdict`, that the exchange applies, adding its own
+admission (drain, a passed deadline) and the batcher's verdict on one more item. The app
+never assigns an exchange's fields. Three drivers carry exchanges
+(:mod:`batchserve.server.transport`): the connection protocol
 (:mod:`~batchserve.server.transport.httptools`), which runs them with no task per request,
-and the ASGI driver behind this app's ASGI entry point
+the ASGI driver behind this app's ASGI entry point
 (:mod:`~batchserve.server.transport.asgi`), which runs them for any ASGI server or
 in-process client and serves every other route (health, metadata, metrics, docs:
-:mod:`batchserve.server.routes`). :meth:`App.inference_route` says which requests are
-exchanges.
+:mod:`batchserve.server.routes`), and the gRPC transport
+(:mod:`~batchserve.server.transport.grpc`). :meth:`App.inference_route` says which HTTP
+requests are exchanges.
 
 The deadline of a request is the tightest of its headers' (see
 :mod:`batchserve.server.deadlines`) and KServe's ``parameters.timeout``, else the model's
@@ -43,14 +47,13 @@ from batchserve.engines.loader import load_model
 from batchserve.models.loader import LoadedModel
 from batchserve.policy import ClassConfig, WorkClass
 from batchserve.server.deadlines import wire_deadline
-from batchserve.server.exchange import Endpoint, Exchange, Reply, passed
+from batchserve.server.exchange import Endpoint, Exchange, HeadVerdict, Reply
 from batchserve.server.http import Head, authorize, check_body_type, check_length
 from batchserve.server.ops.metrics import Metrics
 from batchserve.server.protocols import kserve, openai, triton
 from batchserve.server.registry import Registry, ServedModel
 from batchserve.server.routes import Routes, model_path
 from batchserve.server.settings import ServerSettings
-from batchserve.server.statuses import ApiError
 from batchserve.server.tenancy import TenantKeys, header_class, wire_tenant
 from batchserve.server.transport.asgi import AsgiDriver, Receive, Scope, Send
 
@@ -145,6 +148,10 @@ class App:
         self._infer = kserve.InferEndpoint(self.limits)
         # With one model, an OpenAI request can only be for it: refusals need no body.
         self._only = self.registry.default if len(self.registry.models) == 1 else None
+        # The verdicts of a head that states no deadline and names no tenant (most heads),
+        # built once: the path's model, and the one model a body may name.
+        self._named = {n: HeadVerdict(m, True) for n, m in self.registry.models.items()}
+        self._guessed = HeadVerdict(self._only, False)
         self._secured = self._key is not None or self._tenant_keys is not None
         self.routes = Routes(self, secured=self._secured)
         self._asgi = AsgiDriver(self)
@@ -258,9 +265,11 @@ class App:
     ) -> Exchange:
         """Open an inference exchange from the request's head; it is counted received.
 
-        Everything decidable without the body is decided here, and a refusal is answered
-        at once through ``respond`` (then ``exchange.done`` is True and its body is not to
-        be read). Otherwise the driver reads the body and calls ``exchange.feed``.
+        Everything decidable without the body is decided here (:meth:`verdict`) and
+        applied by the exchange (``Exchange.open``, which adds its own admission and the
+        batcher's screening); a refusal is answered at once through ``respond`` (then
+        ``exchange.done`` is True and its body is not to be read). Otherwise the driver
+        reads the body and calls ``exchange.feed``.
 
         Args:
             endpoint: the protocol (from :meth:`inference_route`).
@@ -272,58 +281,54 @@ class App:
         self.metrics.observe_received()
         self._inflight += 1
         exchange = self._open_exchange(endpoint, head, arrival, respond)
-        try:
-            if self._secured:
-                exchange.tenant = self.authorize(head)
-            model = self._only
-            if model_name is not None:
-                model = exchange.model = self.registry.require(model_name, param="name")
-            if self.draining:
-                exchange.model = model
-                raise ApiError("draining", "the server is shutting down and admits no new requests")
-            check_body_type(head, endpoint.body_types)
-            check_length(head, self.limits.max_body_bytes)
-            now = self.clock.now()
-            deadline = exchange.deadline = wire_deadline(head, arrival, now)
-            if model is None:
-                return exchange
-            exchange.model = model  # for the refusals below; the body confirms it
-            if deadline is not None and deadline <= now:
-                raise passed(now - arrival)
-            batcher = model.require_batcher()
-            classes = model.classes
-            if classes is None:
-                refusal = batcher.screen(
-                    deadline if deadline is not None else model.deadline_for(None, arrival)
-                )
-            else:
-                work_class = self.classify(exchange, classes)
-                if deadline is None:
-                    deadline = model.deadline_for(work_class.timeout_s, arrival)
-                refusal = batcher.screen(deadline, work_class.name, exchange.tenant)
-            if refusal is not None:
-                exchange.fail(refusal)  # not raised: a refusal is the common case under load
-            elif model_name is None:
-                exchange.model = None
-        except Exception as exc:
-            exchange.fail(exc)
+        now = self.clock.now()
+        exchange.open(self.verdict(endpoint, model_name, head, arrival, now), now)
         return exchange
 
-    def classify(self, exchange: Exchange, classes: ClassConfig) -> WorkClass:
-        """The class and tenant of ``exchange`` for a model with ``classes`` (set on it).
+    def verdict(
+        self, endpoint: Endpoint, model_name: str | None, head: Head, arrival: float, now: float
+    ) -> HeadVerdict:
+        """The application's verdict on a request's head, at ``now`` (see :class:`HeadVerdict`).
 
-        The class the body named stands; else the ``X-Priority`` header's. The tenant is
-        the one its key named, else (no tenant keys) the ``X-Tenant`` header's.
+        The key (and the tenant it names), the model the path names, the media type, the
+        declared length and the deadline the head's fields state. Draining, a passed
+        deadline and the queue are the exchange's own admission (``Exchange.open``).
+        """
+        model = None
+        try:
+            tenant = self.authorize(head) if self._secured else None
+            if model_name is not None:
+                model = self.registry.require(model_name, param="name")
+            check_body_type(head, endpoint.body_types)
+            check_length(head, self.limits.max_body_bytes)
+            deadline = wire_deadline(head, arrival, now)
+        except Exception as exc:
+            return HeadVerdict(model, True, refusal=exc)
+        if model is None:
+            model = self._only
+            if deadline is None and tenant is None:
+                return self._guessed  # the common case: one model, nothing on the wire
+            return HeadVerdict(model, False, deadline, tenant)
+        if deadline is None and tenant is None:
+            return self._named[model.name]
+        return HeadVerdict(model, True, deadline, tenant)
+
+    def classify(
+        self, head: Head, classes: ClassConfig, named: WorkClass | None, tenant: str | None
+    ) -> tuple[WorkClass, str | None]:
+        """The class and tenant of a request to a model with ``classes``.
+
+        The class the body named (``named``) stands; else the ``X-Priority`` header's. The
+        tenant is the one its key named (``tenant``), else (no tenant keys) the
+        ``X-Tenant`` header's.
 
         Raises:
             ApiError: 422 for an unknown class or a bad header value.
         """
-        work_class = exchange.work_class
-        if work_class is None:
-            work_class = exchange.work_class = header_class(classes, exchange.head)
-        if self._tenant_keys is None and exchange.tenant is None:
-            exchange.tenant = wire_tenant(exchange.head)
-        return work_class
+        work_class = named if named is not None else header_class(classes, head)
+        if self._tenant_keys is None and tenant is None:
+            tenant = wire_tenant(head)
+        return work_class, tenant
 
     def release(self) -> None:
         """An exchange's reply was written (or its client left); see :meth:`drain`."""

@@ -2,24 +2,36 @@
 
 Theory of operation
 -------------------
-An :class:`Exchange` is what the server knows of one inference request. Two transports run
+An :class:`Exchange` is what the server knows of one inference request. Three transports run
 it, exactly as two drivers run the batching policy: the connection protocol
 (:mod:`batchserve.server.transport.httptools`, the fast path: no task, future or timer per
-request) and the ASGI driver (:mod:`batchserve.server.transport.asgi`, for in-process clients
-and everything else). Both call the same three steps and receive the answer through the same
-callback, so a request is answered byte for byte alike whichever transport carried it.
+request), the ASGI driver (:mod:`batchserve.server.transport.asgi`, for in-process clients
+and everything else) and the gRPC transport (:mod:`batchserve.server.transport.grpc`). All
+call the same steps and receive the answer through the same callback, so a request is
+answered alike whichever transport carried it (``bench/rsgi_app.py``, a fourth on a
+:class:`Gate` alone, shows that a new one needs nothing else).
 
 1. :meth:`App.begin <batchserve.server.app.App.begin>` opens it from the request's head
-   alone: the request is counted received, and everything that does not need the body is
-   decided at once (API key, media type, declared length, the deadline from the wire, a
-   model that does not exist, draining, loading, and the batcher's own verdict on one more
-   item: queue full, deadline infeasible). A refusal is answered before the body is read,
-   let alone parsed: refusing must stay far cheaper than serving.
-2. :meth:`Exchange.feed` takes the whole body: the endpoint (OpenAI or KServe) parses and
-   checks it, and the inputs are offered to the model's batcher, each with this exchange as
-   its :class:`~batchserve.batcher.Waiter`. A refusal of any input withdraws the others.
+   alone: the request is counted received, and the application decides what needs no body
+   (API key and tenant, media type, declared length, the deadline from the wire, a model
+   that does not exist) as a :class:`HeadVerdict`, which :meth:`Exchange.open` applies:
+   then the exchange's own admission (:meth:`_admit`: draining, a deadline passed) and,
+   once the model is known, the batcher's verdict on one more item (queue full, deadline
+   infeasible). A refusal is answered before the body is read, let alone parsed: refusing
+   must stay far cheaper than serving.
+2. :meth:`Exchange.feed` takes the whole body: the endpoint (OpenAI, KServe, gRPC) parses
+   and checks it and returns what it found as a :class:`Parsed` (the model, the request,
+   its items, a timeout and a class of work from the body); the exchange applies it, takes
+   its class and tenant from the application (:meth:`Host.classify`), admits it again
+   (:meth:`_admit`, the same check) and offers the inputs to the model's batcher, each with
+   this exchange as its :class:`~batchserve.batcher.Waiter`. A refusal of any input
+   withdraws the others.
 3. :meth:`Exchange.settle` is called by the batcher as each input ends; the last one builds
    the answer. An error of any input answers the request with it and withdraws the rest.
+
+The exchange is the only writer of its state (as h11's ``Connection`` is of one
+connection's; ``tests/test_package.py`` holds every other module to it): the application
+and the endpoints return values, and read an exchange but never assign its fields.
 
 A transport sees the application as a :class:`Gate` (which requests are exchanges, and
 opening one); an exchange sees it as a :class:`Host` (drain, metrics, classes, release).
@@ -36,7 +48,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from batchserve.batcher import Served
 from batchserve.errors import DeadlineExceeded, Rejected
@@ -56,7 +68,10 @@ __all__ = [
     "Endpoint",
     "Exchange",
     "Gate",
+    "HeadVerdict",
     "Host",
+    "ParseError",
+    "Parsed",
     "RequestMeter",
     "Reply",
     "passed",
@@ -121,21 +136,94 @@ class Reply:
         return pairs
 
 
-class Endpoint(Protocol):
-    """What a protocol (OpenAI, KServe) contributes to an exchange."""
+class Parsed(NamedTuple):
+    """What an endpoint found in a request's body: :meth:`Endpoint.parse` returns it.
 
-    #: ``openai`` or ``kserve``: the metrics label.
+    A tuple (built once per request: a third of a frozen dataclass's cost), never changed;
+    the exchange applies it.
+
+    Attributes:
+        model: the model the request is for: the one its body names, else the path's
+            (``exchange.model`` when ``parse`` is called).
+        request: the parsed body, in the endpoint's own type; its ``answer`` reads it back
+            as ``exchange.request``.
+        items: the inputs to run, in order (the answer has one result per item).
+        timeout_s: the seconds from the request's arrival its body allows (KServe's
+            ``parameters.timeout``); the exchange keeps the tighter of that deadline and
+            the head's. None: the body sets none.
+        work_class: the class of work its body names, resolved against ``model.classes``
+            (KServe's ``parameters.priority``). None: the head's (``X-Priority``), else the
+            model's default class; always None for a model without classes.
+    """
+
+    model: ServedModel
+    request: Any
+    items: list[Any]
+    timeout_s: float | None = None
+    work_class: WorkClass | None = None
+
+
+class ParseError(Exception):
+    """Raised by :meth:`Endpoint.parse` for a body that named its model, then broke a rule.
+
+    The exchange answers ``error`` and counts it against ``model``, as it would a refusal
+    of that model's. An error found before the body names a model is raised as it is.
+
+    Args:
+        model: the model the body named.
+        error: what to answer (an :class:`~batchserve.server.statuses.ApiError`, a
+            :class:`~batchserve.errors.NotReady`...).
+    """
+
+    def __init__(self, model: ServedModel, error: Exception) -> None:
+        super().__init__(str(error))
+        self.model = model
+        self.error = error
+
+
+class HeadVerdict(NamedTuple):
+    """The application's verdict on a request's head: :meth:`Exchange.open` applies it.
+
+    Attributes:
+        model: the model the head names (the path's); with ``named`` False, the only model
+            served, for the head's refusals and the queue's screening alone (the body names
+            the model). None: only the body can tell.
+        named: whether the head named ``model`` (it stands) or only guessed it.
+        deadline: the absolute deadline the head's fields state (server clock); None: none.
+        tenant: the tenant the request's key named; None: none (the ``X-Tenant`` header's
+            is read by :meth:`Host.classify`, for models with classes).
+        refusal: the error to answer at once (the fields before it are what was known when
+            it was found); None: the head is admitted so far (the exchange's own admission,
+            and the batcher's screening, still to come).
+    """
+
+    model: ServedModel | None
+    named: bool = False
+    deadline: float | None = None
+    tenant: str | None = None
+    refusal: Exception | None = None
+
+
+class Endpoint(Protocol):
+    """What a protocol (OpenAI, KServe, gRPC) contributes to an exchange.
+
+    An endpoint reads an exchange (``model`` when the path named it, ``head``, ``arrival``,
+    ``request`` in ``answer``) but never assigns its fields: it returns values.
+    """
+
+    #: ``openai``, ``kserve`` or ``grpc``: the metrics label.
     protocol: str
     #: The media types its bodies may be sent as.
     body_types: frozenset[str]
 
-    def parse(self, exchange: Exchange, body: bytes) -> list[Any]:
-        """Parse and check ``body``; set ``exchange.model`` and ``exchange.request``.
-
-        Returns the items to run. May lower ``exchange.deadline`` (a deadline in the body).
+    def parse(self, exchange: Exchange, body: bytes) -> Parsed:
+        """Parse and check ``body``: the model, the request and its items, and what it sets.
 
         Raises:
-            ApiError: the body breaks a rule (the message names the field).
+            ApiError: the body breaks a rule (the message names the field), found before
+                the body named a model.
+            ParseError: the body named its model, then broke a rule (or the model is not
+                ready): the error is counted against the model.
         """
 
     def answer(self, exchange: Exchange, served: list[Served[Any]]) -> Reply:
@@ -175,8 +263,20 @@ class Host(Protocol):
     def metrics(self) -> RequestMeter:
         """Where the exchange's outcome is counted."""
 
-    def classify(self, exchange: Exchange, classes: ClassConfig) -> WorkClass:
-        """The class of work of ``exchange`` (and its tenant, set on it)."""
+    def classify(
+        self, head: Head, classes: ClassConfig, named: WorkClass | None, tenant: str | None
+    ) -> tuple[WorkClass, str | None]:
+        """The class of work and the tenant of a request to a model with ``classes``.
+
+        Args:
+            head: the request's head.
+            classes: the model's classes.
+            named: the class its body named (it stands); None: none.
+            tenant: the tenant its key named; None: none.
+
+        Raises:
+            ApiError: 422 for an unknown class or a bad header value.
+        """
 
     def release(self) -> None:
         """The exchange's reply was written (or its client left)."""
@@ -309,26 +409,79 @@ class Exchange:
 
     # -- the steps -------------------------------------------------------------------------
 
+    def open(self, verdict: HeadVerdict, now: float) -> None:
+        """Apply the application's verdict on the head, made at ``now`` (``App.begin``).
+
+        A refusal in the verdict is answered at once; else the exchange admits the request
+        (:meth:`_admit`) and, the model known, has its batcher screen one more item with
+        the deadline and class the head gives. Refused: ``done`` is True and the body is not
+        to be read; else the driver reads it and calls :meth:`feed`.
+        """
+        model, named, self.deadline, self.tenant, refusal = verdict
+        self.model = model
+        if refusal is not None:
+            self.fail(refusal)
+            return
+        if model is None:
+            try:
+                self._admit(None)  # the deadline waits for the model, which the body names
+            except Exception as exc:
+                self.fail(exc)
+            return
+        try:
+            self._admit(now)
+            # The attribute first: the call (which raises NotReady) only while it loads.
+            batcher = model.batcher or model.require_batcher()
+            classes = model.classes
+            deadline = self.deadline
+            if classes is None:
+                refused = batcher.screen(
+                    deadline if deadline is not None else model.deadline_for(None, self.arrival)
+                )
+            else:
+                work_class, self.tenant = self.app.classify(self.head, classes, None, self.tenant)
+                self.work_class = work_class
+                if deadline is None:
+                    deadline = model.deadline_for(work_class.timeout_s, self.arrival)
+                refused = batcher.screen(deadline, work_class.name, self.tenant)
+        except Exception as exc:
+            self.fail(exc)
+            return
+        if refused is not None:
+            self.fail(refused)  # not raised: a refusal is the common case under load
+        elif not named:
+            self.model = None  # the body names the model
+
     def feed(self, body: bytes) -> None:
         """Parse the whole body and offer its inputs; the answer comes through ``respond``."""
         if self.reply is not None:
             return
         try:
-            items = self.endpoint.parse(self, body)
-            model = self.model
-            assert model is not None
-            app = self.app
-            if app.draining:
-                raise ApiError("draining", "the server is shutting down and admits no new requests")
-            batcher = model.require_batcher()
-            now = app.clock.now()
-            work_class = None if model.classes is None else app.classify(self, model.classes)
+            try:
+                parsed = self.endpoint.parse(self, body)
+            except ParseError as exc:
+                self.model = exc.model
+                self.fail(exc.error)
+                return
+            model, self.request, items, timeout_s, work_class = parsed
+            self.model = model
+            arrival = self.arrival
             deadline = self.deadline
+            if timeout_s is not None:
+                own = arrival + timeout_s
+                if deadline is None or own < deadline:
+                    deadline = self.deadline = own
+            classes = model.classes
+            if classes is not None:
+                work_class, self.tenant = self.app.classify(
+                    self.head, classes, work_class or self.work_class, self.tenant
+                )
+                self.work_class = work_class
             if deadline is None:
-                timeout_s = None if work_class is None else work_class.timeout_s
-                deadline = self.deadline = model.deadline_for(timeout_s, self.arrival)
-            if deadline <= now:
-                raise passed(now - self.arrival)
+                class_s = None if work_class is None else work_class.timeout_s
+                deadline = self.deadline = model.deadline_for(class_s, arrival)
+            self._admit(self.app.clock.now())
+            batcher = model.batcher or model.require_batcher()
             self.results = [None] * len(items)
             self.pending = len(items)
             entries = self.entries
@@ -415,6 +568,22 @@ class Exchange:
             self.app.release()
 
     # -- internals -------------------------------------------------------------------------
+
+    def _admit(self, now: float | None) -> None:
+        """The admission of a request, from its head and again with its body: the one check.
+
+        Refused while the server drains, and once its deadline has passed at ``now`` (None:
+        its model is not known yet, so its deadline is checked once the body names it and
+        a refusal is counted against that model).
+
+        Raises:
+            ApiError: ``draining`` (503), ``deadline_exceeded`` (504).
+        """
+        if self.app.draining:
+            raise ApiError("draining", "the server is shutting down and admits no new requests")
+        deadline = self.deadline
+        if now is not None and deadline is not None and deadline <= now:
+            raise passed(now - self.arrival)
 
     def _withdraw(self) -> None:
         model = self.model

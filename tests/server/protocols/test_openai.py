@@ -146,6 +146,25 @@ async def test_a_generic_model_is_refused_on_the_embeddings_endpoint() -> None:
     assert "/v2/models/g/infer" in r.json()["error"]["message"]
 
 
+async def test_a_body_error_is_counted_against_the_model_the_body_named() -> None:
+    # The endpoint returns what it parsed and never sets the exchange's model: an error found
+    # once the body has named its model is still counted against that model; one found
+    # before it is counted against none.
+    generic = LoadedModel(spec="g", fn=lambda xs: list(xs))
+    app = build_app({"g": generic, "rec": embedding_model(Recorder())})
+    async with client_for(app) as c:
+        r = await c.post("/v1/embeddings", json={"input": "a", "model": "g"})
+        assert r.status_code == 422
+        r = await c.post(
+            "/v1/embeddings", content=b"{not json", headers={"content-type": "application/json"}
+        )
+        assert r.status_code == 400
+        text = (await c.get("/metrics")).text
+    counted = [line for line in text.splitlines() if line.startswith("batchserve_requests_total")]
+    assert 'batchserve_requests_total{model="g",outcome="invalid",reason="invalid"} 1.0' in counted
+    assert any('model="_unknown"' in line and 'reason="malformed"' in line for line in counted)
+
+
 async def test_models_list_and_one_model() -> None:
     app = build_app({"a": embedding_model(Recorder()), "b": embedding_model(Recorder())})
     async with client_for(app) as c:

@@ -26,19 +26,22 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from batchserve import __version__
 from batchserve.batcher import Served
 from batchserve.models.loader import LoadedModel
-from batchserve.server.exchange import Exchange, Reply, timing_head
+from batchserve.server.exchange import Exchange, Parsed, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
 from batchserve.server.protocols.tensors import Tensor, decode_tensor, encode_tensor
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
 from batchserve.server.tenancy import resolve_class
+
+if TYPE_CHECKING:
+    from batchserve.server.registry import ServedModel
 
 __all__ = [
     "EMBEDDING_OUTPUT",
@@ -50,8 +53,8 @@ __all__ = [
     "generic_items",
     "model_metadata",
     "parse_infer_request",
+    "parsed",
     "priority_param",
-    "request_items",
     "server_metadata",
     "stack_outputs",
     "timeout_param",
@@ -354,18 +357,17 @@ def generic_items(request: InferRequest, limits: RequestLimits) -> list[Any]:
     return [{name: r[i] for name, r in rows.items()} for i in range(n)]
 
 
-def request_items(exchange: Exchange, req: InferRequest, limits: RequestLimits) -> list[Any]:
-    """The items of a parsed infer request to ``exchange.model`` (both transports).
+def parsed(model: ServedModel, req: InferRequest, limits: RequestLimits) -> Parsed:
+    """A parsed infer request to ``model``, with its items (both transports).
 
-    Sets the exchange's class of work from ``parameters.priority`` and tightens its deadline
-    to ``parameters.timeout`` from arrival, when the request gives them.
+    Its class of work from ``parameters.priority`` (for a model with classes) and its
+    timeout from ``parameters.timeout``, when the request gives them.
 
     Raises:
         ApiError: the inputs do not fit the model (see :func:`embedding_items`,
-            :func:`generic_items`), or an output it does not produce is asked for.
+            :func:`generic_items`), an output it does not produce is asked for, or the
+            priority names no class of the model's.
     """
-    model = exchange.model
-    assert model is not None
     loaded = model.loaded
     assert loaded is not None
     items: list[Any]
@@ -380,13 +382,10 @@ def request_items(exchange: Exchange, req: InferRequest, limits: RequestLimits) 
             )
     else:
         items = generic_items(req, limits)
+    work_class = None
     if req.priority is not None and model.classes is not None:
-        exchange.work_class = resolve_class(model.classes, req.priority, "parameters.priority")
-    if req.timeout_s is not None:
-        own = exchange.arrival + req.timeout_s
-        if exchange.deadline is None or own < exchange.deadline:
-            exchange.deadline = own
-    return items
+        work_class = resolve_class(model.classes, req.priority, "parameters.priority")
+    return Parsed(model, req, items, req.timeout_s, work_class)
 
 
 def requested_outputs(request: InferRequest, outputs: dict[str, Any]) -> list[str]:
@@ -479,15 +478,14 @@ class InferEndpoint:
     def __init__(self, limits: RequestLimits) -> None:
         self.limits = limits
 
-    def parse(self, exchange: Exchange, body: bytes) -> list[Any]:
-        """The items of a checked body; ``parameters.timeout`` may tighten the deadline."""
+    def parse(self, exchange: Exchange, body: bytes) -> Parsed:
+        """The path's model, the checked request and its items (see :func:`parsed`)."""
         model = exchange.model
         assert model is not None
         model.require_batcher()
         header = exchange.head.get(b"inference-header-content-length")
         req = parse_infer_request(body, None if header is None else header.decode("latin-1"))
-        exchange.request = req
-        return request_items(exchange, req, self.limits)
+        return parsed(model, req, self.limits)
 
     def answer(self, exchange: Exchange, served: list[Served[Any]]) -> Reply:
         """The output tensors, JSON or binary as asked, with the timing headers."""

@@ -5,7 +5,7 @@ here decides anything the HTTP side does not: a ``ModelInferRequest`` becomes th
 :class:`~batchserve.server.protocols.kserve.InferRequest` an HTTP body becomes (its tensors
 through the same :func:`~batchserve.server.protocols.tensors.decode_tensor`, so the same
 rules and messages), and its items come from the same
-:func:`~batchserve.server.protocols.kserve.request_items`. Metadata, the model configuration,
+:func:`~batchserve.server.protocols.kserve.parsed`. Metadata, the model configuration,
 the statistics and the repository index are the HTTP side's documents, copied into their
 messages.
 
@@ -33,7 +33,7 @@ from google.protobuf.message import DecodeError
 from batchserve import __version__
 from batchserve.batcher import Served
 from batchserve.models.loader import LoadedModel
-from batchserve.server.exchange import Exchange, Reply, timing_head
+from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.protocols import kserve, triton
 from batchserve.server.protocols.proto import grpc_service_pb2 as pb
 from batchserve.server.protocols.tensors import (
@@ -189,14 +189,16 @@ class GrpcInferEndpoint:
         self.registry = registry
         self.limits = limits
 
-    def parse(self, exchange: Exchange, body: bytes) -> list[Any]:
-        """The items of a serialized ``ModelInferRequest`` (see the module docstring)."""
+    def parse(self, exchange: Exchange, body: bytes) -> Parsed:
+        """The model a serialized ``ModelInferRequest`` names, the request and its items."""
         msg, req = parse_model_infer(body)
-        model = exchange.model = self.registry.require(msg.model_name, param="model_name")
-        triton.check_version(model.name, msg.model_version or None)
-        model.require_batcher()
-        exchange.request = req
-        return kserve.request_items(exchange, req, self.limits)
+        model = self.registry.require(msg.model_name, param="model_name")
+        try:
+            triton.check_version(model.name, msg.model_version or None)
+            model.require_batcher()
+            return kserve.parsed(model, req, self.limits)
+        except Exception as exc:
+            raise ParseError(model, exc) from None
 
     def answer(self, exchange: Exchange, served: list[Served[Any]]) -> Reply:
         """The serialized ``ModelInferResponse``, every output raw, with the timing facts."""

@@ -26,7 +26,7 @@ import numpy as np
 import orjson
 
 from batchserve.batcher import Served
-from batchserve.server.exchange import Exchange, Reply, timing_head
+from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
 from batchserve.server.registry import Registry
 from batchserve.server.settings import RequestLimits
@@ -252,24 +252,26 @@ class EmbeddingsEndpoint:
         self.registry = registry
         self.limits = limits
 
-    def parse(self, exchange: Exchange, body: bytes) -> list[Any]:
-        """The texts of a checked body; sets the exchange's model and request."""
+    def parse(self, exchange: Exchange, body: bytes) -> Parsed:
+        """The model the body names, the checked request, and its texts as the items."""
         req = parse_embeddings_request(body, self.limits)
         model = self.registry.require(req.model)
-        exchange.model = model
-        exchange.request = req
-        model.require_batcher()
-        loaded = model.loaded
-        assert loaded is not None
-        if loaded.kind != "embedding":
-            raise ApiError(
-                "invalid",
-                f"model {model.name!r} is not an embedding model; "
-                f"use POST /v2/models/{model.name}/infer",
-                param="model",
-            )
-        check_dimensions(req.dimensions, loaded.dimension)
-        return req.texts
+        try:
+            if model.batcher is None:
+                model.require_batcher()  # raises NotReady while it loads
+            loaded = model.loaded
+            assert loaded is not None
+            if loaded.kind != "embedding":
+                raise ApiError(
+                    "invalid",
+                    f"model {model.name!r} is not an embedding model; "
+                    f"use POST /v2/models/{model.name}/infer",
+                    param="model",
+                )
+            check_dimensions(req.dimensions, loaded.dimension)
+        except Exception as exc:
+            raise ParseError(model, exc) from None
+        return Parsed(model, req, req.texts)
 
     def answer(self, exchange: Exchange, served: list[Served[Any]]) -> Reply:
         """One embedding per input, in order, with the token usage and timing headers."""

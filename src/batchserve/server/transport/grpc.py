@@ -66,17 +66,15 @@ import grpc.aio
 from google.protobuf.message import Message
 
 from batchserve.errors import ConfigError
-from batchserve.server.exchange import Endpoint, Exchange, Reply
+from batchserve.server.exchange import Exchange, Gate, Reply
 from batchserve.server.http import HEAD_FIELDS, Head
 from batchserve.server.protocols import kserve_grpc, triton
 from batchserve.server.protocols.proto import grpc_service_pb2 as pb
 from batchserve.server.statuses import GRPC_TABLE, ApiError
 
 if TYPE_CHECKING:
-    from batchserve.clock import Clock
     from batchserve.server.account import Account
     from batchserve.server.registry import Registry
-    from batchserve.server.settings import RequestLimits
 
 __all__ = [
     "MAX_METADATA_BYTES",
@@ -167,38 +165,20 @@ class Accounts(Protocol):
         """One model's account."""
 
 
-class GrpcHost(Protocol):
-    """What the gRPC transport needs of the application."""
+class GrpcHost(Gate, Protocol):
+    """What the gRPC transport needs of the application: a :class:`Gate`, and more.
 
-    @property
-    def clock(self) -> Clock:
-        """The server's one clock: a call's arrival is read from it."""
-
-    @property
-    def draining(self) -> bool:
-        """Whether the server admits no new requests."""
+    The gate's clock, drain, limits and ``begin`` (a call is opened as an HTTP request
+    is), plus the served models and the accounting the other RPCs read.
+    """
 
     @property
     def registry(self) -> Registry:
         """The served models."""
 
     @property
-    def limits(self) -> RequestLimits:
-        """The limits on a request."""
-
-    @property
     def metrics(self) -> Accounts:
         """The server's accounting (Triton's statistics)."""
-
-    def begin(
-        self,
-        endpoint: Endpoint,
-        model_name: str | None,
-        head: Head,
-        arrival: float,
-        respond: Callable[[Reply], None] | None,
-    ) -> Exchange:
-        """Open an inference exchange from the call's head (see ``App.begin``)."""
 
 
 _Request = TypeVar("_Request", bound=Message)
@@ -357,7 +337,9 @@ class GrpcTransport:
         """
         host = self.host
         fields = _fields(context.invocation_metadata())  # the same for every message
-        answers: asyncio.Queue[Exchange | None] = asyncio.Queue()
+        # Each answer is announced by its exchange's place in ``opened`` (its respond
+        # callback is made before the exchange exists; the writer reads ``opened`` later).
+        answers: asyncio.Queue[int | None] = asyncio.Queue()
         opened: list[Exchange] = []
 
         async def read() -> None:
@@ -366,12 +348,10 @@ class GrpcTransport:
                 if body is grpc.aio.EOF:
                     break
                 head = _head(fields, context.time_remaining())
-                exchange = host.begin(self.endpoint, None, head, host.clock.now(), None)
-                exchange.respond = _put(answers, exchange)
+                respond = _put(answers, len(opened))
+                exchange = host.begin(self.endpoint, None, head, host.clock.now(), respond)
                 opened.append(exchange)
-                if exchange.done:
-                    answers.put_nowait(exchange)
-                else:
+                if not exchange.done:
                     exchange.feed(body)
             answers.put_nowait(None)
 
@@ -380,10 +360,11 @@ class GrpcTransport:
         reading = True
         try:
             while reading or written < len(opened):
-                exchange = await answers.get()
-                if exchange is None:
+                index = await answers.get()
+                if index is None:
                     reading = False
                     continue
+                exchange = opened[index]
                 reply = exchange.reply
                 assert reply is not None
                 await context.write(_stream_answer(reply))
@@ -451,8 +432,8 @@ class GrpcTransport:
         )
 
 
-def _put(answers: asyncio.Queue[Exchange | None], exchange: Exchange) -> Callable[[Reply], None]:
-    return lambda reply: answers.put_nowait(exchange)
+def _put(answers: asyncio.Queue[int | None], index: int) -> Callable[[Reply], None]:
+    return lambda reply: answers.put_nowait(index)
 
 
 def _stream_answer(reply: Reply) -> bytes:
