@@ -12,11 +12,11 @@ import sys
 import time
 
 import pytest
-from loadgen_server import Reply, Seen, TinyServer
 
 from batchserve.loadgen.config import LoadConfig
 from batchserve.loadgen.protocol import Outcome
 from batchserve.loadgen.runner import LoadRun, run_load
+from loadgen_server import Reply, Seen, TinyServer
 
 pytestmark = pytest.mark.slow
 

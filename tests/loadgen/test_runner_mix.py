@@ -3,11 +3,11 @@
 import json
 
 import pytest
-from loadgen_server import Reply, TinyServer
 
 from batchserve.loadgen.config import LoadConfig
 from batchserve.loadgen.protocol import encode_request
 from batchserve.loadgen.runner import run_mix
+from loadgen_server import Reply, TinyServer
 
 
 def test_priority_and_tenant_travel_in_headers_and_kserve_parameters() -> None:
