@@ -587,12 +587,13 @@ def _in_process(name: str, measure: Any, plan: RealPlan) -> dict[str, Any]:
 
 
 def _figure(row: dict[str, Any] | None, *path: str) -> float | None:
+    """The number at ``path`` in ``row``, to 0.1 (None where there is none)."""
     value: Any = row
     for key in path:
         if not isinstance(value, dict):
             return None
         value = value.get(key)
-    return float(value) if isinstance(value, (int, float)) else None
+    return round(float(value), 1) if isinstance(value, (int, float)) else None
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
