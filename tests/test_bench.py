@@ -24,8 +24,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 #: The folders, by what their scripts measure.
 GROUPS = {"apps", "server", "scenarios", "fleets", "models", "peers", "tools"}
-#: Scripts that are modules for other scripts, not commands.
-MODULES = {"apps/null_app.py"}
+#: Scripts that are modules for other scripts, not commands (``peers/compare_real.py`` is
+#: compare.py's real scenario: ``bench/peers/compare.py --scenarios real --help``).
+MODULES = {"apps/null_app.py", "peers/compare_real.py"}
 
 
 def _runs_in_a_peer_venv(path: pathlib.Path) -> bool:

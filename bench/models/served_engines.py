@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _harness import batchserve
+
+from batchserve_testing.bench import batchserve
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

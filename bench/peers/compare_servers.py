@@ -45,6 +45,7 @@ SERVERS = (
     "infinity",
     "infinity-onnx",
     "infinity-int8",
+    "infinity-onnx-int8",
     "fastapi",
 )
 PEERS = SERVERS[1:]
@@ -58,10 +59,12 @@ PEER_SCRIPT = {
 #: A peer run another way: (its environment and script, the extra flags its script takes).
 #: Infinity's engines and precisions, each a peer of its own so a run reports each at its
 #: best: ONNX Runtime through optimum (on its own export of the shipped weights),
-#: and torch with its int8 (dynamic quantization on the CPU).
+#: torch with its int8 (dynamic quantization on the CPU), and ONNX Runtime on a
+#: dynamically quantized int8 file (what its ONNX engine picks on a CPU where one is there).
 PEER_VARIANTS: dict[str, tuple[str, list[str]]] = {
     "infinity-onnx": ("infinity", ["--engine", "optimum", "--dtype", "float32"]),
     "infinity-int8": ("infinity", ["--engine", "torch", "--dtype", "int8"]),
+    "infinity-onnx-int8": ("infinity", ["--engine", "optimum", "--dtype", "int8"]),
 }
 
 
@@ -336,8 +339,23 @@ def _pump(stream: object, log: Path, found: list[str], event: threading.Event) -
                     event.set()
 
 
-def start(server: str, model: ModelSpec, knobs: Knobs, *, logs: Path, tag: str) -> Running:
+def start(
+    server: str,
+    model: ModelSpec,
+    knobs: Knobs,
+    *,
+    logs: Path,
+    tag: str,
+    argv: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    model_name: str = MODEL_NAME,
+    ready_s: float | None = None,
+) -> Running:
     """Start ``server`` and wait until it answers a request.
+
+    ``argv`` replaces the command :func:`command` would build (a batchserve command must
+    take ``--port 0`` and print its URL); ``env`` adds to :func:`server_env`; the readiness
+    probe asks for ``model_name``, for up to ``ready_s`` (default: the server's own limit).
 
     Raises:
         RuntimeError: it exited, or did not answer within its readiness timeout; the
@@ -349,11 +367,12 @@ def start(server: str, model: ModelSpec, knobs: Knobs, *, logs: Path, tag: str) 
     for p in (log, stats):
         p.unlink(missing_ok=True)
     port = 0 if server == "batchserve" else free_port()
-    argv = command(server, model, knobs, port, stats)
+    if argv is None:
+        argv = command(server, model, knobs, port, stats)
     proc = subprocess.Popen(
         argv,
         cwd=ROOT,
-        env=server_env(),
+        env={**server_env(), **(env or {})},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -365,14 +384,16 @@ def start(server: str, model: ModelSpec, knobs: Knobs, *, logs: Path, tag: str) 
     pump.start()
     run = Running(name=server, argv=argv, proc=proc, url="", stats=stats, log=log)
     run._threads.append(pump)
-    limit = time.monotonic() + READY_TIMEOUT_S.get(server, DEFAULT_READY_TIMEOUT_S)
+    if ready_s is None:
+        ready_s = READY_TIMEOUT_S.get(server, DEFAULT_READY_TIMEOUT_S)
+    limit = time.monotonic() + ready_s
     try:
         if server == "batchserve":
             while not event.wait(0.1):
                 _check_alive(run, limit)
             port = int(found[0])
         run.url = f"http://127.0.0.1:{port}"
-        while not _answers(run.url):
+        while not _answers(run.url, model_name):
             _check_alive(run, limit)
             time.sleep(0.25)
     except BaseException:
@@ -392,8 +413,8 @@ def _check_alive(run: Running, limit: float) -> None:
         raise RuntimeError(f"{run.name} {why}; last lines of {run.log}:\n{tail}")
 
 
-def _answers(url: str) -> bool:
-    body = json.dumps({"model": MODEL_NAME, "input": "ready?"}).encode()
+def _answers(url: str, model_name: str = MODEL_NAME) -> bool:
+    body = json.dumps({"model": model_name, "input": "ready?"}).encode()
     req = urllib.request.Request(
         f"{url}/v1/embeddings", data=body, headers={"Content-Type": "application/json"}
     )

@@ -12,6 +12,11 @@ by length (fastembed pads each batch to its longest text and does not sort), at 
 ``--batch-sizes`` and ``--threads``, and prints one JSON object: texts/s by
 ``"<threads> threads, batch <b>[, sorted]"``.
 
+With ``--per-request N`` it encodes as a server would answer requests of N texts: each
+run of N consecutive texts on its own (``embed(request, batch_size=b)``), as given and
+sorted by length within the request, for ``--seconds`` per setting (the texts cycled; 0:
+once through), and counts the texts of the requests done.
+
 Run (in its venv): ``bench/.venvs/fastembed/bin/python bench/peers/fastembed_encode.py
 --model-file M --source DIR --texts FILE``
 """
@@ -25,6 +30,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -42,6 +48,8 @@ def main() -> None:
     ap.add_argument("--texts", required=True, help="one text per line")
     ap.add_argument("--batch-sizes", default="8,16,32,64")
     ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--per-request", type=int, default=0, help="texts per request (0: all)")
+    ap.add_argument("--seconds", type=float, default=0.0, help="per setting, --per-request")
     args = ap.parse_args()
     os.environ["HF_HUB_OFFLINE"] = "1"
     from fastembed import TextEmbedding
@@ -71,6 +79,11 @@ def main() -> None:
             )
             list(model.embed(texts[:64], batch_size=32))
             for b in (int(b) for b in args.batch_sizes.split(",")):
+                if args.per_request:
+                    for label, sort in (("", False), (", sorted", True)):
+                        key = f"{threads} threads, batch {b}{label}"
+                        out[key] = _per_request(model, texts, args, b, sort=sort)
+                    continue
                 for label, order in (("", texts), (", sorted", sorted(texts, key=len))):
                     t0 = time.perf_counter()
                     list(model.embed(order, batch_size=b))
@@ -78,6 +91,23 @@ def main() -> None:
                         time.perf_counter() - t0
                     )
     print(json.dumps(out))
+
+
+def _per_request(model: Any, texts: list[str], args: Any, batch: int, *, sort: bool) -> float:
+    """Texts/s, each request of ``args.per_request`` texts embedded on its own."""
+    n = args.per_request
+    requests = [texts[i : i + n] for i in range(0, len(texts), n)]
+    if sort:
+        requests = [sorted(r, key=len) for r in requests]
+    done, i = 0, 0
+    t0 = time.perf_counter()
+    while True:
+        request = requests[i % len(requests)]
+        list(model.embed(request, batch_size=batch))
+        done, i = done + len(request), i + 1
+        elapsed = time.perf_counter() - t0
+        if (args.seconds and elapsed >= args.seconds) or (not args.seconds and i == len(requests)):
+            return done / elapsed
 
 
 if __name__ == "__main__":

