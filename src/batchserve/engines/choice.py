@@ -231,18 +231,15 @@ class Verdict:
                 continue
             up = f"{t.items_per_s / base:6.2f}x" if base else f"{'-':>7}"
             lines.append(f"{name:24} {t.items_per_s:8.1f} {up} {_figures(t)}  {_verdict(t)}")
-        lines.append(
+        lines += [
             "* served. Gated against torch/float32 (engines slower than it are not): mean "
-            f"cosine >= {MIN_MEAN_COSINE},"
-        )
-        lines.append(
+            f"cosine >= {MIN_MEAN_COSINE},",
             f"  nearest passage kept for >= {MIN_RANKING_AGREEMENT:.0%} of queries (QA kept), "
-            f"each paragraph's nearest kept for >= {MIN_NEAREST_KEPT:.0%}"
-        )
-        lines.append(
-            f"  (NN kept) and its {TOP_K} nearest overlapping >= {MIN_TOP10_OVERLAP} (top-10), "
-            f"a text alone vs in a batch >= {MIN_INVARIANCE} (invariant)."
-        )
+            f"each paragraph's nearest kept for",
+            f"  >= {MIN_NEAREST_KEPT:.0%} (NN kept), its {TOP_K} nearest overlapping >= "
+            f"{MIN_TOP10_OVERLAP} (top-10), and a text's vector",
+            f"  alone vs in a batch >= {MIN_INVARIANCE} (invariant).",
+        ]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
