@@ -234,6 +234,48 @@ def torch_only(cache: Path) -> dict[str, Any]:
     }
 
 
+class Varying(Fake):
+    """A fast engine whose vectors depend on the batch (as dynamic int8's do)."""
+
+    def __call__(self, texts: Sequence[str]) -> Any:
+        super().__call__(texts)
+        out = np.ones((len(texts), 4), dtype=np.float32)
+        out[:, 0] = len(texts)
+        return out
+
+
+def test_an_engine_whose_vectors_depend_on_the_batch_is_screened_out_before_its_gate(
+    source: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    fakes = {
+        Engine("torch", "float32"): Fake(0.010),
+        Engine("onnx-int8", "int8"): Varying(0.001),  # fastest, its answers vary
+        Engine("onnx", "float32"): Fake(0.004),  # second, passes
+    }
+    seed_gate(source, cache, Engine("onnx", "float32"), GOOD)
+    kwargs = torch_only(cache) | {
+        "load": fakes.__getitem__,
+        "installed": {"torch", "onnx", "onnx-int8"},
+    }
+    verdict, _ = choose(source, **kwargs)
+    assert verdict.chosen == Engine("onnx", "float32")
+    by = {str(t.engine): t for t in verdict.trials}
+    int8 = by["onnx-int8/int8"]
+    assert int8.screened_out
+    assert int8.invariance is not None
+    assert int8.invariance < 0.9999
+    assert (int8.quality, int8.gated) == (None, False)  # refused without the full gate
+    gates = model_folder(source, cache) / "gate"
+    assert not list(gates.glob("onnx-int8-*.json"))
+    assert by["onnx/float32"].invariance == pytest.approx(1.0)
+    row = next(line for line in verdict.table().splitlines() if line.startswith("onnx-int8"))
+    assert f"{int8.invariance:9.6f}  FAIL: invariance" in row
+    again, _ = choose(source, **kwargs)
+    assert again.cached
+    assert again.trials == verdict.trials
+
+
 def test_a_damaged_verdict_is_measured_again(source: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     kwargs = torch_only(cache)

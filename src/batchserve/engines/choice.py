@@ -16,8 +16,9 @@ lengths and the batch size, so it is measured on the machine, never assumed:
    reference manual: mean cosine to float32 >= 0.99, the nearest passage kept for >= 95%
    of queries, each paragraph's nearest neighbour kept for >= 95% and its ten nearest
    overlapping >= 0.9, and batch invariance >= 0.9999: a text's vector alone and among
-   random batch-mates the same), fastest first, until one passes. The reference's own
-   batch invariance is measured too (seconds), for the table.
+   random batch-mates the same), fastest first, until one passes. Invariance is screened
+   first (seconds): an engine that fails it is refused without the full gate (a minute or
+   more). The reference's own batch invariance is measured too, for the table.
 4. :func:`pick` (pure) serves the fastest engine that passed, or the reference when none
    did: ``auto`` never serves an engine that measured slower than torch float32, nor one
    whose answers depend on their batch-mates (dynamic int8: it stays available by name).
@@ -62,6 +63,7 @@ from batchserve.engines.quality import (
     MIN_TOP10_OVERLAP,
     TOP_K,
     Quality,
+    invariance,
 )
 from batchserve.engines.quality_set import QualitySet
 
@@ -100,18 +102,29 @@ class Trial:
         quality: its quality figures, when it was gated (None: not needed, or the
             reference itself).
         unavailable: why it did not run (the machine, a missing package, a load error).
+        invariance: the batch invariance the screen measured before the full gate (the
+            smallest cosine of a text alone to it in a batch); None when not screened.
+            An engine that fails the screen is not gated further.
     """
 
     engine: Engine
     items_per_s: float | None = None
     quality: Quality | None = None
     unavailable: str | None = None
+    invariance: float | None = None
+
+    @property
+    def screened_out(self) -> bool:
+        """Whether the invariance screen refused it (its answers depend on the batch)."""
+        return self.invariance is not None and self.invariance < MIN_INVARIANCE
 
     @property
     def gated(self) -> bool | None:
         """True when it may be served on quality, False when it failed, None when unknown."""
         if self.engine == REFERENCE:
             return True
+        if self.screened_out:
+            return False
         return None if self.quality is None else self.quality.passes
 
     def to_dict(self) -> dict[str, Any]:
@@ -123,6 +136,7 @@ class Trial:
             "quality": None if self.quality is None else self.quality.to_dict(),
             "gated": self.gated,
             "unavailable": self.unavailable,
+            "invariance": self.invariance,
         }
 
     @classmethod
@@ -135,6 +149,7 @@ class Trial:
             items_per_s=None if rate is None else float(rate),
             quality=Quality.from_dict(quality) if quality else None,
             unavailable=data.get("unavailable"),
+            invariance=None if data.get("invariance") is None else float(data["invariance"]),
         )
 
 
@@ -291,7 +306,8 @@ class Verdict:
 def _figures(t: Trial) -> str:
     q = t.quality
     if q is None:
-        return f"{'-':>8} {'-':>8} {'-':>7} {'-':>7} {'-':>6} {'-':>9}"
+        screened = f"{t.invariance:9.6f}" if t.invariance is not None else f"{'-':>9}"
+        return f"{'-':>8} {'-':>8} {'-':>7} {'-':>7} {'-':>6} {screened}"
     qa = f"{q.ranking_agreement:7.1%}" if q.queries else f"{'-':>7}"
     kept = f"{q.nearest_kept:7.1%}" if q.nearest_kept is not None else f"{'-':>7}"
     overlap = f"{q.top10_overlap:6.3f}" if q.top10_overlap is not None else f"{'-':>6}"
@@ -302,6 +318,8 @@ def _figures(t: Trial) -> str:
 def _verdict(t: Trial) -> str:
     if t.engine == REFERENCE:
         return "reference"
+    if t.screened_out:
+        return "FAIL: invariance (screened; not gated further)"
     if t.quality is None:
         return "-"
     failed = t.quality.failed_bounds()
@@ -485,12 +503,25 @@ def choose(
         for o in options
     }
     # The reference's own figures (its invariance: seconds), for the table; then the engines
-    # faster than it, fastest first, until one passes.
+    # faster than it, fastest first, until one passes. The invariance screen (seconds) goes
+    # first: an engine whose answers depend on the batch (dynamic int8) is refused without
+    # the minute its full gate would cost.
     trials[REFERENCE] = dataclasses.replace(
         trials[REFERENCE],
         quality=gate(source, REFERENCE, fns[REFERENCE], cache_dir, quality_set=qs, workers=workers),
     )
     for engine in gate_order(list(trials.values())):
+        screen, _ = invariance(fns[engine], qs.texts, batch_size=batch_size)
+        trials[engine] = dataclasses.replace(trials[engine], invariance=screen)
+        if screen < MIN_INVARIANCE:
+            _log.warning(
+                "backend auto: %s refused: a text's vector alone and in a batch differ "
+                "(cosine %.6f, must be >= %s); not gated further",
+                engine,
+                screen,
+                MIN_INVARIANCE,
+            )
+            continue
         quality = gate(source, engine, fns[engine], cache_dir, quality_set=qs, workers=workers)
         trials[engine] = dataclasses.replace(trials[engine], quality=quality)
         if quality.passes:
