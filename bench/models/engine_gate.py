@@ -14,7 +14,8 @@ the paragraphs of Python's reference manual):
   batch-mates (64 shipped texts of every length);
 * ``gate_s``: what the gate took for this engine (its passes over every text and the
   invariance probes; the reference's vectors excluded: ``reference_s``, once per model and
-  Python, is what computing them took, 0 when they were cached);
+  Python, is what computing them took, 0 when they were cached); ``gate_cpu_s`` is the
+  CPU time it took this process, what it takes on a quiet machine with ``--threads 1``;
 * ``auto``: whether ``auto`` may serve it (every bound met); ``servable``: whether it may
   be served when named (its meaning kept).
 
@@ -74,7 +75,9 @@ def main() -> int:
             cache_dir=str(cache),
         )
         fn: Any = _load_engine(source, runtime, gated=False)
+        cpu = time.process_time()
         q = itself(fn, qs) if engine == REFERENCE else against(ref, fn, qs)
+        cpu = time.process_time() - cpu
         row = {
             "engine": str(engine),
             "mean_cos": round(q.mean_cosine, 5),
@@ -87,6 +90,7 @@ def main() -> int:
             "paragraphs": q.neighbours,
             "probes": q.probes,
             "gate_s": round(q.seconds, 1),
+            "gate_cpu_s": round(cpu, 1),
             "reference_s": round(reference_s, 1),
             "auto": q.passes,
             "servable": q.servable,

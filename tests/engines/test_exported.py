@@ -3,8 +3,10 @@
 The fp32 exports must answer what torch answers (cosine >= 0.9999, the same token counts)
 for texts of every length, truncation included. An int8 load runs its quality gate (on a
 slice of the shipped set here, to keep the test short; ``batchserve profile --backends``
-and ``profile --backend all`` give the full set's figures), and refuses an engine whose
-gate failed. Exports take seconds each; the suite shares them through one cache.
+and ``bench/models/engine_gate.py`` give the full set's figures), refuses an engine that does not
+keep the meaning, and serves one named that only fails the index-shaped bounds (dynamic
+int8's batch invariance), with a warning; the fp32 engines' answers do not depend on their
+batch-mates. Exports take seconds each; the suite shares them through one cache.
 """
 
 from __future__ import annotations
