@@ -16,7 +16,7 @@ the paragraphs of Python's reference manual):
   invariance probes; the reference's vectors excluded: ``reference_s``, once per model and
   Python, is what computing them took, 0 when they were cached); ``gate_cpu_s`` is the
   CPU time it took this process, what it takes on a quiet machine with ``--threads 1``;
-* ``auto``: whether ``auto`` may serve it (every bound met); ``servable``: whether it may
+* ``auto``: whether ``auto`` may serve it (it holds every bound); ``servable``: whether it may
   be served when named (its meaning kept).
 
 The gate is measured afresh here (nothing read from the gate's cache). On a shared machine
