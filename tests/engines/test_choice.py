@@ -9,6 +9,7 @@ real engines (the float32 ones) are chosen end to end in ``tests/server/test_eng
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Sequence
@@ -55,6 +56,31 @@ def test_pick_serves_the_fastest_engine_that_passed() -> None:
         Engine("onnx", "float32"),
         Engine("openvino", "float32"),
     ]
+
+
+def test_pick_never_serves_an_engine_whose_vectors_depend_on_the_batch() -> None:
+    # the meaning kept, the neighbours kept, but a text alone and in a batch part: dynamic int8
+    varies = dataclasses.replace(
+        GOOD, neighbours=100, nearest_kept=0.99, top10_overlap=0.98, invariance=0.986, probes=64
+    )
+    assert varies.servable
+    assert varies.failed_bounds() == ["invariance"]
+    trials = [trial("torch", "float32", 10.0), trial("onnx-int8", "int8", 30.0, varies)]
+    assert pick(trials) == REFERENCE
+    steady = dataclasses.replace(varies, invariance=0.99995)
+    assert pick([*trials, trial("openvino-int8", "int8", 20.0, steady)]) == Engine(
+        "openvino-int8", "int8"
+    )
+    verdict = Verdict(
+        chosen=REFERENCE, device="cpu", batch_size=32, threads=1, workers=1,
+        trials=tuple(trials), machine={}, versions={}, key="k", seconds=1.0, created="now",
+    )  # fmt: skip
+    header, ref_row, int8_row = verdict.table().splitlines()[:3]
+    for column in ("mean cos", "min cos", "QA kept", "NN kept", "top-10", "invariant"):
+        assert column in header
+    assert ref_row.endswith("reference")
+    assert "0.986000  FAIL: invariance" in int8_row
+    assert " 99.0% " in int8_row
 
 
 def test_pick_falls_back_to_the_reference() -> None:
@@ -165,6 +191,10 @@ def test_choose_measures_gates_fastest_first_and_caches(source: Path, tmp_path: 
     assert by["openvino/float32"].gated is True
     assert by["onnx/float32"].gated is None
     assert by["torch/float32"].gated is True
+    # the reference is gated against itself: only its invariance is measured
+    ref_quality = by["torch/float32"].quality
+    assert ref_quality is not None
+    assert (ref_quality.invariance, ref_quality.probes) == (1.0, len(QS.texts))
     rates = {k: t.items_per_s for k, t in by.items() if t.items_per_s}
     assert rates["onnx-int8/int8"] > rates["openvino/float32"] > rates["torch/float32"]
     assert rates["torch/float32"] > rates["onnx/float32"]
@@ -202,6 +232,48 @@ def torch_only(cache: Path) -> dict[str, Any]:
         "quality_set": QS,
         "rounds": 1,
     }
+
+
+class Varying(Fake):
+    """A fast engine whose vectors depend on the batch (as dynamic int8's do)."""
+
+    def __call__(self, texts: Sequence[str]) -> Any:
+        super().__call__(texts)
+        out = np.ones((len(texts), 4), dtype=np.float32)
+        out[:, 0] = len(texts)
+        return out
+
+
+def test_an_engine_whose_vectors_depend_on_the_batch_is_screened_out_before_its_gate(
+    source: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    fakes = {
+        Engine("torch", "float32"): Fake(0.010),
+        Engine("onnx-int8", "int8"): Varying(0.001),  # fastest, its answers vary
+        Engine("onnx", "float32"): Fake(0.004),  # second, passes
+    }
+    seed_gate(source, cache, Engine("onnx", "float32"), GOOD)
+    kwargs = torch_only(cache) | {
+        "load": fakes.__getitem__,
+        "installed": {"torch", "onnx", "onnx-int8"},
+    }
+    verdict, _ = choose(source, **kwargs)
+    assert verdict.chosen == Engine("onnx", "float32")
+    by = {str(t.engine): t for t in verdict.trials}
+    int8 = by["onnx-int8/int8"]
+    assert int8.screened_out
+    assert int8.invariance is not None
+    assert int8.invariance < 0.9999
+    assert (int8.quality, int8.gated) == (None, False)  # refused without the full gate
+    gates = model_folder(source, cache) / "gate"
+    assert not list(gates.glob("onnx-int8-*.json"))
+    assert by["onnx/float32"].invariance == pytest.approx(1.0)
+    row = next(line for line in verdict.table().splitlines() if line.startswith("onnx-int8"))
+    assert f"{int8.invariance:9.6f}  FAIL: invariance" in row
+    again, _ = choose(source, **kwargs)
+    assert again.cached
+    assert again.trials == verdict.trials
 
 
 def test_a_damaged_verdict_is_measured_again(source: Path, tmp_path: Path) -> None:

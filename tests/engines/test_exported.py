@@ -3,8 +3,10 @@
 The fp32 exports must answer what torch answers (cosine >= 0.9999, the same token counts)
 for texts of every length, truncation included. An int8 load runs its quality gate (on a
 slice of the shipped set here, to keep the test short; ``batchserve profile --backends``
-and ``profile --backend all`` give the full set's figures), and refuses an engine whose
-gate failed. Exports take seconds each; the suite shares them through one cache.
+and ``bench/models/engine_gate.py`` give the full set's figures), refuses an engine that does not
+keep the meaning, and serves one named that only fails the index-shaped bounds (dynamic
+int8's batch invariance), with a warning; the fp32 engines' answers do not depend on their
+batch-mates. Exports take seconds each; the suite shares them through one cache.
 """
 
 from __future__ import annotations
@@ -23,10 +25,14 @@ pytest.importorskip("openvino")
 onnx = pytest.importorskip("onnx")
 
 from batchserve.engines import export  # noqa: E402
+from batchserve.engines.choice import Trial, Verdict, pick  # noqa: E402
 from batchserve.engines.embeddings import SentenceEmbedder, builtin_path  # noqa: E402
 from batchserve.engines.exported import ExportedEmbedder  # noqa: E402
-from batchserve.engines.gate import set_digest  # noqa: E402
+from batchserve.engines.gate import gate, set_digest  # noqa: E402
+from batchserve.engines.hardware import REFERENCE, Engine  # noqa: E402
 from batchserve.engines.loader import load_model  # noqa: E402
+from batchserve.engines.quality import MIN_INVARIANCE, Quality, invariance  # noqa: E402
+from batchserve.engines.quality_set import load as load_quality_set  # noqa: E402
 from batchserve.engines.quality_set import read as read_quality_set  # noqa: E402
 from batchserve.engines.runtime import Runtime  # noqa: E402
 from batchserve.errors import ConfigError  # noqa: E402
@@ -142,8 +148,13 @@ def test_the_leftovers_of_a_crashed_export_are_replaced(cache: Path, tmp_path: P
     assert not (parent / ".onnx-tmp-crashed").exists()
 
 
-def test_int8_is_gated_and_a_failed_gate_refuses_to_load(
-    cache: Path, tmp_path: Path, small_quality_set: Path, monkeypatch: pytest.MonkeyPatch
+def test_int8_is_gated_auto_refuses_it_on_invariance_and_a_failed_gate_refuses_to_load(
+    cache: Path,
+    tmp_path: Path,
+    small_quality_set: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    torch_model: SentenceEmbedder,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setenv("BATCHSERVE_QUALITY_SET", str(small_quality_set))
     qs = read_quality_set(small_quality_set)
@@ -156,18 +167,39 @@ def test_int8_is_gated_and_a_failed_gate_refuses_to_load(
     assert isinstance(emb, ExportedEmbedder)
     assert (emb.threads, emb.dtype) == (1, "int8")
     assert emb(["int8 still embeds"]).shape == (1, 384)
-    # the gate ran once, on the set named, and its figures are kept
+    assert "--backend auto would not choose it: batch invariance" in caplog.text
+    # the gate ran once, on the set named, and its figures are kept: the meaning is kept
+    # (served by name), but the vector of a text depends on its batch-mates (dynamic int8
+    # takes its activation scales per pass), which auto never serves
     record = next((int8.folder.parent / "gate").glob(f"onnx-int8-int8-{set_digest(qs)}.json"))
     figures = json.loads(record.read_text())
     assert figures["texts"] == len(qs.texts)
     assert figures["mean_cosine"] >= 0.99
-    assert figures["passes"]
+    assert figures["servable"]
+    assert figures["invariance"] < MIN_INVARIANCE
+    assert not figures["passes"]
+    quality = Quality.from_dict(figures)
+    assert "invariance" in quality.failed_bounds()
+    reference = gate(builtin_path(), REFERENCE, torch_model, cache, quality_set=qs)
+    assert reference.invariance >= MIN_INVARIANCE
+    trials = [
+        Trial(engine=REFERENCE, items_per_s=10.0, quality=reference),
+        Trial(engine=Engine("onnx-int8", "int8"), items_per_s=30.0, quality=quality),
+    ]
+    assert pick(trials) == REFERENCE  # three times faster, and refused on invariance alone
+    verdict = Verdict(
+        chosen=pick(trials), device="cpu", batch_size=32, threads=1, workers=1,
+        trials=tuple(trials), machine={}, versions={}, key="k", seconds=1.0, created="now",
+    )  # fmt: skip
+    row = next(line for line in verdict.table().splitlines() if line.startswith("onnx-int8"))
+    assert f"{quality.invariance:9.6f}" in row
+    assert "FAIL: invariance" in row
 
     # the same export, its figures made to fail: the load says why and what to use
     failed = tmp_path / int8.folder.parent.name
     shutil.copytree(int8.folder, failed / int8.folder.name)
     (failed / "gate").mkdir()
-    figures.update(mean_cosine=0.966, passes=False)
+    figures.update(mean_cosine=0.966, passes=False, servable=False)
     (failed / "gate" / record.name).write_text(json.dumps(figures))
     with pytest.raises(ConfigError, match="at int8 failed the quality gate") as info:
         load_model(f"minilm:backend=onnx-int8,cache_dir={tmp_path}")
@@ -179,3 +211,16 @@ def test_exported_backends_refuse_a_gpu_and_unknown_backends() -> None:
         load_model("minilm:backend=onnx,device=cuda")
     with pytest.raises(ConfigError, match="backend must be onnx, onnx-int8"):
         export.ensure_exported(builtin_path(), "torch", Path("/nonexistent"))
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnx"])
+def test_fp32_answers_do_not_depend_on_batch_mates(
+    backend: str, cache: Path, torch_model: SentenceEmbedder
+) -> None:
+    # the shipped texts, from one word to the longest passages, alone and in random batches
+    fn: SentenceEmbedder | ExportedEmbedder = torch_model
+    if backend != "torch":
+        fn = ExportedEmbedder.load(builtin_path(), Runtime(backend=backend, cache_dir=str(cache)))
+    worst, probes = invariance(fn, load_quality_set().texts)
+    assert probes == 64
+    assert worst >= MIN_INVARIANCE

@@ -1,8 +1,10 @@
 """The quality gate's cache: the reference computed once (shipped for the built-in model),
-each engine's figures once, a set of one's own from the environment."""
+each engine's figures once, a set of one's own from the environment; the neighbours from
+Python's reference manual, their reference part computed once and kept beside the shipped one."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 
 pytest.importorskip("sentence_transformers")
 
+from batchserve.engines.corpus import reference_paragraphs
 from batchserve.engines.embeddings import SentenceEmbedder, builtin_path
 from batchserve.engines.export import model_folder
 from batchserve.engines.gate import (
@@ -22,9 +25,9 @@ from batchserve.engines.gate import (
     reference_vectors,
     set_digest,
 )
-from batchserve.engines.hardware import Engine
+from batchserve.engines.hardware import REFERENCE, Engine
 from batchserve.engines.quality import all_texts
-from batchserve.engines.quality_set import QualitySet
+from batchserve.engines.quality_set import QualitySet, neighbour_paragraphs
 from batchserve.engines.quality_set import load as load_quality_set
 from batchserve.engines.runtime import Runtime
 
@@ -60,22 +63,74 @@ class Counting:
 def test_an_engines_figures_are_measured_once_and_kept(tmp_path: Path) -> None:
     torch_fp32 = SentenceEmbedder.builtin(Runtime(backend="torch", device="cpu", threads=1))
     candidate = Counting(torch_fp32)
-    engine = Engine("torch", "float32")
+    engine = Engine("torch", "bfloat16-mixed")  # its name keys the figures; torch fp32 runs
     first = gate(builtin_path(), engine, candidate, tmp_path, quality_set=SMALL)
-    assert (first.texts, first.queries, first.passes) == (3, 1, True)
+    assert (first.texts, first.queries, first.probes, first.passes) == (3, 1, 3, True)
     assert first.mean_cosine > 0.9999
-    assert candidate.texts == len(all_texts(SMALL))
+    assert first.invariance >= 0.9999
+    # every text once, then the three invariance probes alone and twice in a batch
+    embedded = len(all_texts(SMALL)) + 3 + 2 * 3
+    assert candidate.texts == embedded
     folder = model_folder(builtin_path(), tmp_path)
     assert (folder / f"reference-{set_digest(SMALL)}.npy").is_file()
-    record = folder / "gate" / f"torch-float32-{set_digest(SMALL)}.json"
+    record = folder / "gate" / f"torch-bfloat16-mixed-{set_digest(SMALL)}.json"
     assert json.loads(record.read_text())["passes"] is True
     again = gate(builtin_path(), engine, candidate, tmp_path, quality_set=SMALL)
     assert again == first
-    assert candidate.texts == len(all_texts(SMALL))  # not embedded again
+    assert candidate.texts == embedded  # not embedded again
 
 
 def test_a_set_of_ones_own_comes_from_the_environment(tmp_path: Path) -> None:
     path = tmp_path / "mine.txt"
     path.write_text("first text\n\nsecond text\n")
     assert default_quality_set({QUALITY_SET_ENV: str(path)}).texts == ("first text", "second text")
-    assert default_quality_set({}) == load_quality_set()
+    assert default_quality_set({}).texts == load_quality_set().texts
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps({"texts": ["a"], "neighbours": ["b", "c"]}))
+    assert default_quality_set({QUALITY_SET_ENV: str(mine)}).neighbours == ("b", "c")
+
+
+def test_the_neighbours_are_the_reference_manuals_longer_paragraphs() -> None:
+    paragraphs = neighbour_paragraphs()
+    assert len(paragraphs) >= 1000  # 1,456 on CPython 3.11
+    assert len(set(paragraphs)) == len(paragraphs)
+    assert all(len(p.split()) >= 8 for p in paragraphs)
+    assert sum("assert" in p for p in paragraphs) >= 5  # many on one topic: close neighbours
+    # the benches' text, the short paragraphs left out, in its order
+    assert paragraphs == tuple(p for p in reference_paragraphs() if len(p.split()) >= 8)
+    # the default set carries them; a set of one's own brings its own, or none
+    assert default_quality_set({}).neighbours == paragraphs
+
+
+WITH_NEIGHBOURS = dataclasses.replace(
+    SMALL, neighbours=("A paragraph on batching.", "A paragraph on batches.", "On bread.")
+)
+
+
+def test_the_reference_is_kept_in_parts_the_shipped_one_from_the_package(
+    tmp_path: Path,
+) -> None:
+    qs = dataclasses.replace(load_quality_set(), neighbours=WITH_NEIGHBOURS.neighbours)
+    vectors = reference_vectors(builtin_path(), tmp_path, qs)
+    assert vectors.shape == (len(all_texts(qs)), 384)
+    # only the neighbours were computed: the shipped set's part came with the package
+    kept = list(tmp_path.rglob("reference-*.npy"))
+    assert len(kept) == 1
+    assert np.load(kept[0]).shape == (3, 384)
+    torch_fp32 = SentenceEmbedder.builtin(Runtime(backend="torch", device="cpu", threads=1))
+    fresh = torch_fp32(list(qs.neighbours))
+    assert np.all(np.sum(fresh * vectors[-3:], axis=1) >= 0.9999)
+    # read back, not computed again
+    kept[0].write_bytes(kept[0].read_bytes())
+    before = kept[0].stat().st_mtime_ns
+    again = reference_vectors(builtin_path(), tmp_path, qs)
+    assert np.array_equal(again, vectors)
+    assert kept[0].stat().st_mtime_ns == before
+
+
+def test_the_reference_engine_is_gated_for_its_invariance_alone(tmp_path: Path) -> None:
+    torch_fp32 = SentenceEmbedder.builtin(Runtime(backend="torch", device="cpu", threads=1))
+    q = gate(builtin_path(), REFERENCE, torch_fp32, tmp_path, quality_set=WITH_NEIGHBOURS)
+    assert q.invariance >= 0.9999
+    assert (q.nearest_kept, q.probes, q.passes) == (1.0, 3, True)
+    assert not list(tmp_path.rglob("reference-*.npy"))  # no reference needed for itself

@@ -34,7 +34,14 @@ What each backend is made of:
   recipe 0.9942 / 0.972 / 98.7% at the same speed within the noise; every feed-forward
   output kept fp32 0.9954, but slower. With one thread on this AVX2 CPU (no VNNI) and
   short texts it runs 1.4-1.5x the fp32 ``onnx`` file at batch 32 and 2.4x at batch 1
-  (the fusion alone adds 5% at batch 32, 20% at batch 1).
+  (the fusion alone adds 5% at batch 32, 20% at batch 1). Its activations' scales are
+  taken per pass, so a text's vector depends on its batch-mates (the gate's batch
+  invariance: 0.974, where fp32 gives 0.9999999): ``auto`` never serves it. A static
+  recipe tried instead (ONNX Runtime's ``quantize_static``, QDQ, MinMax scales calibrated
+  on 65 shipped texts, weights per channel) is invariant (0.9999999) but kept each
+  reference-manual paragraph's nearest neighbour for 78% (88% with every feed-forward
+  output layer in fp32; the gate asks 95%), at 1.5-1.8x the fp32 file's rate where
+  dynamic int8 ran 2.1x (one thread, batch 32, AVX-512 VNNI, a busy machine): not kept.
 * ``openvino``: the ``onnx`` file converted to OpenVINO's IR (``model.xml``/``model.bin``),
   weights in float32; the precision it computes in is chosen when it is compiled.
 * ``openvino-int8``: OpenVINO's own post-training quantization (NNCF, the ``transformer``

@@ -30,6 +30,7 @@ infer request per calling thread. Both release the GIL during a pass.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -51,6 +52,7 @@ from batchserve.models.token_counts import TokenCounts, estimate_tokens
 
 __all__ = ["ExportedEmbedder"]
 
+_log = logging.getLogger(__name__)
 _Run = Callable[[dict[str, npt.NDArray[np.int64]]], npt.NDArray[Any]]
 
 
@@ -223,8 +225,11 @@ class ExportedEmbedder:
 
         Raises:
             ConfigError: the device is not the CPU, the CPU cannot compute in the
-                precision, or a reduced precision failed the quality gate (the message
-                gives the figures).
+                precision, or a reduced precision does not keep the meaning (the gate's
+                mean cosine or nearest passage; the message gives the figures). One that
+                keeps it but fails the index-shaped bounds (nearest neighbours, batch
+                invariance: dynamic int8) is served as asked, with a warning that says
+                what it costs.
             ImportError: the backend's extra is missing.
         """
         from batchserve.engines.export import ensure_exported
@@ -254,11 +259,19 @@ class ExportedEmbedder:
             quality = gate(
                 Path(source), engine, model, runtime.cache_path(), threads=threads, workers=workers
             )
-            if not quality.passes:
+            if not quality.servable:
                 raise ConfigError(
                     f"backend {runtime.backend} at {dtype} failed the quality gate on the "
-                    f"shipped text set ({'; '.join(quality.failures())}); use float32 or "
-                    "--backend auto"
+                    f"shipped text set ({'; '.join(quality.failures(index=False))}); use "
+                    "float32 or --backend auto"
+                )
+            if not quality.passes:
+                _log.warning(
+                    "backend %s at %s is served as asked, but --backend auto would not "
+                    "choose it: %s",
+                    runtime.backend,
+                    dtype,
+                    "; ".join(quality.failures()),
                 )
         return model
 

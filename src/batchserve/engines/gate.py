@@ -1,19 +1,27 @@
 """The quality gate, run once per model, engine and text set, and remembered.
 
-Theory of operation: an engine other than torch float32 is served only if its embeddings
-keep their meaning (:mod:`batchserve.engines.quality`: mean cosine to float32 and the
-nearest passage kept). Measuring that costs one pass over the shipped set for the
-reference and one for the candidate, so both are cached beside the model's exports::
+Theory of operation: an engine other than torch float32 is served by ``auto`` only if its
+embeddings keep their meaning and behave as an index needs them to
+(:mod:`batchserve.engines.quality`: cosine to float32, the nearest passage kept, each
+neighbour paragraph's nearest and ten nearest kept, the same vector for a text alone and
+in a batch). Measuring that costs one pass over the gate's texts for the reference and one
+for the candidate, so both are cached beside the model's exports::
 
     CACHE/<name>-<model hash, 16 hex>/
-        reference-<set hash>.npy          torch float32's embeddings of the set
+        reference-<texts hash>.npy          torch float32's embeddings of one part
         gate/<backend>-<dtype>-<set hash>.json   one engine's figures
 
-The reference is computed once per model (and set), whoever asks first; each engine's
-figures once per engine. For the built-in model and the shipped set the reference also
+The reference is kept in two parts, each keyed by the digest of its texts: the shipped set
+(texts, queries, passages) and the neighbour paragraphs (:func:`default_quality_set` takes
+them from the running Python's reference manual). It is computed once per model and part,
+whoever asks first (the paragraphs: about 1,450 texts, a minute or two of one core); each
+engine's figures once per engine. For the built-in model the shipped set's part also
 ships with the package (``data/reference-<model hash>-<set hash>.npy``, written by
-:func:`write_shipped_reference`; a test checks it against a fresh computation), so the
-first start on a machine does not spend a minute computing it.
+:func:`write_shipped_reference`; a test checks it against a fresh computation); the
+paragraphs' part cannot ship, as their text follows the Python version.
+
+The reference engine goes through the gate too, against its own vectors: its figures are
+1 by definition, except its batch invariance, which is measured as any engine's is.
 
 A file is written to a temporary name and renamed into place, so a reader never sees half
 of one; two processes that race compute the same thing twice and
@@ -22,6 +30,7 @@ the last rename wins.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -35,9 +44,9 @@ import numpy as np
 import numpy.typing as npt
 
 from batchserve.engines.export import model_folder, write_atomic, write_cached
-from batchserve.engines.hardware import Engine
-from batchserve.engines.quality import Embed, Quality, against, all_texts, embed_all
-from batchserve.engines.quality_set import QualitySet
+from batchserve.engines.hardware import REFERENCE, Engine
+from batchserve.engines.quality import Embed, Quality, against, all_texts, embed_all, itself
+from batchserve.engines.quality_set import QualitySet, neighbour_paragraphs
 from batchserve.engines.quality_set import load as load_quality_set
 from batchserve.engines.quality_set import read as read_quality_set
 
@@ -56,9 +65,13 @@ _log = logging.getLogger(__name__)
 
 
 def set_digest(qs: QualitySet) -> str:
-    """A short hex digest of a quality set's texts."""
+    """A short hex digest of a quality set's texts (its neighbours included)."""
+    return _digest(all_texts(qs))
+
+
+def _digest(texts: list[str]) -> str:
     digest = hashlib.sha256()
-    for text in all_texts(qs):
+    for text in texts:
         digest.update(text.encode() + b"\0")
     return digest.hexdigest()[:12]
 
@@ -66,12 +79,18 @@ def set_digest(qs: QualitySet) -> str:
 def default_quality_set(environ: dict[str, str] | None = None) -> QualitySet:
     """The gate's texts: the file ``$BATCHSERVE_QUALITY_SET`` names, else the shipped set.
 
+    The shipped set comes with the neighbour paragraphs of Python's reference manual
+    (:func:`~batchserve.engines.quality_set.neighbour_paragraphs`); a file of one's own
+    brings its own (a JSON file's ``neighbours``), or none.
+
     Raises:
         ConfigError: the file holds no text or a malformed field.
     """
     env = os.environ if environ is None else environ
     path = env.get(QUALITY_SET_ENV)
-    return read_quality_set(Path(path)) if path else load_quality_set()
+    if path:
+        return read_quality_set(Path(path))
+    return dataclasses.replace(load_quality_set(), neighbours=neighbour_paragraphs())
 
 
 def reference_vectors(
@@ -84,39 +103,61 @@ def reference_vectors(
 ) -> npt.NDArray[np.float32]:
     """The unit embeddings by torch float32 of every text of ``qs``, computed once and cached.
 
-    Blocks while computing them (about a minute of one core for the shipped set), with
-    ``workers`` passes of ``threads`` threads at once.
+    In the order of :func:`~batchserve.engines.quality.all_texts`. Blocks while computing
+    a part that is not cached (about a minute of one core for the shipped set, as much for
+    the paragraphs), with ``workers`` passes of ``threads`` threads at once.
     """
     folder = model_folder(source, cache_dir)
-    path = folder / f"reference-{set_digest(qs)}.npy"
-    shipped = _shipped_reference(folder.name, qs)
+    core = dataclasses.replace(qs, neighbours=())
+    parts = [
+        _part(
+            source, folder, all_texts(core), _shipped_reference(folder.name, core), threads, workers
+        )
+    ]
+    if qs.neighbours:
+        parts.append(_part(source, folder, list(qs.neighbours), None, threads, workers))
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+
+def _part(
+    source: Path,
+    folder: Path,
+    texts: list[str],
+    shipped: Path | None,
+    threads: int | None,
+    workers: int,
+) -> npt.NDArray[np.float32]:
+    # One part of the reference: the cache's file, else the package's, else computed.
+    path = folder / f"reference-{_digest(texts)}.npy"
     for candidate in (path, shipped):
+        if candidate is None:
+            continue
         try:
             vectors: npt.NDArray[np.float32] = np.load(candidate)
-            if vectors.shape[0] == len(all_texts(qs)):
+            if vectors.shape[0] == len(texts):
                 return vectors
         except (OSError, ValueError):
             pass  # missing or damaged: the next, or computed below
-    return _compute_reference(source, qs, path, threads=threads, workers=workers)
+    return _compute_reference(source, texts, path, threads=threads, workers=workers)
 
 
 def _compute_reference(
     source: Path,
-    qs: QualitySet,
+    texts: list[str],
     path: Path,
     *,
     threads: int | None,
     workers: int,
     keep: Callable[[Path, bytes], object] = write_cached,
 ) -> npt.NDArray[np.float32]:
-    # torch float32 on the CPU embeds every text of the set; the vectors are saved to path.
+    # torch float32 on the CPU embeds every text; the vectors are saved to path.
     from batchserve.engines.embeddings import SentenceEmbedder
     from batchserve.engines.runtime import Runtime
 
     reference = SentenceEmbedder.from_path(
         source, Runtime(backend="torch", device="cpu", dtype="float32", threads=threads)
     )
-    vectors = embed_all(reference, all_texts(qs), workers=workers)
+    vectors = embed_all(reference, texts, workers=workers)
     buf = io.BytesIO()
     np.save(buf, vectors)
     keep(path, buf.getvalue())
@@ -138,7 +179,7 @@ def write_shipped_reference(source: Path, *, workers: int = 2) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         name = model_folder(source, Path(tmp)).name
     path = _shipped_reference(name, qs)
-    _compute_reference(source, qs, path, threads=1, workers=workers, keep=write_atomic)
+    _compute_reference(source, all_texts(qs), path, threads=1, workers=workers, keep=write_atomic)
     return path
 
 
@@ -163,7 +204,9 @@ def gate(
         threads: CPU threads of the reference's passes, if it must be computed.
         workers: passes at once (the candidate's and the reference's).
 
-    Blocks while embedding the set with ``candidate`` (and the reference, the first time).
+    Blocks while embedding the set with ``candidate`` (and the reference, the first time):
+    for MiniLM on one core, about a minute per engine for the shipped set and the
+    paragraphs (the reference engine: its invariance only, seconds).
     """
     qs = quality_set if quality_set is not None else default_quality_set()
     digest = set_digest(qs)
@@ -175,18 +218,30 @@ def gate(
             return Quality.from_dict(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError, KeyError):
             pass  # a damaged file: measured again below
-    ref = reference_vectors(source, cache_dir, qs, threads=threads, workers=workers)
-    quality = against(ref, candidate, qs, workers=workers)
+    if engine == REFERENCE:  # against itself: 1 by definition, but for its invariance
+        quality = itself(candidate, qs)
+    else:
+        ref = reference_vectors(source, cache_dir, qs, threads=threads, workers=workers)
+        quality = against(ref, candidate, qs, workers=workers)
     write_cached(path, json.dumps(quality.to_dict(), indent=1).encode())
+    kept = "-" if quality.nearest_kept is None else f"{quality.nearest_kept:.1%}"
+    overlap = "-" if quality.top10_overlap is None else f"{quality.top10_overlap:.3f}"
     _log.warning(
-        "%s quality gate: mean cosine %.4f (min %.4f) over %d texts, nearest passage kept "
-        "for %.1f%% of %d queries: %s",
+        "%s quality gate in %.0fs: mean cosine %.4f (min %.4f) over %d texts, nearest "
+        "passage kept for %.1f%% of %d queries, nearest neighbour kept %s and top-10 "
+        "overlap %s over %d paragraphs, batch invariance %.6f over %d texts: %s",
         engine,
+        quality.seconds,
         quality.mean_cosine,
         quality.min_cosine,
         quality.texts,
         quality.ranking_agreement * 100,
         quality.queries,
-        "passed" if quality.passes else "FAILED",
+        kept,
+        overlap,
+        quality.neighbours,
+        quality.invariance,
+        quality.probes,
+        "passed" if quality.passes else "FAILED (" + "; ".join(quality.failures()) + ")",
     )
     return quality

@@ -1,4 +1,4 @@
-"""The fixed text set the int8 quality gate measures on, and how it was made.
+"""The text sets the quality gate measures on, and how they were made.
 
 Theory of operation: :func:`build` makes the set from a seed and the hand-written material
 below (topics, each with facts and questions; a few texts of other shapes: other languages,
@@ -13,8 +13,18 @@ two agree). The set has:
   fact of each topic, so the five or six of one topic compete as near neighbours),
   queries to be ranked against passages.
 
-The gate (:mod:`batchserve.engines.quality`) compares a backend's embeddings of ``texts``
-with the fp32 reference and checks that each query's nearest passage is unchanged.
+Beside them, the gate ranks a set with close neighbours, as an index holds them:
+:func:`neighbour_paragraphs`, the paragraphs of Python's own reference manual
+(``pydoc_data.topics``, in every CPython install, read by
+:mod:`batchserve.engines.corpus`: about 1,450 distinct paragraphs of 8 words or more over
+79 topics, so each has many near neighbours on its own topic). They are not shipped with
+the package: :func:`~batchserve.engines.gate.default_quality_set` reads them from the
+running Python, so their text (and the reference vectors cached for them) follows its
+version.
+
+The gate (:mod:`batchserve.engines.quality`) compares an engine's embeddings of every text
+with the fp32 reference, checks that each query's nearest passage is unchanged, and that
+each paragraph's nearest and ten nearest neighbours are.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ from pathlib import Path
 
 from batchserve.errors import ConfigError
 
-__all__ = ["QualitySet", "build", "load", "read", "to_json"]
+__all__ = ["QualitySet", "build", "load", "neighbour_paragraphs", "read", "to_json"]
 
 SEED = 20261130
 _FILE = "quality_set.json"
@@ -352,11 +362,14 @@ class QualitySet:
         texts: the texts whose embeddings are compared (>= 1,000, varied lengths).
         queries: retrieval queries.
         passages: retrieval passages; each query is ranked against all of them.
+        neighbours: paragraphs with close neighbours among themselves; each is ranked
+            against all the others (empty: the gate measures no neighbourhoods).
     """
 
     texts: tuple[str, ...]
     queries: tuple[str, ...]
     passages: tuple[str, ...]
+    neighbours: tuple[str, ...] = ()
 
 
 def _passage(rng: random.Random, topic: str, lo: int, hi: int) -> str:
@@ -418,6 +431,29 @@ def to_json(qs: QualitySet) -> str:
     )
 
 
+#: Paragraphs shorter than this (in words) are left out of the gate's neighbours: the
+#: grammar rules and "is equivalent to" lines, which tie with each other.
+_MIN_PARAGRAPH_WORDS = 8
+
+
+def neighbour_paragraphs(*, min_words: int = _MIN_PARAGRAPH_WORDS) -> tuple[str, ...]:
+    """The gate's neighbours: the paragraphs of Python's reference manual, the short left out.
+
+    :func:`~batchserve.engines.corpus.reference_paragraphs` (the text the benchmarks and
+    ``auto``'s timing read too) less those of fewer than ``min_words`` words: about 1,450
+    paragraphs of real technical prose and code on 79 topics, so many close neighbours, as
+    in a user's index. The text follows the running Python's version; a Python installed
+    without ``pydoc_data`` gives an empty tuple (the gate then ranks no neighbourhoods).
+    """
+    from batchserve.engines.corpus import reference_paragraphs
+
+    try:
+        paragraphs = reference_paragraphs()
+    except ImportError:  # a Python stripped of its docs
+        return ()
+    return tuple(p for p in paragraphs if len(p.split()) >= min_words)
+
+
 def load() -> QualitySet:
     """The shipped set (``data/quality_set.json`` in this package)."""
     raw = resources.files("batchserve.engines").joinpath("data", _FILE).read_text("utf-8")
@@ -427,8 +463,9 @@ def load() -> QualitySet:
 def read(path: Path) -> QualitySet:
     """A set of one's own: a JSON object like the shipped file, or plain text lines.
 
-    A JSON file has ``texts`` and optionally ``queries`` and ``passages`` (lists of
-    strings); a text file has one text per non-empty line (no retrieval set).
+    A JSON file has ``texts`` and optionally ``queries``, ``passages`` and ``neighbours``
+    (lists of strings); a text file has one text per non-empty line (no retrieval set, no
+    neighbours).
 
     Raises:
         ConfigError: the file holds no text, or a field is not a list of strings.
@@ -444,7 +481,7 @@ def read(path: Path) -> QualitySet:
 
 def _parse(data: dict[str, object], where: str) -> QualitySet:
     fields: dict[str, tuple[str, ...]] = {}
-    for key in ("texts", "queries", "passages"):
+    for key in ("texts", "queries", "passages", "neighbours"):
         value = data.get(key, [])
         if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
             raise ConfigError(f"quality set {where}: {key} must be a list of strings")

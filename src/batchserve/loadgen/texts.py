@@ -2,7 +2,10 @@
 
 Generated texts are drawn from a fixed list of common English words, one model token each
 for a WordPiece or BPE vocabulary (so ``words`` is close to the number of tokens), with a
-seeded generator: the same arguments always give the same texts.
+seeded generator: the same arguments always give the same texts. Real text of a realistic
+length mix, which ships with every Python, is :func:`reference_paragraphs` (the paragraphs
+of Python's reference manual; see :mod:`batchserve.engines.corpus`, where ``--backend auto``
+reads it too).
 """
 
 from __future__ import annotations
@@ -10,9 +13,10 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from batchserve.engines.corpus import reference_paragraphs
 from batchserve.errors import ConfigError
 
-__all__ = ["generate_texts", "read_texts"]
+__all__ = ["generate_texts", "read_texts", "reference_paragraphs"]
 
 _WORD_TEXT = (
     "the of and to in is was for that on as with by he at from his an were are which this "
