@@ -1,0 +1,29 @@
+import statistics
+
+from batchserve.engines.corpus import digest, reference_paragraphs
+from batchserve.loadgen.texts import reference_paragraphs as from_loadgen
+
+
+def test_the_reference_manual_gives_many_paragraphs_of_a_long_tailed_mix() -> None:
+    paragraphs = reference_paragraphs()
+    assert len(paragraphs) >= 1200
+    assert len(set(paragraphs)) == len(paragraphs)
+    lengths = sorted(len(p) for p in paragraphs)
+    mean, median = statistics.mean(lengths), statistics.median(lengths)
+    # A long tail: the mean well above the median, the longest many times the mean.
+    assert 120 < mean < 400
+    assert median < mean
+    assert lengths[-1] > 8 * mean
+
+
+def test_paragraphs_are_single_spaced_text_without_headings() -> None:
+    for p in reference_paragraphs():
+        assert p == " ".join(p.split())
+        assert not set(p) <= set("*=-~^ ")
+    assert 'The "if" statement is used for conditional execution:' in reference_paragraphs()
+
+
+def test_the_order_is_fixed_and_the_loaders_agree() -> None:
+    assert reference_paragraphs() is from_loadgen()
+    assert len(digest()) == 16
+    assert digest() == digest()
