@@ -21,7 +21,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from batchserve.engines.choice import Trial, Verdict, choose, gate_order, pick, speed_texts
+from batchserve.engines.choice import (
+    SPEED_REQUESTS,
+    Trial,
+    Verdict,
+    choose,
+    gate_order,
+    pick,
+    speed_texts,
+)
+from batchserve.engines.corpus import reference_paragraphs
 from batchserve.engines.export import model_folder
 from batchserve.engines.gate import set_digest
 from batchserve.engines.hardware import REFERENCE, Engine, Machine
@@ -110,13 +119,19 @@ def test_auto_never_serves_an_engine_measured_slower_than_torch_fp32(
     assert chosen == REFERENCE or next(t for t in trials if t.engine == chosen).gated
 
 
-def test_speed_texts_span_the_lengths_in_batches_of_similar_length() -> None:
-    batches = speed_texts(QS, batch_size=4, workers=2)
-    assert [len(b) for b in batches] == [4, 4]
+def test_speed_texts_are_requests_of_real_text_of_mixed_lengths() -> None:
+    batches = speed_texts(batch_size=32, workers=2)
+    assert [len(b) for b in batches] == [32] * 2 * SPEED_REQUESTS
+    assert batches == speed_texts(batch_size=32, workers=2)  # the same every time
     flat = [t for b in batches for t in b]
-    assert flat == sorted(flat, key=len)
-    assert len(flat[0]) < len(flat[-1])
-    assert speed_texts(QS, batch_size=64, workers=2) == [sorted(QS.texts, key=len)]
+    assert len(set(flat)) == len(flat)
+    assert set(flat) <= set(reference_paragraphs())
+    # Mixed as an indexer's requests are: each holds short and long paragraphs, so the
+    # engines' sub-passes show in their times.
+    for b in batches:
+        lengths = sorted(len(t) for t in b)
+        assert lengths[-1] > 2.5 * lengths[len(b) // 2] > 10 * lengths[0]
+    assert len(speed_texts(batch_size=4, workers=1, requests=3)) == 3
 
 
 class Fake:

@@ -6,10 +6,14 @@ lengths and the batch size, so it is measured on the machine, never assumed:
 
 1. :func:`~batchserve.engines.hardware.candidates` lists the engines the machine's facts
    and the installed packages make possible (bfloat16 only where the CPU computes in it).
-2. Each is loaded (an export is made once into the cache) and timed on shipped texts at
-   the configured batch size, with as many passes at once as the server will run
-   (``workers`` threads of ``threads`` each), in rounds that alternate the engines so a
-   neighbour's load falls on all alike; the best round counts. After the first round only
+2. Each is loaded (an export is made once into the cache) and timed on real text of a
+   realistic length mix (:func:`speed_texts`: the reference manual's paragraphs,
+   :mod:`batchserve.engines.corpus`) in requests of the configured batch size, as an
+   indexer sends them, so each engine runs them as it serves them: as length-sorted
+   sub-passes (:mod:`batchserve.engines.passes`), whose padding saved is part of its speed.
+   As many passes run at once as the server will run (``workers`` threads of ``threads``
+   each), in rounds that alternate the engines so a neighbour's load falls on all alike;
+   the best round counts. After the first round only
    the reference and the engines within 80% of the best are timed again.
 3. The engines faster than the reference (torch float32) go through the quality gate
    (:mod:`batchserve.engines.gate`, on the shipped set and the paragraphs of Python's
@@ -40,6 +44,7 @@ import hashlib
 import importlib.metadata
 import json
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +53,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from batchserve.engines.corpus import digest as corpus_digest
+from batchserve.engines.corpus import reference_paragraphs
 from batchserve.engines.hardware import (
     REFERENCE,
     Engine,
@@ -71,8 +78,11 @@ __all__ = ["Trial", "Verdict", "choose", "gate_order", "pick", "speed_texts"]
 
 _log = logging.getLogger(__name__)
 
-#: Format of the cached verdict; a file of another format is measured again.
-FORMAT = 2
+#: Format of the cached verdict; a file of another format is measured again (3: timed on
+#: the reference manual's paragraphs, each engine in sub-passes).
+FORMAT = 3
+#: Requests each worker times per round (of the batch size each).
+SPEED_REQUESTS = 2
 #: Timed rounds per engine (the best counts).
 ROUNDS = 2
 #: After the first round, engines below this fraction of the best rate are not timed again.
@@ -339,17 +349,21 @@ def versions() -> dict[str, str]:
     return out
 
 
-def speed_texts(qs: QualitySet, batch_size: int, workers: int) -> list[list[str]]:
-    """The batches the engines are timed on: ``workers`` batches of ``batch_size`` texts.
+def speed_texts(
+    batch_size: int, workers: int, *, requests: int = SPEED_REQUESTS
+) -> list[list[str]]:
+    """The requests the engines are timed on: ``requests`` per worker, ``batch_size`` texts each.
 
-    Texts are taken across the shipped set's whole length range (every k-th of the texts
-    sorted by length), then grouped by length into batches, as the server groups texts
-    of similar length into one pass.
+    A seeded sample of the reference manual's paragraphs
+    (:func:`~batchserve.engines.corpus.reference_paragraphs`), each request of mixed
+    lengths as an indexer's are (a long tail: 48 tokens mean, 101 at the 90th percentile),
+    so that an engine's time includes what its sub-passes save of the padding. The same
+    arguments give the same requests.
     """
-    ordered = sorted(qs.texts, key=len)
-    count = min(len(ordered), batch_size * workers)
-    step = len(ordered) / count
-    sample = [ordered[int(i * step)] for i in range(count)]
+    paragraphs = list(reference_paragraphs())
+    random.Random(0).shuffle(paragraphs)
+    count = batch_size * max(1, workers) * max(1, requests)
+    sample = [paragraphs[i % len(paragraphs)] for i in range(count)]
     return [sample[i : i + batch_size] for i in range(0, count, batch_size)]
 
 
@@ -458,6 +472,7 @@ def choose(
             "threads": threads,
             "workers": workers,
             "set": set_digest(qs),
+            "speed_texts": corpus_digest(),
             "format": FORMAT,
         }
     )
@@ -484,7 +499,7 @@ def choose(
         except Exception as exc:
             unavailable[option.engine] = f"failed to load: {exc}"
             _log.warning("backend auto: %s failed to load: %s", option.engine, exc)
-    batches = speed_texts(qs, batch_size, workers)
+    batches = speed_texts(batch_size, workers)
     rates: dict[Engine, float] = {}
     for fn in fns.values():  # a first pass of each shape, untimed
         fn(batches[0][:2])
