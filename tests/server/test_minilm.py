@@ -126,6 +126,12 @@ def test_minilm_forms_its_passes_by_tokens_and_reports_the_padding(
     assert tokens["real"] > 0
     assert tokens["padded"] >= tokens["real"]
     assert tokens["waste"] == pytest.approx(tokens["padded"] / tokens["real"])
+    # One request of every length: its pass runs as sub-passes, and /status counts them.
+    fetch("/v1/embeddings", {"model": "all-MiniLM-L6-v2", "input": TEXTS})
+    passes = json.loads(fetch("/status"))["models"]["all-MiniLM-L6-v2"]["passes"]
+    assert passes["subpasses"] > passes["passes"] >= 1
+    assert passes["real_tokens"] <= passes["computed_tokens"] < passes["unsplit_tokens"]
+    assert passes["cost"]["per_token_s"] > 0
     metrics = fetch("/metrics").decode()
     assert 'batchserve_padding_waste_ratio{model="all-MiniLM-L6-v2"}' in metrics
     assert 'batchserve_batch_tokens_total{kind="padded",model="all-MiniLM-L6-v2"}' in metrics

@@ -21,7 +21,11 @@ nothing: the request counters and pass accounting of :class:`~batchserve.server.
   fit ``fixed_s + padded tokens * per_token_s``;
 * ``engine`` (None for a model that is not ``minilm`` or a folder, or not loaded yet): the
   backend, precision, device and threads it runs on and, under ``--backend auto``,
-  ``choice``: the chosen engine and every candidate's measured rate and quality figures.
+  ``choice``: the chosen engine and every candidate's measured rate and quality figures;
+* ``passes`` (None unless the model runs on an engine): what its passes computed as
+  length-sorted sub-passes since the start (passes, sub-passes, real tokens, tokens
+  computed and those whole padded passes would have computed, their ratio ``waste``) and
+  the sub-pass cost it learned (:class:`~batchserve.engines.passes.PassStatistics`).
 
 Requests whose model was never known (a 404, a body that did not parse) are counted in the
 server's ``requests`` only.
@@ -33,6 +37,7 @@ import time
 from typing import Any
 
 from batchserve import __version__
+from batchserve.engines.passes import SubPasses
 from batchserve.policy import PolicyStats
 from batchserve.server.account import quantile
 from batchserve.server.ops.metrics import (
@@ -53,6 +58,11 @@ def _window(values: tuple[float, ...]) -> dict[str, Any]:
     return {"p50": quantile(values, 0.5), "p99": quantile(values, 0.99), "n": len(values)}
 
 
+def _passes(model: ServedModel) -> dict[str, Any] | None:
+    runner = getattr(model.loaded.fn, "passes", None) if model.loaded is not None else None
+    return runner.statistics().to_dict() if isinstance(runner, SubPasses) else None
+
+
 def model_status(model: ServedModel, metrics: Metrics) -> dict[str, Any]:
     """One model's entry (see the module docstring)."""
     account = metrics.account(model.name)
@@ -71,6 +81,7 @@ def model_status(model: ServedModel, metrics: Metrics) -> dict[str, Any]:
     return {
         "state": model.state,
         "engine": model.loaded.engine if model.loaded is not None else None,
+        "passes": _passes(model),
         "settings": {
             "max_batch_size": batch.max_batch_size,
             "max_wait_s": batch.max_wait_s,
