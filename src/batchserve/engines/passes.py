@@ -27,11 +27,14 @@ sub-passes computed, and those one padded pass would have computed.
 
 Where the prior comes from (:func:`prior`): the cost model answers its prior until it has
 seen :data:`WARMUP` sub-passes. On the CPU it is MiniLM-shaped (6 layers, 384 wide),
-measured on a 2-core AVX2 EPYC with one thread, by running 32 items of 16 and of 48 tokens
-as sub-passes of 1, 2, 4, 8 and 32 items (the fixed cost is what the 1-item sub-passes
-cost beyond the one 32-item pass, over 31): a token costs 300-650 us (int8 to torch
-float32), a sub-pass 8 (ONNX int8) to 20-40 (float32, torch, OpenVINO) tokens' worth.
-The prior is 400 us a token divided among the threads, 25 tokens' worth a sub-pass.
+measured on a 2-core AMD EPYC (AVX-512, VNNI, BF16) with one thread while other work kept
+it busy, by running 32 items of 16 and of 48 tokens as sub-passes of 1, 2, 4, 8 and 32 items
+(``bench/pass_breakdown.py --fixed-cost``: the fixed cost is what the 1-item sub-passes
+cost beyond the one 32-item pass, over 31): a token cost 300-650 us (int8 to torch
+float32), a sub-pass 8 (ONNX int8) to 20-40 (float32, torch, OpenVINO) tokens' worth;
+a fit over passes of 1-32 items of 8-256 tokens put the attention term at 0.4-0.7 us per
+``n * L * L``. The prior is 400 us a token and 0.5 us of attention, both divided among
+the threads, and 25 tokens' worth a sub-pass.
 On a GPU the fixed cost (kernel launches, a copy each way) is worth thousands of tokens,
 so the prior is a large fixed cost and a tiny per-token one: whole passes, cut only for a
 long outlier. No GPU was at hand to measure it: its figures are those of a launch-bound
@@ -76,7 +79,8 @@ CPU_PRIOR = PassCost(fixed_s=0.010, per_token_s=400e-6, attention_s=0.5e-6)
 #: A GPU sub-pass: launches and copies dominate (see the module docstring).
 GPU_PRIOR = PassCost(fixed_s=0.004, per_token_s=0.5e-6)
 #: Items in one sub-pass, at most: bounds the plan's work (it tries every group up to this
-#: size) and a GPU sub-pass's memory with short texts.
+#: size: 0.09 ms for a pass of 32 items, 2.9 ms for 128, 16 ms for 512, in Python, holding
+#: the GIL) and a GPU sub-pass's memory with short texts.
 MAX_ITEMS = 128
 #: Padded tokens in one sub-pass, at most (an item alone always goes): 8,192 tokens of 256
 #: keep a MiniLM sub-pass's attention scores near 100 MB.
