@@ -1,81 +1,181 @@
-"""Where one forward pass of the built-in model spends its time: tokenize, forward, pool/normalize.
+"""Where a pass's time and FLOPs go, per engine, on real text sent 32 per request.
 
-For each ``--spec`` (default: the ONNX int8 and torch float32 engines, one thread), batches
-of ``--batch`` shipped texts (``--texts short``: the shortest of the shipped set, as
-queries are; ``mixed``: across the whole length range, grouped by length as the server
-groups them) are run stage by stage, ``--repeats`` times, and each stage's share of the
-pass is printed with its milliseconds per batch. The stages are the engine's own code, not
-a copy: the tokenizer call the engine makes, the engine's forward (for torch, the
-transformer and pooling modules, as ``SentenceEmbedder.embed`` runs them), and the
-normalization and copy out.
+For each ``--spec`` (default: every fixed engine of the built-in model, torch, ONNX
+Runtime and OpenVINO at float32 and int8, at the default threads), requests of
+``--per-request`` texts (32) of the realistic mix (paragraphs of Python's reference
+manual, :func:`batchserve.loadgen.texts.reference_paragraphs`, a seeded sample of
+``--texts``) are embedded in process, two ways, alternated over ``--repeats``:
 
-What it answers: how much of a pass could leave the critical path if it ran beside the
-previous pass (tokenizing the next batch while the current one runs), once the forward is
-cheap. The answering (JSON encoding on the event loop) is measured per request by
-``bench/request_cpu.py``.
+* **padded**: the request as one pass padded to its longest text (the engine's tokenizer,
+  then its forward on the whole pass: how the engines ran a pass before sub-passes);
+* **cut**: the engine's own call, which runs the pass as length-sorted sub-passes
+  (:mod:`batchserve.engines.passes`), its cost learned as it goes (a warm-up request first).
 
-``--pad-multiple 16`` also runs the exported engines with each batch's length padded up to
-a multiple of 16 tokens (shape buckets), to see whether fewer distinct shapes pay for the
-extra tokens.
+Printed per engine and way: texts/s (best repeat), **tokens computed / real tokens**
+(from the engine's statistics, or the pass's shape when padded), tokenize's share of the
+time, **useful GFLOP/s** and its **share of the machine's matrix-product rate** at the same
+threads. Useful FLOPs count only real tokens: a text of ``l`` tokens costs
+``2 * P * l + 4 * layers * d * l * l`` FLOPs, where ``P`` is the parameters of the encoder
+layers (the weights a token is multiplied by: 10.6 M for MiniLM-L6, so 21 MFLOP a token)
+and the second term is attention's (``QK^T`` and ``AV``, ``2 * l * d`` FLOPs each per token
+and layer); embeddings are lookups and cost none. The machine's rate is a torch float32
+matrix product at the model's shapes (2048 x 384 @ 384 x 1536, the feed-forward's first
+layer over 2048 tokens), at the same threads, the best of runs before and between the
+engines (a busy machine's neighbours slow both alike); int8 engines may exceed it.
 
-Run: ``.venv/bin/python bench/pass_breakdown.py [--texts short] [--batch 32]``
+``--fixed-cost`` measures instead where the engines' sub-pass prior comes from
+(:data:`batchserve.engines.passes.CPU_PRIOR`): per engine, 32 items of 16 and of 48 tokens
+run as sub-passes of 1, 2, 4, 8 and 32 items (the engine's own forward on the cut
+features); a sub-pass's fixed cost is what the 32 one-item sub-passes cost beyond the one
+32-item pass, over 31, and it is printed in seconds and in tokens' worth.
+
+The served figures (the same texts through ``batchserve serve``) are
+``bench/models/served_engines.py``'s.
+
+Run: ``python bench/models/pass_breakdown.py [--threads 1] [--spec minilm:backend=onnx]
+[--fixed-cost]``
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import random
 import sys
 import time
 from typing import Any
 
-import numpy as np
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from batchserve.engines.embeddings import SentenceEmbedder
+from batchserve.engines.embeddings import SentenceEmbedder, builtin_path, load_sentence_transformer
 from batchserve.engines.exported import ExportedEmbedder, _feeds
 from batchserve.engines.loader import load_model
-from batchserve.engines.quality_set import load as load_quality_set
+from batchserve.engines.runtime import default_threads
+from batchserve.loadgen.texts import reference_paragraphs
+
+BACKENDS = ("torch", "onnx", "onnx-int8", "openvino", "openvino-int8")
 
 
-def bucketed(fn: ExportedEmbedder, batch: list[str], multiple: int) -> dict[str, Any]:
-    """The engine's feeds with the length padded up to a multiple of ``multiple`` tokens."""
-    enc = fn._tokenizer(
-        [t.strip() for t in batch],
-        padding=True,
-        truncation="longest_first",
-        max_length=fn.max_seq_length,
-        return_tensors="np",
-        pad_to_multiple_of=multiple,
-    )
-    return {n: np.asarray(enc[n], dtype=np.int64) for n in fn._inputs}
+def realistic(count: int, seed: int = 0) -> list[str]:
+    """``count`` paragraphs of the reference manual, a seeded sample (cycled if too few)."""
+    paragraphs = list(reference_paragraphs())
+    random.Random(seed).shuffle(paragraphs)
+    return [paragraphs[i % len(paragraphs)] for i in range(count)]
 
 
-def stages(fn: Any, batch: list[str], multiple: int = 0) -> tuple[float, float, float]:
-    """Seconds of tokenize, forward and normalize for one pass of ``fn`` on ``batch``."""
-    t0 = time.perf_counter()
+def model_shape() -> tuple[int, int, int]:
+    """The built-in model's encoder parameters, layers and width (from its torch weights)."""
+    st = load_sentence_transformer(builtin_path())
+    bert = st[0].auto_model
+    params = sum(p.numel() for p in bert.encoder.parameters())
+    return params, int(bert.config.num_hidden_layers), int(bert.config.hidden_size)
+
+
+def useful_flops(lengths: list[int], params: int, layers: int, width: int) -> float:
+    """FLOPs of the real tokens (see the module docstring)."""
+    return float(sum(2 * params * n + 4 * layers * width * n * n for n in lengths))
+
+
+def matmul_rate(threads: int, seconds: float = 1.0) -> float:
+    """A float32 matrix product's GFLOP/s at the model's shapes on ``threads`` threads."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(2048, 384), torch.randn(384, 1536)
+    flops = 2 * 2048 * 384 * 1536
+    for _ in range(3):
+        torch.matmul(a, b)
+    best = 0.0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        for _ in range(4):
+            torch.matmul(a, b)
+        best = max(best, 4 * flops / (time.perf_counter() - t0))
+    return best / 1e9
+
+
+def tokenize(fn: Any, batch: list[str]) -> tuple[dict[str, Any], list[int]]:
+    """The engine's own tokenization of a pass: features padded to its longest, lengths."""
     if isinstance(fn, ExportedEmbedder):
-        if multiple:
-            feeds = bucketed(fn, batch, multiple)
-        else:
-            feeds, _ = _feeds(fn._tokenizer, batch, fn._inputs, fn.max_seq_length)
-        t1 = time.perf_counter()
-        out = np.asarray(fn._run(feeds), dtype=np.float32)
-    elif isinstance(fn, SentenceEmbedder):
-        import torch
-
+        if fn._lower:
+            batch = [t.lower() for t in batch]
+        return _feeds(fn._tokenizer, batch, fn._inputs, fn.max_seq_length)
+    if isinstance(fn, SentenceEmbedder):
         features = fn._preprocess(batch)
+        return features, [int(c) for c in features["attention_mask"].sum(dim=1).tolist()]
+    raise TypeError(f"not an engine of the built-in model: {type(fn).__name__}")
+
+
+def padded_run(fn: Any, requests: list[list[str]]) -> dict[str, float]:
+    """Each request as one padded pass: seconds, tokenize seconds, real and computed tokens."""
+    tok_s = real = computed = 0.0
+    t0 = time.perf_counter()
+    for batch in requests:
         t1 = time.perf_counter()
-        with torch.inference_mode(), fn._precision():
-            out = fn._model(features)["sentence_embedding"].float().numpy()
-    else:
-        raise TypeError(f"not an engine of the built-in model: {type(fn).__name__}")
-    t2 = time.perf_counter()
-    norms = np.linalg.norm(out, axis=1, keepdims=True)
-    np.ascontiguousarray(out / np.maximum(norms, 1e-12), dtype=np.float32)
-    t3 = time.perf_counter()
-    return t1 - t0, t2 - t1, t3 - t2
+        features, lengths = tokenize(fn, batch)
+        tok_s += time.perf_counter() - t1
+        fn._forward(features)
+        real += sum(lengths)
+        computed += len(lengths) * max(lengths)
+    return {"s": time.perf_counter() - t0, "tok_s": tok_s, "real": real, "computed": computed}
+
+
+def cut_run(fn: Any, requests: list[list[str]]) -> dict[str, float]:
+    """Each request through the engine's own call (sub-passes); the same figures."""
+    before = fn.statistics()
+    tok_s = 0.0
+    t0 = time.perf_counter()
+    for batch in requests:
+        fn.embed(batch)
+    total = time.perf_counter() - t0
+    for batch in requests[:4]:  # tokenize's share, from a few requests
+        t1 = time.perf_counter()
+        tokenize(fn, batch)
+        tok_s += time.perf_counter() - t1
+    tok_s *= len(requests) / min(4, len(requests))
+    after = fn.statistics()
+    return {
+        "s": total,
+        "tok_s": tok_s,
+        "real": after.real_tokens - before.real_tokens,
+        "computed": after.computed_tokens - before.computed_tokens,
+        "subpasses": (after.subpasses - before.subpasses) / (after.passes - before.passes),
+    }
+
+
+def fixed_cost(fn: Any, spec: str, repeats: int) -> None:
+    """Print the sub-pass fixed cost of ``fn`` (see the module docstring)."""
+    text = " ".join(["the quick brown fox jumps over the lazy dog"] * 40)
+    features, _ = tokenize(fn, [text] * 32)
+    for width in (16, 48):
+        cut = {
+            k: v[:, :width] if getattr(v, "shape", None) is not None and v.ndim == 2 else v
+            for k, v in features.items()
+        }
+        times = {}
+        for size in (1, 2, 4, 8, 32):
+            parts = [
+                {k: v[i : i + size] if hasattr(v, "shape") else v for k, v in cut.items()}
+                for i in range(0, 32, size)
+            ]
+            fn._forward(parts[0])
+            best = float("inf")
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                for part in parts:
+                    fn._forward(part)
+                best = min(best, time.perf_counter() - t0)
+            times[size] = best
+        fixed = (times[1] - times[32]) / 31
+        per_token = times[32] / (32 * width)
+        print(
+            f"{spec:42} {width:3} tokens: "
+            + " ".join(f"{k}:{v * 1e3:.0f}ms" for k, v in times.items())
+            + f"  fixed {fixed * 1e3:.2f} ms = {fixed / per_token:.0f} tokens of "
+            f"{per_token * 1e6:.0f} us"
+        )
 
 
 def main() -> int:
@@ -84,47 +184,73 @@ def main() -> int:
         "--spec",
         action="append",
         default=[],
-        help="a minilm SPEC (repeatable; default: onnx-int8 and torch, one thread)",
+        help="a minilm SPEC (repeatable; default: torch, onnx, onnx-int8, openvino, "
+        "openvino-int8 at --threads)",
     )
-    parser.add_argument("--texts", choices=["short", "mixed"], default="mixed")
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--batches", type=int, default=8, help="batches per repeat")
+    parser.add_argument("--threads", type=int, default=None, help="default: the server's")
+    parser.add_argument("--per-request", type=int, default=32)
+    parser.add_argument("--texts", type=int, default=256, help="texts per repeat")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON lines")
     parser.add_argument(
-        "--pad-multiple",
-        type=int,
-        default=0,
-        help="also run ONNX Runtime/OpenVINO with lengths padded to a multiple of N tokens "
-        "(shape buckets), beside the plain padding",
+        "--fixed-cost", action="store_true", help="measure each engine's sub-pass fixed cost"
     )
     args = parser.parse_args()
-    specs = args.spec or ["minilm:backend=onnx-int8,threads=1", "minilm:backend=torch,threads=1"]
-    ordered = sorted(load_quality_set().texts, key=len)
-    if args.texts == "short":
-        pool = ordered[: args.batch * args.batches]
-    else:
-        step = max(1, len(ordered) // (args.batch * args.batches))
-        pool = ordered[::step][: args.batch * args.batches]
-    batches = [pool[i : i + args.batch] for i in range(0, len(pool), args.batch)]
-    print(f"{'spec':40} {'tokenize':>14} {'forward':>15} {'normalize':>12}")
+    threads = args.threads or default_threads()
+    specs = args.spec or [f"minilm:backend={b},threads={threads}" for b in BACKENDS]
+    if args.fixed_cost:
+        for spec in specs:
+            fixed_cost(load_model(spec).fn, spec, max(3, args.repeats))
+        return 0
+    texts = realistic(args.texts)
+    requests = [texts[i : i + args.per_request] for i in range(0, len(texts), args.per_request)]
+    params, layers, width = model_shape()
+    rate = matmul_rate(threads)
+    print(
+        f"model: {params / 1e6:.2f} M encoder parameters, {layers} layers x {width}; "
+        f"matmul 2048x384 @ 384x1536 on {threads} thread(s): {rate:.1f} GFLOP/s; "
+        f"{len(texts)} texts, {args.per_request} per request",
+        file=sys.stderr,
+    )
+    if not args.json:
+        print(
+            f"{'spec':42} {'way':6} {'texts/s':>8} {'computed/real':>13} {'sub/pass':>8} "
+            f"{'tokenize':>8} {'GFLOP/s':>8} {'of matmul':>9}"
+        )
     for spec in specs:
         fn = load_model(spec).fn
-        fn(batches[0][:2])
-        multiples = [0]
-        if args.pad_multiple and isinstance(fn, ExportedEmbedder):
-            multiples.append(args.pad_multiple)
-        totals = {m: np.zeros(3) for m in multiples}
+        fn.embed(requests[0])  # a first pass of each shape, and the cost's warm-up
+        fn.embed(requests[-1])
+        best: dict[str, dict[str, float]] = {}
         for _ in range(args.repeats):
-            for m in multiples:  # alternated, so a neighbour's load falls on both alike
-                for batch in batches:
-                    totals[m] += stages(fn, batch, m)
-        for m, total in totals.items():
-            per = total / (args.repeats * len(batches)) * 1e3
-            share = total / total.sum() * 100
-            name = spec + (f" (pad to x{m})" if m else "")
+            for way, run in (("padded", padded_run), ("cut", cut_run)):
+                got = run(fn, requests)
+                if way not in best or got["s"] < best[way]["s"]:
+                    best[way] = got
+        rate = max(rate, matmul_rate(threads))
+        flops = useful_flops(fn.count_tokens(texts), params, layers, width)
+        for way, got in best.items():
+            gflops = flops / got["s"] / 1e9
+            row = {
+                "spec": spec,
+                "way": way,
+                "threads": threads,
+                "texts_per_s": round(len(texts) / got["s"], 1),
+                "computed_per_real": round(got["computed"] / got["real"], 3),
+                "subpasses_per_pass": round(got.get("subpasses", 1.0), 2),
+                "tokenize_share": round(got["tok_s"] / got["s"], 3),
+                "useful_gflops": round(gflops, 2),
+                "matmul_gflops": round(rate, 2),
+                "share_of_matmul": round(gflops / rate, 3),
+                "cost": fn.statistics().to_dict()["cost"] if way == "cut" else None,
+            }
+            if args.json:
+                print(json.dumps(row))
+                continue
             print(
-                f"{name:40} {per[0]:6.1f}ms {share[0]:5.1f}% {per[1]:7.1f}ms {share[1]:5.1f}% "
-                f"{per[2]:5.2f}ms {share[2]:4.1f}%"
+                f"{spec:42} {way:6} {row['texts_per_s']:8.1f} {row['computed_per_real']:13.3f} "
+                f"{row['subpasses_per_pass']:8.2f} {row['tokenize_share'] * 100:7.1f}% "
+                f"{gflops:8.2f} {gflops / rate * 100:8.1f}%"
             )
     return 0
 

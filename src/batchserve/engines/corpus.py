@@ -9,7 +9,8 @@ indented grammar rules and examples alike, of 48.6 tokens on average for all-Min
 (median 35, 90th percentile 101, a tail to the 256-token cap): the long-tailed mix of a
 technical manual an indexer embeds, with many paragraphs on close topics.
 
-It is the benchmarks' realistic mix (``bench/pass_breakdown.py``, ``bench/served_engines.py``)
+It is the benchmarks' realistic mix (``bench/models/pass_breakdown.py``,
+``bench/models/served_engines.py``)
 and what ``--backend auto`` times the engines on (:mod:`batchserve.engines.choice`). The
 text depends on the Python version; :func:`digest` names the version read.
 """
