@@ -1,71 +1,140 @@
-"""Batches formed by tokens: a padded pass costs its longest item times its count.
+"""Batches formed by tokens: a pass costs its length-sorted sub-passes.
 
 Theory of operation
 -------------------
 :class:`TokenPolicy` is :class:`~batchserve.policy.core.Policy` for a model whose inputs are
-padded to the longest of their pass (a transformer). Each entry carries its ``size`` in
-tokens (``offer(now, payload, deadline, size)``), and a pass of ``n`` items whose longest
-holds ``L`` tokens costs about ``fixed + per_token * n * L``: one 200-word passage in a pass
-of short queries makes every query pay for 200 words. So the policy changes three things.
+padded to the longest of their forward call (a transformer) and which runs a pass as
+**length-sorted sub-passes** (:mod:`batchserve.subpasses`: the items sorted by tokens and
+cut where a fixed cost per sub-pass is worth less than the padding it saves). Each entry
+carries its ``size`` in tokens (``offer(now, payload, deadline, size)``), and a pass costs
+its sub-passes: ``fixed_s`` each, plus ``per_token_s`` per padded token and ``attention_s``
+per padded token per token of its length (a :class:`~batchserve.subpasses.PassCost`). So
+the policy changes three things.
 
+* **The cost in tokens.** ``token_cost`` is a :class:`~batchserve.subpasses.PassCostModel`.
+  At dispatch the policy plans the pass as the engine will (:func:`~batchserve.subpasses.plan`
+  on the entries' sizes with its current estimate) and keeps the plan's
+  :class:`~batchserve.subpasses.Shape` (sub-passes, padded tokens, their squares) and its
+  predicted seconds; at ``finish`` the model learns that shape against the measured
+  ``now - batch.start``. The shape is the policy's plan, not the engine's own (which
+  counts the tokenizer's tokens and plans with its own estimate of one sub-pass): the fit
+  absorbs the difference, and what the driver adds to a pass, into its three terms, which
+  is what admission needs (the time a pass of these items holds a worker).
+* **What admission predicts.** A running pass ends at its start plus its own predicted
+  seconds (it was planned at dispatch). A queued pass, as the plain policy's ``fixed +
+  n * per_item``, with figures derived once per dispatch and finish, never per admission:
+  a *typical full pass*, ``max_batch_size`` sizes at evenly spaced quantiles of the last
+  ``4 * max_batch_size`` dispatched items, is planned with the estimate; ``fixed`` is one
+  sub-pass, and ``per_item`` is the rest of that pass's seconds per item, split into its
+  extra sub-passes' share, a part linear in an item's tokens and the attention part,
+  quadratic. At admission the two token parts are scaled by the mean tokens of the queued
+  items (the policy counts them as items come and go), so a queue of long texts refuses
+  sooner than a queue of short ones; that is three multiplications. The margin uses the
+  token model's own prediction error (each pass predicted before it is learned from).
+  Until the token model has fitted ``_MIN_PASSES`` passes the item model (the plain
+  policy's) is used.
 * **Which items go** (``_take``). The oldest queued item always goes, and when a pass goes is
   the plain policy's rule: when it is full or the oldest item has waited ``max_wait_s``. The
   rest of the pass is taken from the oldest ``length_window * max_batch_size`` queued items,
   oldest first, skipping any item that would break a bound (``max_batch_size`` items,
-  ``max_batch_tokens`` padded tokens) or that would add more padded tokens to the pass than
-  it would cost in a pass of its own: its own tokens plus the fixed cost of a pass
-  expressed in tokens (``fixed / per_token``, from the token model). Everything joins until
-  that is measured, and whenever the recent passes' padded sizes vary by less than 20% of
-  their mean: then a fixed cost cannot be told from a per-token one (the fit's split is
-  noise), and uniform texts need no grouping anyway. So texts of similar length travel
-  together: on a CPU, where a pass's fixed cost is worth a few dozen tokens, a short query
-  does not ride with a long passage; where it is worth thousands of tokens (a GPU, by the
-  usual shape of its cost), nearly everything rides together, as by count.
-  The oldest goes even if it alone is over ``max_batch_tokens``.
+  ``max_batch_tokens`` padded tokens, longest x count: an upper bound of what the sorted
+  sub-passes compute, so a bound on the memory of any of them) or that **the engine would
+  not run in the same sub-pass** as the pass's items: one sub-pass of them all must cost no
+  more, by the token model, than the pass without it plus a sub-pass of its own. The oldest
+  goes even if it alone is over ``max_batch_tokens``.
+
+  The rule is the one that kept a long passage out of a short query's pass when a pass was
+  padded whole (an item joined if it added no more padded tokens than it would cost alone,
+  its tokens plus the fixed cost in tokens), re-derived for sorted passes: for two groups
+  the two conditions are the same inequality, ``k * (L_new - L) <= fixed / per_token``, so a
+  pass now holds what one sub-pass would. Its reason changed. A long item in a sorted pass
+  costs only its own sub-pass, never more than a pass of its own, so the rule no longer
+  saves work (the waste is the same with and without it); it decides which items wait for
+  which: every item of a pass is answered when the pass ends, so a short query in a pass
+  of mixed lengths waits for the long passages' sub-passes. On a CPU, where a sub-pass's
+  fixed cost is worth a few dozen tokens, passes are short and of one length; on a GPU,
+  where it is worth thousands, everything joins, as by count. It was measured in the
+  simulator against taking the oldest items in order (``sim.simulate`` with the true
+  sub-pass cost and 1 ms of driver overhead a pass; the paragraphs of the Python manual,
+  ``pydoc_data.topics``, 47 tokens mean, 35 median, 93 at p90, one per request, Poisson,
+  ``max_batch_size`` 32, 1 s deadline; rates as a fraction of the saturated ok/s)::
+
+      cost                          load   ok/s in order / rule   p50 ms        p99 ms
+      CPU: 5 ms + 250 us/token      0.5x   29.7 / 29.7            29.9 / 28.6   177 / 153
+           + 0.5 us/token^2         0.8x   47.5 / 47.5            91.4 / 67.4   493 / 368
+                                    1.5x   63.4 / 63.3             763 / 373    978 / 808
+      GPU: 4 ms + 0.5 us/token      0.5x   2084 / 2084             8.7 / 8.7   12.6 / 12.6
+                                    1.5x   4177 / 4214             257 / 255    265 / 263
+
+  Same throughput, and on a CPU from 0.8x capacity a quarter to a half off p50 and a fifth
+  off p99 (the passes are 4x as many and as short); on a GPU it changes nothing below
+  saturation. So it stays. Until the token model has a fit with both a fixed and a token
+  term (before ``_MIN_PASSES`` passes, or passes too alike to tell them apart) every item
+  joins.
 
   No item is starved: every pass takes the oldest, so an item waits at most as many passes
   as there are items ahead of it, and in practice a few: the items ahead of it of other
-  lengths go in passes of their own, in order of age. (Sorting the window by closeness in
-  length instead was measured in the simulator: no more throughput, and items of an odd
-  length waited longer.) Deadlines are kept by admission, below, and a pass bounded by
-  ``max_batch_tokens`` keeps the wait behind one pass short.
+  lengths go in passes of their own, in order of age. Deadlines are kept by admission,
+  above, and a pass bounded by ``max_batch_tokens`` keeps the wait behind one pass short.
 * **When a pass is full.** Also when the queued items hold ``max_batch_tokens`` tokens.
-* **The cost in tokens.** ``token_cost`` is a :class:`~batchserve.costmodel.CostModel` whose
-  unit is a padded token, learned from every pass (``fixed + per_token * n * L``). Admission
-  predicts with it: a pass costs the token model's fixed cost plus, per item, the queued
-  items' mean tokens times the recent padding waste (never less than the padded tokens per
-  item of recent passes), and its margin uses the token model's own prediction error. So a
-  queue of long texts refuses sooner than a queue of short ones. Until the token model has
-  measured a pass, the item model (the plain policy's) is used.
 
-Counted for the statistics: the padded and the real tokens of every dispatched pass (their
-ratio is the padding waste).
+Counted for the statistics: the padded tokens of every dispatched pass's planned sub-passes
+and the real tokens (their ratio is the padding waste).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections import deque
 from collections.abc import Collection
 from dataclasses import replace
 from typing import Generic
 
-from batchserve.config import BatchConfig, CostEstimate
+from batchserve.config import BatchConfig
 from batchserve.costmodel import CostModel
 from batchserve.errors import ConfigError
 from batchserve.policy.core import Policy
 from batchserve.policy.entries import Batch, Entry, PayloadT
 from batchserve.policy.outcomes import PolicyStats, TokenStats
+from batchserve.subpasses import PassCost, PassCostModel, Shape, plan, predict_s, shape
 
 __all__ = ["TokenPolicy", "make_policy"]
 
-#: Weight kept by the recent padded tokens per item and the recent padding waste at each pass.
-_TOKENS_DECAY = 0.9
-#: Weight kept by the mean and mean square of the passes' padded tokens (the cost model's).
+#: Passes the token model is fitted on before admission predicts with it.
+_MIN_PASSES = 4
+#: Weight kept by the token model's squared prediction error at each pass (its spread).
 _SPREAD_DECAY = 0.97
-#: The fixed and per-token costs are told apart only when the passes' padded tokens vary by
-#: more than this squared coefficient of variation (a spread of 20% of the mean).
-_MIN_VARIATION = 0.04
+#: Recent dispatched items whose sizes describe a typical pass, in passes of max_batch_size.
+_WINDOW_PASSES = 4
+#: Recent passes re-planned when the estimate moves, and at most how many rounds of it.
+_REFIT_PASSES = 48
+_REFIT_ROUNDS = 4
+#: The estimate has moved (see ``_moved``) when the fixed cost in tokens moves by more
+#: than this factor (and half a token), or attention's share of a token's cost at
+#: ``_REFERENCE`` tokens by more than 0.1: then a plan with it may cut elsewhere.
+_REPLAN = 1.2
+_REFERENCE = 64
+
+
+def _moved(before: PassCost, after: PassCost) -> bool:
+    """Whether a plan with ``after`` may cut elsewhere than one with ``before``.
+
+    A plan depends on the cost's shape only (scaling all three terms cuts at the same
+    places): the fixed cost in tokens, ``fixed / c`` (``c``: a token's cost at
+    ``_REFERENCE`` tokens of length, attention included), and attention's share of ``c``.
+    """
+    shapes = []
+    for cost in (before, after):
+        c = cost.per_token_s + cost.attention_s * _REFERENCE
+        if c <= 0:
+            shapes.append((math.inf if cost.fixed_s > 0 else 0.0, 0.0))
+        else:
+            shapes.append((cost.fixed_s / c, cost.attention_s * _REFERENCE / c))
+    (la, sa), (lb, sb) = shapes
+    if math.isinf(la) or math.isinf(lb):
+        return la != lb
+    return abs(la - lb) > (_REPLAN - 1) * max(la, lb) + 0.5 or abs(sa - sb) > 0.1
 
 
 def make_policy(config: BatchConfig, *, sized: bool) -> Policy[PayloadT]:
@@ -93,25 +162,52 @@ def make_policy(config: BatchConfig, *, sized: bool) -> Policy[PayloadT]:
 class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
     """The batching policy with passes formed by tokens (see the module docstring).
 
+    Args:
+        config: the batcher's settings.
+        cost_model: the item model (the plain policy's), used until the token model fits.
+        token_prior: the sub-pass cost the token model starts from (it answers it until it
+            has fitted ``_MIN_PASSES`` passes: the plan at dispatch uses it); by default
+            zero, which plans every distinct length as its own sub-pass.
+
     Attributes:
-        token_cost: the cost model in padded tokens, learned from every pass.
+        token_cost: the cost of a sub-pass, learned from every pass's planned shape.
     """
 
-    def __init__(self, config: BatchConfig, cost_model: CostModel | None = None) -> None:
+    def __init__(
+        self,
+        config: BatchConfig,
+        cost_model: CostModel | None = None,
+        *,
+        token_prior: PassCost | None = None,
+    ) -> None:
         super().__init__(config, cost_model)
         # A pass is chosen among the oldest ``length_window * max_batch_size`` items: only
         # once that many wait can no later arrival change it, and may it be prefetched.
         self._settled_depth = config.length_window * config.max_batch_size
-        self.token_cost = CostModel(CostEstimate(fixed_s=0.0, per_item_s=0.0))
+        prior = token_prior if token_prior is not None else PassCost(fixed_s=0.0, per_token_s=0.0)
+        self._prior = prior
+        self.token_cost = PassCostModel(prior, min_samples=_MIN_PASSES)
+        # The recent passes' sizes and seconds, to re-plan them when the estimate moves,
+        # and the estimate the token model's shapes were planned with.
+        self._history: deque[tuple[list[int], float]] = deque(maxlen=_REFIT_PASSES)
+        self._planned_with = prior
+        self._passes = 0
         self._queued_tokens = 0
         self._padded = 0
         self._real = 0
-        self._tokens_per_item = 0.0
-        self._waste = 0.0
+        # Each dispatched pass's planned shape, by batch id, until it finishes (its
+        # predicted seconds are in ``_passes_s``, read by admission).
+        self._shapes: dict[int, Shape] = {}
+        self._passes_s = {}
+        self._recent: deque[int] = deque(maxlen=_WINDOW_PASSES * config.max_batch_size)
+        self._square_error = 0.0
+        self._error_weight = 0.0
+        self._spread = 0.0
         self._derived = False
-        self._fixed_s = self._per_token_s = self._per_item_s = 0.0
-        self._slack = math.inf
-        self._pad_mean = self._pad_square = 0.0
+        self._fixed_s = self._extra_s = self._linear_s = self._square_s = 0.0
+        self._per_item_s = 0.0
+        # The cost ``_take`` groups by (None: unknown, everything joins).
+        self._group_by: PassCost | None = None
 
     def statistics(self) -> PolicyStats:
         """The plain policy's snapshot, with the tokens' figures."""
@@ -122,7 +218,7 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
                 real=self._real,
                 queued=self._queued_tokens,
                 cost=self.token_cost.estimate,
-                cost_samples=self.token_cost.samples,
+                cost_samples=self._passes,
             ),
         )
 
@@ -171,41 +267,53 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
         chosen = [head]
         longest = head.size
         if n > 1:
-            # An item joins only if the pass grows by no more padded tokens than the item
-            # would cost in a pass of its own: its own tokens plus the fixed cost of a pass,
-            # in tokens. So a short text does not pay a long one's padding unless sharing the
-            # fixed cost is worth more.
-            slack = self._slack
+            # An item joins only if the engine would run it in the same sub-pass as the
+            # pass's items: one sub-pass of them all costs no more than the pass plus a
+            # sub-pass of its own (see the module docstring). Unknown cost: all join.
+            est = self._group_by
             for e in itertools.islice(entries, cfg.length_window * cfg.max_batch_size - 1):
                 size = e.size
-                longer = size if size > longest else longest
                 k = len(chosen)
-                padded = longer * (k + 1)
-                if padded > limit or padded - longest * k > size + slack:
+                if size > longest:
+                    if size * (k + 1) > limit or (
+                        est is not None
+                        and est.seconds(k + 1, size)
+                        > est.seconds(k, longest) + est.seconds(1, size)
+                    ):
+                        continue
+                    longest = size
+                elif longest * (k + 1) > limit or (
+                    est is not None
+                    and est.seconds(k + 1, longest) > est.seconds(k, longest) + est.seconds(1, size)
+                ):
                     continue
                 chosen.append(e)
-                longest = longer
                 if k + 1 == n:
                     break
         real = 0
+        recent = self._recent
         for e in chosen:
             del queue[e.id]
             real += e.size
+            recent.append(e.size)
         self._tail_min = None  # the queue's batch boundaries moved
         self._queued_tokens -= real
-        padded = longest * len(chosen)
-        self._padded += padded
         self._real += real
-        per_item = padded / len(chosen)
-        if self._tokens_per_item:
-            per_item = _TOKENS_DECAY * self._tokens_per_item + (1 - _TOKENS_DECAY) * per_item
-        self._tokens_per_item = per_item
-        waste = padded / real
-        self._waste = (
-            _TOKENS_DECAY * self._waste + (1 - _TOKENS_DECAY) * waste if self._waste else waste
-        )
-        self._derive()
         return chosen
+
+    def _dispatched(self, batch: Batch[PayloadT]) -> None:
+        # Plan the pass as the engine will, with the current estimate: its shape is learned
+        # at ``finish``, its predicted seconds tell admission when its worker is free.
+        sizes = [e.size for e in batch.entries]
+        est = self.token_cost.estimate
+        planned = shape(sizes, plan(sizes, est))
+        self._padded += planned.tokens
+        self._shapes[batch.id] = planned
+        if self._derived:
+            passes_s = self._passes_s
+            assert passes_s is not None
+            passes_s[batch.id] = predict_s(planned, est)
+        self._derive()
 
     # -- learning the cost -----------------------------------------------------------------
 
@@ -218,52 +326,103 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
         skipped: Collection[Entry[PayloadT]] = (),
         bisect_calls: int = 0,
     ) -> None:
-        """End a pass (see ``Policy.finish``); the token model learns its padded tokens."""
+        """End a pass (see ``Policy.finish``); the token model learns its planned shape."""
         super().finish(now, batch, failed=failed, skipped=skipped, bisect_calls=bisect_calls)
-        if failed:
+        planned = self._shapes.pop(batch.id, None)
+        passes_s = self._passes_s
+        assert passes_s is not None
+        passes_s.pop(batch.id, None)
+        if failed or planned is None:
             return
-        skipped_ids = {e.id for e in skipped} if skipped else ()
-        ran = [e.size for e in batch.entries if e.id not in skipped_ids]
-        if ran:
-            padded = max(ran) * len(ran)
-            self.token_cost.observe(padded, now - batch.start)
-            d = _SPREAD_DECAY if self._pad_mean else 0.0
-            self._pad_mean = d * self._pad_mean + (1 - d) * padded
-            self._pad_square = d * self._pad_square + (1 - d) * padded * padded
-            self._derive()
+        est = self.token_cost.estimate
+        if skipped:
+            skipped_ids = {e.id for e in skipped}
+            sizes = [e.size for e in batch.entries if e.id not in skipped_ids]
+            if not sizes:
+                return
+            planned = shape(sizes, plan(sizes, est))
+        else:
+            sizes = [e.size for e in batch.entries]
+        seconds = now - batch.start
+        if self._derived:
+            # The error of the prediction before the model learns from it: admission's margin.
+            err = seconds - predict_s(planned, est)
+            d = _SPREAD_DECAY
+            self._square_error = d * self._square_error + err * err
+            self._error_weight = d * self._error_weight + 1.0
+            self._spread = math.sqrt(self._square_error / self._error_weight)
+        self._history.append((sizes, seconds))
+        self.token_cost.observe(planned, seconds)
+        self._passes += 1
+        if _moved(self._planned_with, self.token_cost.estimate):
+            self._refit()
+        self._derive()
+
+    def _refit(self) -> None:
+        # The shapes learned so far were planned with an estimate the fit has since left:
+        # re-plan the recent passes with the new one and fit again, until the estimate
+        # stays (at most a few rounds). Without it the fit drifts to the truth only as
+        # fast as its decay forgets the old plans (hundreds of passes on a GPU-shaped cost,
+        # measured), and each plan on the way is wrong. Rare once it has settled: the
+        # estimate then moves by less than ``_REPLAN`` between passes.
+        model = self.token_cost
+        for _ in range(_REFIT_ROUNDS):
+            est = model.estimate
+            model = PassCostModel(self._prior, min_samples=_MIN_PASSES)
+            for sizes, seconds in self._history:
+                model.observe(shape(sizes, plan(sizes, est)), seconds)
+            if not _moved(est, model.estimate):
+                break
+        self.token_cost = model
+        self._planned_with = model.estimate
 
     def _costs(self) -> tuple[float, float]:
-        # The token model's fixed cost; per item, the queued items' mean tokens times the
-        # recent padding waste (what they will cost once padded), never less than the
-        # recent padded tokens per item. The item model until the token model has a pass.
+        # One sub-pass, and per item the typical pass's extra sub-passes' share plus its
+        # token parts at the queued items' mean tokens (see the module docstring). The item
+        # model until the token model has fitted.
         if not self._derived:
             est = self.cost_model.estimate
             return est.fixed_s, est.per_item_s
-        fixed_s, per_token_s, per_item_s = self._fixed_s, self._per_token_s, self._per_item_s
         depth = len(self._queue)
-        if depth:
-            queued = per_token_s * self._waste * self._queued_tokens / depth
-            if queued > per_item_s:
-                per_item_s = queued
-        return fixed_s, per_item_s
+        if not depth:
+            return self._fixed_s, self._per_item_s
+        mean = self._queued_tokens / depth
+        return self._fixed_s, self._extra_s + mean * (self._linear_s + mean * self._square_s)
 
     def _spread_s(self) -> float:
         if self._derived:
-            return self.token_cost.spread_s
+            return self._spread
         return self.cost_model.spread_s
 
     def _derive(self) -> None:
-        # Admission's figures from the token model and the recent passes, rebuilt when either
-        # changes (a pass dispatched or finished), never per admission.
+        # Admission's figures from the token model and the recent items' sizes, rebuilt when
+        # either changes (a pass dispatched or finished), never per admission.
         tc = self.token_cost
-        self._derived = tc.samples > 0
         est = tc.estimate
+        recent = self._recent
+        self._derived = (
+            tc.samples >= _MIN_PASSES
+            and est.fixed_s + est.per_token_s + est.attention_s > 0
+            and len(recent) > 0
+        )
+        # Grouping needs both a fixed and a token term: a fit that puts everything on one
+        # (passes that do not vary tell them apart) says nothing about where to cut.
+        self._group_by = (
+            est if tc.samples >= _MIN_PASSES and est.fixed_s > 0 and est.per_token_s > 0 else None
+        )
+        if not self._derived:
+            return
+        b = self.config.max_batch_size
+        ordered = sorted(recent)
+        k = len(ordered)
+        typical = [ordered[(2 * i + 1) * k // (2 * b)] for i in range(b)]
+        planned = shape(typical, plan(typical, est))
+        real = sum(typical)
+        mean = real / b
         self._fixed_s = est.fixed_s
-        self._per_token_s = est.per_item_s
-        self._per_item_s = est.per_item_s * self._tokens_per_item
-        # The fixed cost in tokens, which decides who joins a pass. Passes of nearly the same
-        # padded size (uniform texts, full passes) cannot tell a fixed cost from a per-token
-        # one: the split is noise there, and nothing needs grouping, so everything joins.
-        mean = self._pad_mean
-        varied = mean > 0 and self._pad_square - mean * mean > _MIN_VARIATION * mean * mean
-        self._slack = est.fixed_s / est.per_item_s if varied and est.per_item_s > 0 else math.inf
+        self._extra_s = (planned.subpasses - 1) * est.fixed_s / b
+        # Per item: linear in its tokens (``_linear_s`` a token), and attention's part,
+        # quadratic (``_square_s`` a token squared), both at the typical pass's padding.
+        self._linear_s = planned.tokens * est.per_token_s / real
+        self._square_s = planned.tokens_sq * est.attention_s / (b * mean * mean)
+        self._per_item_s = self._extra_s + mean * (self._linear_s + mean * self._square_s)
