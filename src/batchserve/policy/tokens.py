@@ -108,8 +108,10 @@ _SPREAD_DECAY = 0.97
 #: Recent dispatched items whose sizes describe a typical pass, in passes of max_batch_size.
 _WINDOW_PASSES = 4
 #: Recent passes re-planned when the estimate moves, and at most how many rounds of it.
-_REFIT_PASSES = 48
-_REFIT_ROUNDS = 4
+_REFIT_PASSES = 24
+_REFIT_ROUNDS = 3
+#: A cost whose plan never cuts: the start of the rounds that assume passes run whole.
+_WHOLE = PassCost(fixed_s=1.0, per_token_s=0.0)
 #: The estimate has moved (see ``_moved``) when the fixed cost in tokens moves by more
 #: than this factor (and half a token), or attention's share of a token's cost at
 #: ``_REFERENCE`` tokens by more than 0.1: then a plan with it may cut elsewhere.
@@ -313,7 +315,6 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
             passes_s = self._passes_s
             assert passes_s is not None
             passes_s[batch.id] = predict_s(planned, est)
-        self._derive()
 
     # -- learning the cost -----------------------------------------------------------------
 
@@ -360,21 +361,36 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
 
     def _refit(self) -> None:
         # The shapes learned so far were planned with an estimate the fit has since left:
-        # re-plan the recent passes with the new one and fit again, until the estimate
-        # stays (at most a few rounds). Without it the fit drifts to the truth only as
-        # fast as its decay forgets the old plans (hundreds of passes on a GPU-shaped cost,
-        # measured), and each plan on the way is wrong. Rare once it has settled: the
-        # estimate then moves by less than ``_REPLAN`` between passes.
-        model = self.token_cost
-        for _ in range(_REFIT_ROUNDS):
-            est = model.estimate
-            model = PassCostModel(self._prior, min_samples=_MIN_PASSES)
-            for sizes, seconds in self._history:
-                model.observe(shape(sizes, plan(sizes, est)), seconds)
-            if not _moved(est, model.estimate):
-                break
-        self.token_cost = model
-        self._planned_with = model.estimate
+        # re-plan the recent passes and fit again, until the estimate stays (a few rounds
+        # at most). Without it the fit drifts to the truth only as fast as its decay
+        # forgets the old plans (about 800 passes on a GPU-shaped cost from the zero prior,
+        # measured; 5 with it). The policy's plan is its guess of the engine's, so more than
+        # one estimate can reproduce itself (a fit that cuts where the engine does not,
+        # and is fitted on those cuts): the rounds start twice, from the current estimate
+        # and from passes run whole, and the fit that predicts the recent passes best is
+        # kept. Rare once settled: the estimate then moves by less than ``_REPLAN``.
+        history = self._history
+        best: tuple[float, PassCostModel, PassCost] | None = None
+        for start in (self.token_cost.estimate, _WHOLE):
+            est = start
+            for _ in range(_REFIT_ROUNDS):
+                shapes = [shape(sizes, plan(sizes, est)) for sizes, _ in history]
+                # Fitted once, at the last observation (not at each).
+                model = PassCostModel(self._prior, min_samples=len(history))
+                for planned, (_, seconds) in zip(shapes, history, strict=True):
+                    model.observe(planned, seconds)
+                used, est = est, model.estimate
+                if not _moved(used, est):
+                    break
+            sse = 0.0
+            for planned, (_, seconds) in zip(shapes, history, strict=True):
+                err = seconds - predict_s(planned, est)
+                sse += err * err
+            if best is None or sse < best[0]:
+                best = (sse, model, used)
+        assert best is not None
+        self.token_cost = best[1]
+        self._planned_with = best[2]
 
     def _costs(self) -> tuple[float, float]:
         # One sub-pass, and per item the typical pass's extra sub-passes' share plus its
