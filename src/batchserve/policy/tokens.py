@@ -114,8 +114,9 @@ _REFIT_ROUNDS = 3
 _WHOLE = PassCost(fixed_s=1.0, per_token_s=0.0)
 #: The estimate has moved (see ``_moved``) when the fixed cost in tokens moves by more
 #: than this factor (and half a token), or attention's share of a token's cost at
-#: ``_REFERENCE`` tokens by more than 0.1: then a plan with it may cut elsewhere.
-_REPLAN = 1.2
+#: ``_REFERENCE`` tokens by more than 0.1: then a plan with it may cut elsewhere (a plan
+#: with the fixed cost off by less costs little more than the best one).
+_REPLAN = 1.5
 _REFERENCE = 64
 
 
@@ -370,8 +371,16 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
         # and from passes run whole, and the fit that predicts the recent passes best is
         # kept. Rare once settled: the estimate then moves by less than ``_REPLAN``.
         history = self._history
-        best: tuple[float, PassCostModel, PassCost] | None = None
-        for start in (self.token_cost.estimate, _WHOLE):
+        # The model as it is competes too, on the same passes planned with its estimate: a
+        # refit on a short window of noisy passes must predict them better to replace it.
+        current = self.token_cost
+        kept = current.estimate
+        sse = 0.0
+        for sizes, seconds in history:
+            err = seconds - predict_s(shape(sizes, plan(sizes, kept)), kept)
+            sse += err * err
+        best: tuple[float, PassCostModel, PassCost] = (sse, current, kept)
+        for start in (kept, _WHOLE):
             est = start
             for _ in range(_REFIT_ROUNDS):
                 shapes = [shape(sizes, plan(sizes, est)) for sizes, _ in history]
@@ -386,11 +395,10 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
             for planned, (_, seconds) in zip(shapes, history, strict=True):
                 err = seconds - predict_s(planned, est)
                 sse += err * err
-            if best is None or sse < best[0]:
+            if sse < best[0]:
                 best = (sse, model, used)
-        assert best is not None
-        self.token_cost = best[1]
-        self._planned_with = best[2]
+        # Kept as it was, it is not re-planned again until it moves from where it is now.
+        self.token_cost, self._planned_with = best[1], best[2]
 
     def _costs(self) -> tuple[float, float]:
         # One sub-pass, and per item the typical pass's extra sub-passes' share plus its
