@@ -117,7 +117,7 @@ def load_engine(spec: str) -> Any:
     """The callable the server calls for ``spec`` (loaded here, in this process)."""
     if spec == "synthetic":
         return model
-    from batchserve.models.loader import load_model
+    from batchserve.engines.loader import load_model
 
     return load_model(spec).fn
 
