@@ -264,6 +264,33 @@ def served(
     return rows
 
 
+NULL_SPEC = "synthetic:fixed=0ms,per_item=0ms,dim=8"
+
+
+def request_path_ms(
+    path: Path, rates: list[float], seconds: float, seed: int, env: dict[str, str]
+) -> list[float]:
+    """What the request's path adds to p50 beyond batching, at each rate.
+
+    The same load against a model that costs nothing, served, minus the same simulated (its
+    max wait): the HTTP stack, the generator and the machine's scheduling, which the
+    simulator does not model.
+    """
+    rows = served(NULL_SPEC, path, rates, seconds, seed, env)
+    out = []
+    for rate, row in zip(rates, rows, strict=True):
+        arrivals = arrival_times(rate=rate, duration_s=seconds, arrivals="poisson", seed=seed)
+        r = simulate(
+            config=BatchConfig(max_batch_size=MAX_BATCH, max_wait_s=MAX_WAIT_S, queue_size=QUEUE),
+            cost=CostEstimate(fixed_s=0.0, per_item_s=0.0),
+            arrivals=arrivals,
+            timeout_s=DEADLINE_S,
+            duration_s=seconds,
+        )
+        out.append(max(0.0, row["p50_ms"] - r.summary.p50_ms))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="synthetic", help="synthetic, minilm or a serve SPEC")
@@ -274,6 +301,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="timed calls per profiled pass")
     ap.add_argument(
         "--overhead", type=float, default=0.0005, help="driver seconds per pass, simulated"
+    )
+    ap.add_argument(
+        "--no-path",
+        action="store_true",
+        help="skip measuring the request path's own p50 (a server of a model that costs 0)",
     )
     ap.add_argument("--json", action="store_true", help="one JSON object at the end")
     args = ap.parse_args(argv)
@@ -308,9 +340,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"simulated capacity {cap:.1f} texts/s; loads {rates}", flush=True)
     predicted = [simulated(sizes, cost, r, args.seconds, args.seed, args.overhead) for r in rates]
     measured = served(spec, path, rates, args.seconds, args.seed, env)
+    paths = (
+        [None] * len(rates)
+        if args.no_path
+        else request_path_ms(path, rates, min(args.seconds, 10.0), args.seed, env)
+    )
     load_after = os.getloadavg()
     rows = []
-    for f, rate, p, m in zip(fractions, rates, predicted, measured, strict=True):
+    for f, rate, p, m, extra in zip(fractions, rates, predicted, measured, paths, strict=True):
         row = {
             "load": f,
             "rate": rate,
@@ -323,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
             "predicted_p99_ms": round(p["p99_ms"], 2),
             "measured_p99_ms": m["p99_ms"],
             "predicted_mean_batch": p["mean_batch"],
+            "request_path_ms": None if extra is None else round(extra, 2),
             "server": m["server"],
         }
         fit = m["server"]["fit"]
@@ -379,6 +417,14 @@ def main(argv: list[str] | None = None) -> int:
         if "with_served_fit" in r:
             w = r["with_served_fit"]
             line += f"; simulated with it: ok/s {w['ok_per_s']:.1f}, p50 {w['p50_ms']:.1f} ms"
+        extra = r["request_path_ms"]
+        if extra is not None:
+            p50 = r["predicted_p50_ms"] + extra
+            err = p50 / r["measured_p50_ms"] - 1 if r["measured_p50_ms"] else None
+            line += (
+                f"; the request path adds {extra:.1f} ms to p50 (a model that costs 0, served):"
+                f" simulated p50 + that = {p50:.1f} ms ({_pct(err)})"
+            )
         print(line)
     print(
         f"\ntargets: ok/s within 5%, p50 within 10%. load average before "
