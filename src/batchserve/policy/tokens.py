@@ -24,7 +24,8 @@ the policy changes three things.
   seconds (it was planned at dispatch). A queued pass, as the plain policy's ``fixed +
   n * per_item``, with figures derived once per dispatch and finish, never per admission:
   a *typical full pass*, ``max_batch_size`` sizes at evenly spaced quantiles of the last
-  ``4 * max_batch_size`` dispatched items, is planned with the estimate; ``fixed`` is one
+  ``4 * max_batch_size`` dispatched items, is planned with the estimate (again every 16
+  passes, or when the estimate moves); ``fixed`` is one
   sub-pass, and ``per_item`` is the rest of that pass's seconds per item, split into its
   extra sub-passes' share, a part linear in an item's tokens and the attention part,
   quadratic. At admission the two token parts are scaled by the mean tokens of the queued
@@ -108,8 +109,12 @@ _SPREAD_DECAY = 0.97
 #: Recent dispatched items whose sizes describe a typical pass, in passes of max_batch_size.
 _WINDOW_PASSES = 4
 #: Recent passes re-planned when the estimate moves, and at most how many rounds of it.
-_REFIT_PASSES = 24
-_REFIT_ROUNDS = 3
+_REFIT_PASSES = 16
+_REFIT_ROUNDS = 2
+#: At most one refit in this many passes (a refit plans its window several times over).
+_REFIT_EVERY = 12
+#: The typical pass is re-planned at least this often (in passes), as recent sizes drift.
+_TYPICAL_EVERY = 16
 #: A cost whose plan never cuts: the start of the rounds that assume passes run whole.
 _WHOLE = PassCost(fixed_s=1.0, per_token_s=0.0)
 #: The estimate has moved (see ``_moved``) when the fixed cost in tokens moves by more
@@ -118,6 +123,17 @@ _WHOLE = PassCost(fixed_s=1.0, per_token_s=0.0)
 #: with the fixed cost off by less costs little more than the best one).
 _REPLAN = 1.5
 _REFERENCE = 64
+
+
+def _sse(
+    shapes: list[Shape], history: Collection[tuple[list[int], float]], cost: PassCost
+) -> float:
+    """Squared error of ``cost`` predicting each pass of ``history`` by its shape."""
+    total = 0.0
+    for planned, (_, seconds) in zip(shapes, history, strict=True):
+        err = seconds - predict_s(planned, cost)
+        total += err * err
+    return total
 
 
 def _moved(before: PassCost, after: PassCost) -> bool:
@@ -211,6 +227,11 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
         self._per_item_s = 0.0
         # The cost ``_take`` groups by (None: unknown, everything joins).
         self._group_by: PassCost | None = None
+        # The typical full pass's planned shape, its real tokens and the estimate it was
+        # planned with, and when (in passes); when the token model was last refitted.
+        self._typical: tuple[Shape, int, PassCost] | None = None
+        self._typical_at = 0
+        self._refitted = -_REFIT_EVERY
 
     def statistics(self) -> PolicyStats:
         """The plain policy's snapshot, with the tokens' figures."""
@@ -356,7 +377,10 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
         self._history.append((sizes, seconds))
         self.token_cost.observe(planned, seconds)
         self._passes += 1
-        if _moved(self._planned_with, self.token_cost.estimate):
+        if self._passes - self._refitted >= _REFIT_EVERY and _moved(
+            self._planned_with, self.token_cost.estimate
+        ):
+            self._refitted = self._passes
             self._refit()
         self._derive()
 
@@ -375,26 +399,26 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
         # refit on a short window of noisy passes must predict them better to replace it.
         current = self.token_cost
         kept = current.estimate
-        sse = 0.0
-        for sizes, seconds in history:
-            err = seconds - predict_s(shape(sizes, plan(sizes, kept)), kept)
-            sse += err * err
-        best: tuple[float, PassCostModel, PassCost] = (sse, current, kept)
-        for start in (kept, _WHOLE):
-            est = start
-            for _ in range(_REFIT_ROUNDS):
-                shapes = [shape(sizes, plan(sizes, est)) for sizes, _ in history]
+        first = [shape(sizes, plan(sizes, kept)) for sizes, _ in history]
+        best: tuple[float, PassCostModel, PassCost] = (_sse(first, history, kept), current, kept)
+        # Passes run whole need no plan: one sub-pass of every item, padded to the longest.
+        whole = [
+            Shape(1, len(sizes) * max(sizes), len(sizes) * max(sizes) ** 2) for sizes, _ in history
+        ]
+        for shapes, used in ((first, kept), (whole, _WHOLE)):
+            for round_ in range(_REFIT_ROUNDS):
+                if round_:
+                    shapes = [shape(sizes, plan(sizes, used)) for sizes, _ in history]
                 # Fitted once, at the last observation (not at each).
                 model = PassCostModel(self._prior, min_samples=len(history))
                 for planned, (_, seconds) in zip(shapes, history, strict=True):
                     model.observe(planned, seconds)
-                used, est = est, model.estimate
+                est = model.estimate
                 if not _moved(used, est):
                     break
-            sse = 0.0
-            for planned, (_, seconds) in zip(shapes, history, strict=True):
-                err = seconds - predict_s(planned, est)
-                sse += err * err
+                if round_ + 1 < _REFIT_ROUNDS:
+                    used = est
+            sse = _sse(shapes, history, model.estimate)
             if sse < best[0]:
                 best = (sse, model, used)
         # Kept as it was, it is not re-planned again until it moves from where it is now.
@@ -437,11 +461,20 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
         if not self._derived:
             return
         b = self.config.max_batch_size
-        ordered = sorted(recent)
-        k = len(ordered)
-        typical = [ordered[(2 * i + 1) * k // (2 * b)] for i in range(b)]
-        planned = shape(typical, plan(typical, est))
-        real = sum(typical)
+        typical = self._typical
+        if (
+            typical is None
+            or self._passes - self._typical_at >= _TYPICAL_EVERY
+            or _moved(typical[2], est)
+        ):
+            # Re-planned when the recent sizes may have drifted or the estimate moved: a
+            # plan is the costly part (the figures below scale with the estimate).
+            ordered = sorted(recent)
+            k = len(ordered)
+            sizes = [ordered[(2 * i + 1) * k // (2 * b)] for i in range(b)]
+            typical = self._typical = (shape(sizes, plan(sizes, est)), sum(sizes), est)
+            self._typical_at = self._passes
+        planned, real = typical[0], typical[1]
         mean = real / b
         self._fixed_s = est.fixed_s
         self._extra_s = (planned.subpasses - 1) * est.fixed_s / b
