@@ -259,6 +259,24 @@ def served(
                 "waste": round((tok_a["padded"] - tok_b["padded"]) / real, 3) if real else None,
                 "fit": {k: tok_a.get(k) for k in ("fixed_s", "per_token_s", "attention_s")},
             }
+            # An engine that runs sub-passes says what they computed and the cost it learned
+            # (``/status`` ``passes``): beside the policy's own plan and fit.
+            eng_b, eng_a = before.get("passes") or {}, after.get("passes") or {}
+            if eng_a.get("passes", 0) > eng_b.get("passes", 0):
+                real_e = eng_a["real_tokens"] - eng_b["real_tokens"]
+                row["server"]["engine"] = {
+                    "subpasses_per_pass": round(
+                        (eng_a["subpasses"] - eng_b["subpasses"])
+                        / (eng_a["passes"] - eng_b["passes"]),
+                        2,
+                    ),
+                    "waste": round(
+                        (eng_a["computed_tokens"] - eng_b["computed_tokens"]) / real_e, 3
+                    )
+                    if real_e
+                    else None,
+                    "cost": eng_a.get("cost"),
+                }
             rows.append(row)
             time.sleep(DEADLINE_S + 0.5)
     return rows
@@ -413,6 +431,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"; the server's fit {fit['fixed_s'] * 1e3:.3f} ms + "
                 f"{fit['per_token_s'] * 1e6:.2f} us/token + "
                 f"{(fit.get('attention_s') or 0) * 1e9:.2f} ns/token x length"
+            )
+        engine = srv.get("engine")
+        if engine is not None:
+            c = engine["cost"] or {}
+            line += (
+                f"; the engine ran {engine['subpasses_per_pass']} sub-passes a pass, waste "
+                f"{engine['waste']}, learned {c.get('fixed_s', 0) * 1e3:.3f} ms + "
+                f"{c.get('per_token_s', 0) * 1e6:.2f} us/token"
             )
         if "with_served_fit" in r:
             w = r["with_served_fit"]
