@@ -12,9 +12,11 @@ within 5% and 10%. This script, in one run:
 2. **simulates** the mix: every paragraph of ``pydoc_data.topics`` (``manual_paragraphs``),
    one per request in the order the load generator sends them, Poisson arrivals, 1 s
    deadline, the server's settings; each pass costs its length-sorted sub-passes planned
-   with the profiled cost (``sim.simulate(subpass=...)``), plus ``--overhead`` per pass.
-   Capacity is the simulated drain of a backlog; the loads are ``--loads`` times it
-   (half of it, and past saturation by default);
+   with the profiled cost (``sim.simulate(subpass=...)``), plus the driver's overhead per
+   pass. Capacity is the simulated drain of a backlog; the loads are ``--loads`` times it
+   (half of it, and past saturation by default). The overhead, and what the request path
+   adds to p50, are measured first on a server of a model that costs nothing, at the same
+   loads (``--no-path`` skips it: 0.5 ms a pass, nothing added);
 3. **serves** the same: ``batchserve serve`` with the same settings, a warm-up at the rate,
    then ``batchserve load`` with the same seed (the same arrival schedule, the same texts in
    the same order) per load;
@@ -63,6 +65,8 @@ QUEUE = 1024
 DEADLINE_S = 1.0
 #: The stand-in's cost: a CPU's shape (5 ms a sub-pass, 250 us a token, attention).
 SYNTHETIC_COST = "0.005,250e-6,0.5e-6"
+#: The driver's seconds a pass when not measured (``--no-path``).
+DEFAULT_OVERHEAD_S = 0.0005
 _COST_ENV = "SIM_VS_SERVED_COST"
 
 
@@ -258,6 +262,7 @@ def served(
                 "mean_batch": round(items / passes, 2) if passes else 0.0,
                 "waste": round((tok_a["padded"] - tok_b["padded"]) / real, 3) if real else None,
                 "fit": {k: tok_a.get(k) for k in ("fixed_s", "per_token_s", "attention_s")},
+                "pass_fit": {k: after["cost"].get(k) for k in ("fixed_s", "per_item_s")},
             }
             # An engine that runs sub-passes says what they computed and the cost it learned
             # (``/status`` ``passes``): beside the policy's own plan and fit.
@@ -285,14 +290,15 @@ def served(
 NULL_SPEC = "synthetic:fixed=0ms,per_item=0ms,dim=8"
 
 
-def request_path_ms(
+def request_path(
     path: Path, rates: list[float], seconds: float, seed: int, env: dict[str, str]
-) -> list[float]:
-    """What the request's path adds to p50 beyond batching, at each rate.
+) -> tuple[list[float], float]:
+    """What the request's path adds to p50 beyond batching at each rate, and to a pass.
 
-    The same load against a model that costs nothing, served, minus the same simulated (its
-    max wait): the HTTP stack, the generator and the machine's scheduling, which the
-    simulator does not model.
+    The same load against a model that costs nothing, served. Its p50 minus the same load's
+    simulated p50 (its max wait) is what the HTTP stack, the generator and the machine's
+    scheduling add to a request; the fixed cost its server fitted is what the driver adds to
+    a pass (handing it to a thread and back). The simulator models neither on its own.
     """
     rows = served(NULL_SPEC, path, rates, seconds, seed, env)
     out = []
@@ -306,7 +312,8 @@ def request_path_ms(
             duration_s=seconds,
         )
         out.append(max(0.0, row["p50_ms"] - r.summary.p50_ms))
-    return out
+    fits = [row["server"]["pass_fit"]["fixed_s"] or 0.0 for row in rows]
+    return out, statistics.median(fits)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -318,7 +325,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=3, help="timed calls per profiled pass")
     ap.add_argument(
-        "--overhead", type=float, default=0.0005, help="driver seconds per pass, simulated"
+        "--overhead",
+        type=float,
+        help="driver seconds per pass, simulated (default: measured, the fixed cost a server "
+        "of a model that costs 0 fits; 0.5 ms with --no-path)",
     )
     ap.add_argument(
         "--no-path",
@@ -352,17 +362,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     size_of = getattr(fn, "token_estimate", None)
     sizes = [size_of(t) if callable(size_of) else estimate_tokens(t, 256) for t in texts]
-    cap = capacity(sizes, cost, args.overhead)
+    overhead = args.overhead if args.overhead is not None else DEFAULT_OVERHEAD_S
+    cap = capacity(sizes, cost, overhead)
     fractions = [float(x) for x in args.loads.split(",")]
     rates = [round(f * cap, 1) for f in fractions]
     print(f"simulated capacity {cap:.1f} texts/s; loads {rates}", flush=True)
-    predicted = [simulated(sizes, cost, r, args.seconds, args.seed, args.overhead) for r in rates]
+    paths: list[float | None] = [None] * len(rates)
+    if not args.no_path:
+        measured_paths, driver_s = request_path(
+            path, rates, min(args.seconds, 10.0), args.seed, env
+        )
+        paths = list(measured_paths)
+        if args.overhead is None:
+            overhead = driver_s
+        print(
+            f"a model that costs 0, served: its passes cost {driver_s * 1e3:.3f} ms (the "
+            f"driver's); its p50 is {', '.join(f'{p:.1f}' for p in measured_paths)} ms more "
+            "than simulated (the request path)",
+            flush=True,
+        )
+    predicted = [simulated(sizes, cost, r, args.seconds, args.seed, overhead) for r in rates]
     measured = served(spec, path, rates, args.seconds, args.seed, env)
-    paths = (
-        [None] * len(rates)
-        if args.no_path
-        else request_path_ms(path, rates, min(args.seconds, 10.0), args.seed, env)
-    )
     load_after = os.getloadavg()
     rows = []
     for f, rate, p, m, extra in zip(fractions, rates, predicted, measured, paths, strict=True):
@@ -401,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
             "attention_s": cost.attention_s,
         },
         "capacity": cap,
+        "overhead_s": overhead,
         "rows": rows,
         "loadavg_before": load_before,
         "loadavg_after": load_after,
