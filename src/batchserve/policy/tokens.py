@@ -20,13 +20,22 @@ the policy changes three things.
   counts the tokenizer's tokens and plans with its own estimate of one sub-pass): the fit
   absorbs the difference, and what the driver adds to a pass, into its three terms, which
   is what admission needs (the time a pass of these items holds a worker).
+
+  A plan depends on the estimate, and the estimate on the plans it was fitted on: when the
+  estimate moves enough that a plan may cut elsewhere (the fixed cost in tokens by 1.5x),
+  the last 16 passes are re-planned and fitted again, from the current estimate and from
+  passes run whole, and the fit that predicts them best is kept, the model as it was
+  included (at most once in 12 passes; ``_refit``). From the zero prior a GPU-shaped cost
+  took about 800 passes to learn without it, and past saturation it settled on a fit that
+  cut where the engine does not (each pass's prediction -25% to +13%); with it the fit is
+  exact after 5 passes in the simulator.
 * **What admission predicts.** A running pass ends at its start plus its own predicted
   seconds (it was planned at dispatch). A queued pass, as the plain policy's ``fixed +
-  n * per_item``, with figures derived once per dispatch and finish, never per admission:
-  a *typical full pass*, ``max_batch_size`` sizes at evenly spaced quantiles of the last
-  ``4 * max_batch_size`` dispatched items, is planned with the estimate (again every 16
-  passes, or when the estimate moves); ``fixed`` is one
-  sub-pass, and ``per_item`` is the rest of that pass's seconds per item, split into its
+  n * per_item``, with figures derived at each finish, never per admission: a *typical
+  full pass*, ``max_batch_size`` sizes at evenly spaced quantiles of the last ``4 *
+  max_batch_size`` dispatched items, is planned with the estimate (again every 16 passes,
+  or when the estimate moves); ``fixed`` is one sub-pass, and ``per_item`` is the rest of
+  that pass's seconds per item, split into its
   extra sub-passes' share, a part linear in an item's tokens and the attention part,
   quadratic. At admission the two token parts are scaled by the mean tokens of the queued
   items (the policy counts them as items come and go), so a queue of long texts refuses
@@ -81,6 +90,10 @@ the policy changes three things.
 
 Counted for the statistics: the padded tokens of every dispatched pass's planned sub-passes
 and the real tokens (their ratio is the padding waste).
+
+What it costs the driver, measured on this 2-core machine (busy): about 0.85 ms of event
+loop a pass of 32 items beyond the plain policy's (the plan at dispatch, 250 us; the fit,
+260 us), nothing per admission beyond the plain policy's.
 """
 
 from __future__ import annotations
