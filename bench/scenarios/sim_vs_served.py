@@ -29,7 +29,7 @@ ATTENTION`` in seconds, planned with that cost as an engine plans), so the compa
 the simulator and the policy, not an engine. ``--model minilm`` (or any SPEC ``serve``
 takes) profiles and serves that engine.
 
-Run: ``.venv/bin/python bench/sim_vs_served.py [--model minilm] [--seconds 20] [--json]``
+Run: ``python bench/scenarios/sim_vs_served.py [--model minilm] [--seconds 20] [--json]``
 """
 
 from __future__ import annotations
@@ -43,12 +43,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import compare
-from _harness import OUT, ROOT, batchserve
-from compare import Load
 
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.loadgen.texts import manual_paragraphs
@@ -56,8 +53,13 @@ from batchserve.models.token_counts import estimate_tokens
 from batchserve.sim import simulate
 from batchserve.subpasses import PassCost, PassCostModel, Shape, plan, predict_s, shape
 from batchserve.workload.arrivals import arrival_times
+from batchserve_testing.bench import batchserve
 
-HERE = OUT / "sim_vs_served"
+#: This script's folder (the server imports the stand-in model from it), the repository,
+#: and where the texts the generator sends are written.
+FOLDER = Path(__file__).resolve().parent
+ROOT = FOLDER.parents[1]
+HERE = ROOT / "bench" / "out" / "sim_vs_served"
 MODEL_NAME = "bench"
 MAX_BATCH = 32
 MAX_WAIT_S = 0.002
@@ -195,10 +197,45 @@ def capacity(sizes: list[int], cost: PassCost, overhead_s: float) -> float:
     return n / r.end_s
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Load:
+    """One generator run: offered rate, length, deadline (the generator gives up there too)."""
+
+    rate: float
+    duration_s: float
+    deadline_ms: float
+
+
 def drive(url: str, load: Load, seed: int, texts: Path, arrivals: str) -> dict[str, Any]:
-    """One ``batchserve load`` run (this Python, the OpenAI API); its JSON summary."""
-    argv = compare.generator_argv(url, load, seed, texts=texts, arrivals=arrivals)
-    argv[0] = sys.executable
+    """One ``batchserve load`` run (this Python, the OpenAI API, one text a request, the
+    texts in order); its JSON summary."""
+    argv = [
+        sys.executable,
+        "-m",
+        "batchserve",
+        "load",
+        url,
+        "--api",
+        "openai",
+        "--model",
+        MODEL_NAME,
+        "--texts",
+        str(texts),
+        "--arrivals",
+        arrivals,
+        "--rate",
+        f"{load.rate:g}",
+        "--duration",
+        f"{load.duration_s:g}s",
+        "--timeout",
+        f"{load.deadline_ms:g}ms",
+        "--client-timeout",
+        f"{load.deadline_ms:g}ms",
+        "--seed",
+        str(seed),
+        "--json",
+        "--quiet",
+    ]
     res = subprocess.run(
         argv,
         cwd=ROOT,
@@ -345,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {
         _COST_ENV: args.cost,
         "PYTHONPATH": os.pathsep.join(
-            [str(ROOT / "bench"), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
+            [str(FOLDER), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
         ),
     }
     os.environ[_COST_ENV] = args.cost
