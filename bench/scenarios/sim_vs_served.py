@@ -15,8 +15,8 @@ mix. This script, in one run:
    with the profiled cost (``sim.simulate(subpass=...)``), plus the driver's overhead per
    pass. Capacity is the simulated drain of a backlog; the loads are ``--loads`` times it
    (half of it, and past saturation by default). The overhead, and what the request path
-   adds to p50, are measured first on a server of a model that costs nothing, at the same
-   loads (``--no-path`` skips it: 0.5 ms a pass, nothing added);
+   adds to p50, are measured first on a server of a probe whose pass sleeps 5 ms, at the
+   same loads (``--no-path`` skips it: 0.5 ms a pass, nothing added);
 3. **serves** the same: ``batchserve serve`` with the same settings, a warm-up at the rate,
    then ``batchserve load`` with the same seed (the same arrival schedule, the same texts in
    the same order) per load;
@@ -324,33 +324,39 @@ def served(
     return rows
 
 
-NULL_SPEC = "synthetic:fixed=0ms,per_item=0ms,dim=8"
+#: The probe: a model whose pass sleeps 5 ms whatever it holds (a pass that leaves the CPU,
+#: as an engine's forward does, so waking for the answer is measured too).
+PROBE_S = 0.005
+PROBE_SPEC = f"synthetic:fixed={PROBE_S * 1e3:g}ms,per_item=0ms,dim=8"
 
 
 def request_path(
     path: Path, rates: list[float], seconds: float, seed: int, env: dict[str, str]
 ) -> tuple[list[float], float]:
-    """What the request's path adds to p50 beyond batching at each rate, and to a pass.
+    """What the driver adds to a pass, and the request's path to p50, at each rate.
 
-    The same load against a model that costs nothing, served. Its p50 minus the same load's
-    simulated p50 (its max wait) is what the HTTP stack, the generator and the machine's
-    scheduling add to a request; the fixed cost its server fitted is what the driver adds to
-    a pass (handing it to a thread and back). The simulator models neither on its own.
+    The same load against the probe, served: the fixed cost its server fits beyond the
+    probe's 5 ms is what the driver adds to a pass (handing it to a thread, waking for its
+    answer, which waits for the event loop's hold on the interpreter); its p50 minus the
+    same load's simulated p50 (with that overhead) is what the HTTP stack, the generator and
+    the machine's scheduling add to a request. The simulator models neither on its own.
     """
-    rows = served(NULL_SPEC, path, rates, seconds, seed, env)
+    rows = served(PROBE_SPEC, path, rates, seconds, seed, env)
+    fits = [row["server"]["pass_fit"]["fixed_s"] or PROBE_S for row in rows]
+    overhead = max(0.0, statistics.median(fits) - PROBE_S)
     out = []
     for rate, row in zip(rates, rows, strict=True):
         arrivals = arrival_times(rate=rate, duration_s=seconds, arrivals="poisson", seed=seed)
         r = simulate(
             config=BatchConfig(max_batch_size=MAX_BATCH, max_wait_s=MAX_WAIT_S, queue_size=QUEUE),
-            cost=CostEstimate(fixed_s=0.0, per_item_s=0.0),
+            cost=CostEstimate(fixed_s=PROBE_S, per_item_s=0.0),
             arrivals=arrivals,
             timeout_s=DEADLINE_S,
             duration_s=seconds,
+            overhead_s=overhead,
         )
-        out.append(max(0.0, row["p50_ms"] - r.summary.p50_ms))
-    fits = [row["server"]["pass_fit"]["fixed_s"] or 0.0 for row in rows]
-    return out, statistics.median(fits)
+        out.append(row["p50_ms"] - r.summary.p50_ms)
+    return out, overhead
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -364,13 +370,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--overhead",
         type=float,
-        help="driver seconds per pass, simulated (default: measured, the fixed cost a server "
-        "of a model that costs 0 fits; 0.5 ms with --no-path)",
+        help="driver seconds per pass, simulated (default: measured on the probe; 0.5 ms "
+        "with --no-path)",
     )
     ap.add_argument(
         "--no-path",
         action="store_true",
-        help="skip measuring the request path's own p50 (a server of a model that costs 0)",
+        help="skip measuring the driver's overhead and the request path (on the probe)",
     )
     ap.add_argument("--json", action="store_true", help="one JSON object at the end")
     args = ap.parse_args(argv)
@@ -413,9 +419,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.overhead is None:
             overhead = driver_s
         print(
-            f"a model that costs 0, served: its passes cost {driver_s * 1e3:.3f} ms (the "
-            f"driver's); its p50 is {', '.join(f'{p:.1f}' for p in measured_paths)} ms more "
-            "than simulated (the request path)",
+            f"the probe (a pass of {PROBE_S * 1e3:g} ms), served: the driver adds "
+            f"{driver_s * 1e3:.3f} ms a pass; its p50 is "
+            f"{', '.join(f'{p:.1f}' for p in measured_paths)} ms more than simulated (the "
+            "request path)",
             flush=True,
         )
     predicted = [simulated(sizes, cost, r, args.seconds, args.seed, overhead) for r in rates]
@@ -506,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
             p50 = r["predicted_p50_ms"] + extra
             err = p50 / r["measured_p50_ms"] - 1 if r["measured_p50_ms"] else None
             line += (
-                f"; the request path adds {extra:.1f} ms to p50 (a model that costs 0, served):"
+                f"; the request path adds {extra:.1f} ms to p50 (the probe, served):"
                 f" simulated p50 + that = {p50:.1f} ms ({_pct(err)})"
             )
         print(line)
