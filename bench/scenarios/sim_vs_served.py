@@ -9,7 +9,7 @@ mix. This script, in one run:
    ``--repeats`` times (the median), fitted with :class:`~batchserve.subpasses.PassCostModel`
    into a :class:`~batchserve.subpasses.PassCost` (fixed, per token, attention). Sizes are
    the model's ``token_estimate``, what the server's policy sees;
-2. **simulates** the mix: every paragraph of ``pydoc_data.topics`` (``manual_paragraphs``),
+2. **simulates** the mix: every paragraph of ``pydoc_data.topics`` (``reference_paragraphs``),
    one per request in the order the load generator sends them, Poisson arrivals, 1 s
    deadline, the server's settings; each pass costs its length-sorted sub-passes planned
    with the profiled cost (``sim.simulate(subpass=...)``), plus the driver's overhead per
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from batchserve.config import BatchConfig, CostEstimate
-from batchserve.loadgen.texts import manual_paragraphs
+from batchserve.loadgen.texts import reference_paragraphs
 from batchserve.models.token_counts import estimate_tokens
 from batchserve.sim import simulate
 from batchserve.subpasses import PassCost, PassCostModel, Shape, plan, predict_s, shape
@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object at the end")
     args = ap.parse_args(argv)
     load_before = os.getloadavg()
-    texts = list(manual_paragraphs())
+    texts = list(reference_paragraphs())
     HERE.mkdir(parents=True, exist_ok=True)
     path = HERE / "manual.txt"
     path.write_text("\n".join(texts) + "\n")
