@@ -18,8 +18,9 @@ and lays side by side, in one run:
    infinity``). Each on ``mixed`` texts (3 to 200 words, uniformly: queries to passages) and,
    for batchserve, on uniform ``short`` texts (8 words), where passes by tokens must lose
    nothing.
-3. **the simulator's prediction** of the same two policies, with the token cost model that
-   the served run by tokens fitted (``/status``): the same policy code on virtual time.
+3. **the simulator's prediction** of the same two policies, with the sub-pass cost that
+   the served run by tokens fitted (``/status``): the same policy code on virtual time,
+   each pass costing its length-sorted sub-passes.
 
 Every served row has the demo's keys, plus ``server``, ``config``, ``load`` and, for
 batchserve, the padding waste (padded tokens / real tokens) from ``/status``. The summary
@@ -218,7 +219,11 @@ def serve_and_drive(
             row["padding_waste"] = round(
                 (tok_a["padded"] - tok_b["padded"]) / (tok_a["real"] - tok_b["real"]), 3
             )
-            row["token_cost"] = {"fixed_s": tok_a["fixed_s"], "per_token_s": tok_a["per_token_s"]}
+            row["token_cost"] = {
+                "fixed_s": tok_a["fixed_s"],
+                "per_token_s": tok_a["per_token_s"],
+                "attention_s": tok_a.get("attention_s", 0.0),
+            }
     return row
 
 
@@ -227,9 +232,16 @@ def predict(row: dict[str, Any], texts: Path, rate: float, seconds: float) -> di
     from batchserve.config import BatchConfig, CostEstimate
     from batchserve.models.token_counts import estimate_tokens
     from batchserve.sim import simulate
+    from batchserve.subpasses import PassCost
     from batchserve.workload.arrivals import arrival_times
 
     cost = row["token_cost"]
+    # The served policy's fit is of one sub-pass (its driver's overhead inside).
+    subpass = PassCost(
+        fixed_s=cost["fixed_s"],
+        per_token_s=cost["per_token_s"],
+        attention_s=cost.get("attention_s", 0.0),
+    )
     pool = texts.read_text().splitlines()
     arrivals = arrival_times(rate=rate, duration_s=seconds, arrivals="poisson", seed=7)
     rng = random.Random(7)
@@ -238,12 +250,12 @@ def predict(row: dict[str, Any], texts: Path, rate: float, seconds: float) -> di
     for by in ("tokens", "count"):
         r = simulate(
             config=BatchConfig(max_batch_size=MAX_BATCH, max_wait_s=0.002, batch_by=by),
-            cost=CostEstimate(fixed_s=cost["fixed_s"], per_item_s=0.0),
+            cost=CostEstimate(fixed_s=0.0, per_item_s=0.0),
             arrivals=arrivals,
             timeout_s=DEADLINE_MS / 1e3,
             duration_s=seconds,
             sizes=sizes,
-            per_token_s=cost["per_token_s"],
+            subpass=subpass,
         )
         out[by] = {"ok_per_s": round(r.summary.ok_per_s, 1), "p99_ms": round(r.summary.p99_ms, 1)}
     return out

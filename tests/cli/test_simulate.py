@@ -120,6 +120,7 @@ def test_simulate_a_padded_model_by_tokens_and_by_count(capsys: pytest.CaptureFi
         "10ms",
         "--per-item",
         "0ms",
+        "--padded",
         "--per-token",
         "0.37ms",
         "--tokens",
@@ -144,13 +145,57 @@ def test_simulate_a_padded_model_by_tokens_and_by_count(capsys: pytest.CaptureFi
     assert "padding_waste" not in rows["count"]
     assert rows["tokens"]["tokens"] == [5, 202]
     assert main([*args]) == 0
-    assert "padding waste" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "padding waste" in out
+    assert "per padded token, padded whole" in out
+
+
+def test_simulate_sorted_subpasses_from_a_profiled_cost(capsys: pytest.CaptureFixture[str]) -> None:
+    # A CPU-shaped sub-pass cost (5 ms a sub-pass, 250 us a token, 0.5 us a token x its
+    # length): a pass of mixed lengths costs its sorted sub-passes, so it is served at
+    # nearly the cost of its real tokens (about 33 ms a text of 5 to 202 tokens: 30/s), and
+    # faster than the same model padded whole even without attention.
+    args = [
+        "simulate",
+        "--fixed",
+        "1ms",
+        "--per-item",
+        "0ms",
+        "--per-token",
+        "250us",
+        "--tokens",
+        "5:202",
+        "--rate",
+        "60",
+        "--duration",
+        "20s",
+        "--arrivals",
+        "poisson",
+        "--timeout",
+        "1s",
+        "--batch-by",
+        "count",
+        "--json",
+    ]
+    assert main([*args, "--subpass-fixed", "5ms", "--attention", "0.5us"]) == 0
+    sorted_ = json.loads(capsys.readouterr().out)
+    assert main([*args, "--padded"]) == 0
+    padded = json.loads(capsys.readouterr().out)
+    assert sorted_["pass_shape"] == "sorted"
+    assert (sorted_["subpass_fixed_s"], sorted_["attention_s"]) == (0.005, 0.5e-6)
+    real_s = sum(n * 250e-6 + n * n * 0.5e-6 for n in range(5, 203)) / 198
+    assert sorted_["ok_per_s"] > 0.85 / real_s
+    assert sorted_["ok_per_s"] > 1.15 * padded["ok_per_s"]
+    assert main([*args[:-1], "--subpass-fixed", "5ms"]) == 0
+    assert "length-sorted sub-passes of 5ms + 250us per padded token" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         (["--per-token", "1ms"], "--per-token needs --tokens"),
+        (["--subpass-fixed", "1ms"], "--subpass-fixed needs --tokens"),
+        (["--tokens", "5:10", "--padded", "--attention", "1us"], "--attention is a sub-pass's"),
         (["--tokens", "5:10", "--replicas", "2"], "--tokens needs one server"),
         (["--max-batch-tokens", "64"], "--max-batch-tokens needs --tokens"),
         (["--batch-by", "tokens"], "--batch-by tokens needs --tokens"),

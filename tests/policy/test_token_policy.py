@@ -1,28 +1,33 @@
-"""Passes formed by tokens: which items go together, the token bound, the cost in tokens."""
+"""Passes formed by tokens: which items go together, the token bound, the sub-pass cost."""
 
 import pytest
 
 from batchserve.config import BatchConfig
 from batchserve.errors import ConfigError
 from batchserve.policy import Batch, Policy, TokenPolicy, make_policy
+from batchserve.subpasses import PassCost, plan, predict_s, shape
 
-FIXED_S = 0.010
-PER_TOKEN_S = 0.0004
+#: A CPU's shape: a sub-pass's fixed cost is worth 25 tokens; attention shows on long texts.
+CPU = PassCost(fixed_s=0.010, per_token_s=0.0004, attention_s=0.4e-6)
+#: A GPU's shape: a sub-pass's fixed cost is worth thousands of tokens.
+GPU = PassCost(fixed_s=0.004, per_token_s=0.5e-6)
+PER_TOKEN_S = CPU.per_token_s
 
 
-def pass_cost(batch: Batch[int]) -> float:
-    """A padded model's pass: a fixed cost plus every padded token."""
-    return FIXED_S + PER_TOKEN_S * max(e.size for e in batch.entries) * len(batch.entries)
+def pass_cost(batch: Batch[int], cost: PassCost = CPU) -> float:
+    """What the engine's pass costs: its length-sorted sub-passes, planned with the cost."""
+    sizes = [e.size for e in batch.entries]
+    return predict_s(shape(sizes, plan(sizes, cost)), cost)
 
 
-def trained(config: BatchConfig) -> tuple[TokenPolicy[int], float]:
-    """A policy whose token model has learned the cost above from passes of mixed sizes."""
+def trained(config: BatchConfig, cost: PassCost = CPU) -> tuple[TokenPolicy[int], float]:
+    """A policy whose token model has learned ``cost`` from passes of mixed sizes."""
     p: TokenPolicy[int] = TokenPolicy(config)
     now = 0.0
     for size in (10, 100, 40, 200, 20, 150):
         p.offer(now, 0, None, size)
         (batch,) = p.poll(now + config.max_wait_s).dispatch
-        now += config.max_wait_s + pass_cost(batch)
+        now += config.max_wait_s + pass_cost(batch, cost)
         p.finish(now, batch)
     return p, now
 
@@ -31,13 +36,32 @@ def sizes_of(batch: Batch[int]) -> list[int]:
     return [e.size for e in batch.entries]
 
 
-def test_the_token_model_learns_the_padded_cost() -> None:
-    p, _ = trained(BatchConfig(max_batch_size=8))
+@pytest.mark.parametrize("cost", [CPU, GPU], ids=["cpu", "gpu"])
+def test_the_token_model_learns_the_subpass_cost(cost: PassCost) -> None:
+    p, _ = trained(BatchConfig(max_batch_size=8), cost)
     tokens = p.statistics().tokens
     assert tokens is not None
-    assert tokens.cost.fixed_s == pytest.approx(FIXED_S, rel=0.01)
-    assert tokens.cost.per_item_s == pytest.approx(PER_TOKEN_S, rel=0.01)
+    assert tokens.cost.fixed_s == pytest.approx(cost.fixed_s, rel=1e-3)
+    assert tokens.cost.per_token_s == pytest.approx(cost.per_token_s, rel=1e-3)
+    assert tokens.cost.attention_s == pytest.approx(cost.attention_s, rel=1e-3, abs=1e-12)
     assert tokens.cost_samples == 6
+
+
+def test_a_wrong_first_plan_is_corrected_within_a_few_passes() -> None:
+    # Untrained, the policy plans every distinct length as a sub-pass of its own; a GPU
+    # runs these passes whole. The shapes learned first are wrong, and re-planned when the
+    # estimate moves, so the fit is the truth a few passes later (not hundreds).
+    p: TokenPolicy[int] = TokenPolicy(BatchConfig(max_batch_size=4, max_wait_s=0.002))
+    now = 0.0
+    for sizes in ([10, 30, 50, 70], [12, 90, 40, 8], [5, 6, 7, 200], [60, 61, 20, 21]) * 2:
+        for size in sizes:
+            p.offer(now, 0, None, size)
+        (batch,) = p.poll(now).dispatch
+        now += pass_cost(batch, GPU)
+        p.finish(now, batch)
+    est = p.token_cost.estimate
+    assert est.fixed_s == pytest.approx(GPU.fixed_s, rel=1e-3)
+    assert est.per_token_s == pytest.approx(GPU.per_token_s, rel=1e-3)
 
 
 def test_the_oldest_goes_with_texts_of_its_length_and_the_others_wait_their_own_pass() -> None:
@@ -53,28 +77,78 @@ def test_the_oldest_goes_with_texts_of_its_length_and_the_others_wait_their_own_
     assert sizes_of(second) == [200, 190, 205, 195]
     tokens = p.statistics().tokens
     assert tokens is not None
-    # 12 x 4 + 205 x 4 = 868 padded tokens for 832 real ones; by count, [10, 200, 12, 190]
-    # and [11, 205, 9, 195] would pad 1,620 for the same items.
-    assert tokens.padded - before.padded == 868
+    # As planned: 4 x 12, then 2 x 195 + 2 x 205 (attention makes the cut worth a sub-pass)
+    # = 848 padded tokens for 832 real ones; by count, [10, 200, 12, 190] and [11, 205, 9,
+    # 195] padded whole would compute 1,620.
+    assert tokens.padded - before.padded == 848
     assert tokens.real - before.real == 832
     assert tokens.queued == 0
 
 
-def test_a_short_text_rides_with_a_long_one_only_when_the_fixed_cost_is_worth_more() -> None:
+def test_an_item_joins_when_the_engine_would_run_it_in_the_same_subpass() -> None:
     p, now = trained(BatchConfig(max_batch_size=4, max_wait_s=0.002))
-    # The fixed cost is worth 25 tokens here: a 20-token text joins a 40-token pass (it adds
-    # 40 padded tokens, it would cost 20 + 25 alone), a 5-token text does not join a
-    # 100-token pass (it adds 100, it would cost 5 + 25 alone).
+    # The fixed cost of a sub-pass is worth about 25 tokens here: 20 tokens and 40 stay one
+    # sub-pass (cutting saves 20 padded tokens), 5 tokens and 100 do not (it saves 95).
     for size in (40, 20):
         p.offer(now, 0, None, size)
     (batch,) = p.poll(now + 0.002).dispatch
     assert sizes_of(batch) == [40, 20]
+    assert plan([40, 20], CPU) == [[1, 0]]
     now += 0.002 + pass_cost(batch)
     p.finish(now, batch)
     for size in (100, 5):
         p.offer(now, 0, None, size)
     (batch,) = p.poll(now + 0.002).dispatch
     assert sizes_of(batch) == [100]
+    assert plan([100, 5], CPU) == [[1], [0]]
+
+
+def test_on_a_gpu_every_length_rides_together_in_order() -> None:
+    p, now = trained(BatchConfig(max_batch_size=4, max_wait_s=0.002), GPU)
+    for size in (10, 200, 12, 190, 11, 205, 9, 195):
+        p.offer(now, 0, None, size)
+    (first,) = p.poll(now).dispatch
+    assert sizes_of(first) == [10, 200, 12, 190]
+
+
+def test_the_padded_tokens_are_the_planned_subpasses() -> None:
+    # Untrained, every item joins and the plan (a zero cost) runs each length alone: the
+    # pass computes its real tokens, not 3 x 200.
+    p: TokenPolicy[int] = TokenPolicy(BatchConfig(max_batch_size=3, max_wait_s=0.002))
+    for size in (10, 200, 12):
+        p.offer(0.0, 0, None, size)
+    (batch,) = p.poll(0.0).dispatch
+    assert sizes_of(batch) == [10, 200, 12]
+    tokens = p.statistics().tokens
+    assert tokens is not None
+    assert (tokens.padded, tokens.real) == (222, 222)
+    # Told the cost up front, it plans as the engine does from the first pass.
+    q: TokenPolicy[int] = TokenPolicy(
+        BatchConfig(max_batch_size=3, max_wait_s=0.002), token_prior=GPU
+    )
+    for size in (10, 200, 12):
+        q.offer(0.0, 0, None, size)
+    q.poll(0.0)
+    tokens = q.statistics().tokens
+    assert tokens is not None
+    assert tokens.padded == 600
+
+
+def test_admission_predicts_a_running_pass_from_its_subpasses() -> None:
+    # A running pass of three short texts and a long one is predicted as the engine runs it,
+    # two sub-passes (3 x 12 and 1 x 250 tokens), not as 4 x 250 padded tokens.
+    p, now = trained(BatchConfig(max_batch_size=4, max_wait_s=0.002))
+    p._group_by = None  # every item joins, this once: a pass of mixed lengths
+    for size in (10, 250, 12, 11):
+        p.offer(now, 0, None, size)
+    (batch,) = p.poll(now).dispatch
+    assert sizes_of(batch) == [10, 250, 12, 11]
+    truth = pass_cost(batch)
+    assert truth == pytest.approx(CPU.seconds(3, 12) + CPU.seconds(1, 250))
+    assert CPU.seconds(4, 250) > 2.5 * truth
+    # One more item waits for that pass, then runs in a pass of its own.
+    wait = p.predict_finish(now) - now
+    assert truth < wait < truth + CPU.seconds(1, 200)
 
 
 def test_an_item_of_another_length_is_not_starved_it_goes_when_it_is_the_oldest() -> None:
@@ -129,7 +203,7 @@ def test_admission_predicts_with_the_queued_tokens() -> None:
     p, now = trained(BatchConfig(max_batch_size=4, max_wait_s=0.002))
     for _ in range(20):
         p.offer(now, 0, None, 200)
-    ahead_s = 5 * (FIXED_S + PER_TOKEN_S * 200 * 4)
+    ahead_s = 5 * CPU.seconds(4, 200)
     assert p.screen(now, now + ahead_s / 2) is not None
     assert p.screen(now, now + ahead_s * 1.5) is None
 
@@ -163,9 +237,9 @@ def test_config_names_the_field_and_the_rule(fields: dict[str, object], message:
 
 
 def test_when_passes_do_not_vary_the_fixed_cost_is_unknown_and_everything_joins() -> None:
-    # Passes of 100 or 102 padded tokens cannot tell a fixed cost from a per-token one (here
-    # the fit puts it all on the tokens, a fixed cost of 0): grouping would rest on noise,
-    # so a short text still joins a long one, as by count.
+    # Passes of 100 or 102 tokens cannot tell a fixed cost from a per-token one (here the
+    # fit puts it on the fixed cost and attention, no cost per token): grouping would rest
+    # on noise, so a short text still joins a long one, as by count.
     p: TokenPolicy[int] = TokenPolicy(BatchConfig(max_batch_size=4, max_wait_s=0.002))
     now = 0.0
     for i in range(6):
@@ -175,7 +249,8 @@ def test_when_passes_do_not_vary_the_fixed_cost_is_unknown_and_everything_joins(
         p.finish(now, batch)
     tokens = p.statistics().tokens
     assert tokens is not None
-    assert tokens.cost.fixed_s == pytest.approx(0.0, abs=1e-9)
+    assert tokens.cost.per_token_s == 0.0
+    assert tokens.cost.seconds(1, 102) == pytest.approx(PER_TOKEN_S * 102)
     for size in (100, 10):
         p.offer(now, 0, None, size)
     (batch,) = p.poll(now + 0.002).dispatch

@@ -12,8 +12,13 @@ Go seed's scenario, so ``batchserve simulate`` predicts a row of ``batchserve de
 tenant, on the classes ``--class`` describes (none: today's single FIFO queue), and reports
 each stream, as :func:`~batchserve.sim.mix.simulate_mix` does.
 ``--tokens N|LOW:HIGH`` sizes every request (tokens drawn uniformly, seeded by ``--seed``) for
-a padded model whose pass also costs ``--per-token`` per padded token (longest x count);
-``--batch-by`` and ``--max-batch-tokens`` are the server's flags.
+a model that pads a forward call to its longest item. By default its pass runs as the
+engines run one, length-sorted sub-passes (:mod:`batchserve.subpasses`), each costing
+``--subpass-fixed`` plus ``--per-token`` per padded token plus ``--attention`` per padded
+token per token of its length (what ``batchserve profile`` measures of an engine's
+sub-passes); with ``--padded``, one call padded whole (``--per-token`` x longest x count).
+Either is on top of ``--fixed``/``--per-item`` per pass. ``--batch-by`` and
+``--max-batch-tokens`` are the server's flags.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from batchserve.sim import (
     simulate_fleet,
 )
 from batchserve.sim.mix import MixResult, parse_stream, simulate_mix
+from batchserve.subpasses import PassCost
 from batchserve.units import format_duration
 from batchserve.workload.arrivals import ARRIVAL_MODES, arrival_times
 from batchserve.workload.seed import (
@@ -59,6 +65,7 @@ __all__ = [
     "add_parser",
     "cost_from_args",
     "initial_cost_from_args",
+    "subpass_from_args",
 ]
 
 
@@ -90,7 +97,26 @@ def add_batch_args(p: argparse.ArgumentParser) -> None:
         "--per-token",
         type=duration,
         default="0s",
-        help="cost of each padded token of a pass, on top of --fixed/--per-item (%(default)s)",
+        help="cost of each padded token of a sub-pass (of the pass, with --padded), on top "
+        "of --fixed/--per-item (%(default)s)",
+    )
+    t.add_argument(
+        "--subpass-fixed",
+        type=duration,
+        default="0s",
+        help="fixed cost of each length-sorted sub-pass of a pass (%(default)s)",
+    )
+    t.add_argument(
+        "--attention",
+        type=duration,
+        default="0s",
+        help="cost of each padded token of a sub-pass per token of its length (%(default)s)",
+    )
+    t.add_argument(
+        "--padded",
+        action="store_true",
+        help="a model that runs a pass as one call padded to its longest item, not as "
+        "length-sorted sub-passes",
     )
     t.add_argument(
         "--batch-by",
@@ -232,7 +258,8 @@ def run(args: argparse.Namespace) -> int:
         overhead_s=args.overhead,
         name=args.name or batch_label(args.max_batch_size, args.max_wait, args.workers),
         sizes=sizes,
-        per_token_s=args.per_token,
+        per_token_s=args.per_token if args.padded else 0.0,
+        subpass=subpass_from_args(args) if sizes is not None else None,
     )
     scenario = _scenario(args, cost)
     if args.json:
@@ -245,12 +272,28 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def subpass_from_args(args: argparse.Namespace) -> PassCost | None:
+    """The true cost of a sub-pass (None with ``--padded``, or when it costs nothing)."""
+    if args.padded:
+        return None
+    cost = PassCost(
+        fixed_s=args.subpass_fixed, per_token_s=args.per_token, attention_s=args.attention
+    )
+    return cost if cost.fixed_s or cost.per_token_s or cost.attention_s else None
+
+
 def _check_token_flags(args: argparse.Namespace) -> None:
     # Every token flag needs --tokens (the requests' sizes) and one open-loop server.
+    if args.padded and (args.subpass_fixed or args.attention):
+        flag = "--subpass-fixed" if args.subpass_fixed else "--attention"
+        raise ConfigError(f"{flag} is a sub-pass's cost: not with --padded (one padded call)")
     given = [
         flag
         for flag, on in (
             ("--per-token", bool(args.per_token)),
+            ("--subpass-fixed", bool(args.subpass_fixed)),
+            ("--attention", bool(args.attention)),
+            ("--padded", args.padded),
             ("--max-batch-tokens", args.max_batch_tokens is not None),
             ("--batch-by tokens", args.batch_by == "tokens"),
         )
@@ -280,6 +323,9 @@ def _scenario(args: argparse.Namespace, cost: CostEstimate) -> dict[str, Any]:
         "overhead_s": args.overhead,
         "tokens": args.tokens,
         "per_token_s": args.per_token,
+        "subpass_fixed_s": args.subpass_fixed,
+        "attention_s": args.attention,
+        "pass_shape": "padded" if args.padded else "sorted",
         "batch_by": args.batch_by,
     }
 
@@ -373,7 +419,15 @@ def _header(sc: dict[str, Any], duration_s: float) -> str:
     tokens = sc.get("tokens")
     if tokens is not None:
         per_token = format_duration(sc["per_token_s"])
-        overhead += f" + {per_token} per padded token ({tokens[0]}-{tokens[1]} tokens each)"
+        each = f"{tokens[0]}-{tokens[1]} tokens each"
+        if sc["pass_shape"] == "padded":
+            overhead += f" + {per_token} per padded token, padded whole ({each})"
+        else:
+            overhead += (
+                f" + length-sorted sub-passes of {format_duration(sc['subpass_fixed_s'])} + "
+                f"{per_token} per padded token + {format_duration(sc['attention_s'])} per "
+                f"token x length ({each})"
+            )
     return (
         f"simulated: {format_duration(sc['fixed_s'])} per call + "
         f"{format_duration(sc['per_item_s'])} per item{overhead}. Offered load: {sc['rate']:g} "

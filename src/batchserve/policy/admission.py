@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from batchserve.policy.entries import Batch
@@ -73,14 +73,22 @@ def predict_finish_at(
 
 
 def workers_free_at(
-    now: float, running: Iterable[Batch[Any]], workers: int, fixed_s: float, per_item_s: float, /
+    now: float,
+    running: Iterable[Batch[Any]],
+    workers: int,
+    fixed_s: float,
+    per_item_s: float,
+    passes_s: Mapping[int, float] | None = None,
+    /,
 ) -> tuple[list[float], float]:
     """When each worker is predicted to be free, and until when that prediction is steady.
 
     ``running``: the dispatched batches in dispatch order; the first ``workers`` are the
     passes under way (the rest, prefetched, are not read). A worker is free ``now`` if idle,
-    else at its pass's predicted end. The second value is the earliest such end (``inf``
-    when none runs): until then the prediction moves no faster than the clock.
+    else at its pass's predicted end: ``passes_s[batch.id]`` seconds after its start when
+    given (a policy that predicted that pass from its items), else ``fixed_s + n *
+    per_item_s``. The second value is the earliest such end (``inf`` when none runs): until
+    then the prediction moves no faster than the clock.
     """
     free = [now] * workers
     steady = math.inf
@@ -88,7 +96,10 @@ def workers_free_at(
         if i == workers:
             break
         start = batch.start
-        expected = start + fixed_s + len(batch.entries) * per_item_s
+        took = passes_s.get(batch.id) if passes_s is not None else None
+        if took is None:
+            took = fixed_s + len(batch.entries) * per_item_s
+        expected = start + took
         if expected >= now:
             free[i] = expected
             if expected < steady:

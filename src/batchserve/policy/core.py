@@ -155,6 +155,9 @@ class Policy(Generic[PayloadT]):
         # offer only while it is unchanged (see ``screen``).
         self._changes = 0
         self._verdicts = _Verdicts()
+        # Predicted seconds of each dispatched pass, by batch id, for a policy that predicts
+        # a pass from its items (see ``_dispatched``); None: from the cost model by count.
+        self._passes_s: dict[int, float] | None = None
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -227,7 +230,9 @@ class Policy(Generic[PayloadT]):
         fixed_s, per_item_s = self._costs()
         workers = cfg.workers
         running = self._running
-        free, steady = workers_free_at(now, running.values(), workers, fixed_s, per_item_s)
+        free, steady = workers_free_at(
+            now, running.values(), workers, fixed_s, per_item_s, self._passes_s
+        )
         queue = self._queue
         position = len(queue)
         if len(running) > workers:
@@ -466,6 +471,7 @@ class Policy(Generic[PayloadT]):
             batch = Batch(next(self._batch_ids), entries, now)
             running[batch.id] = batch
             dispatch.append(batch)
+            self._dispatched(batch)
             self._changes += 1
         while deadlines and deadlines[0][2].state != QUEUED:
             heapq.heappop(deadlines)
@@ -519,6 +525,9 @@ class Policy(Generic[PayloadT]):
         """The ``n`` items of the next pass, taken off the queue: the oldest first."""
         queue = self._queue
         return [queue.popitem(last=False)[1] for _ in range(n)]
+
+    def _dispatched(self, batch: Batch[PayloadT]) -> None:
+        """A batch was just dispatched (a hook: the plain policy has nothing to note)."""
 
     def _overdue(self, now: float, expired: list[Entry[PayloadT]]) -> list[Entry[PayloadT]]:
         # Dispatched entries whose deadline has passed, answered now: ``late`` if running;

@@ -16,6 +16,7 @@ from typing import Any
 
 from batchserve.config import CostEstimate
 from batchserve.policy.entries import DONE, Entry
+from batchserve.subpasses import PassCost
 
 __all__ = ["REJECT_REASONS", "Counters", "PolicyStats", "Tally", "TokenStats", "tally_pass"]
 
@@ -152,17 +153,18 @@ class TokenStats:
     """The tokens of a policy that forms batches by tokens.
 
     Attributes:
-        padded: tokens the dispatched passes held, padding included (longest x count each).
+        padded: tokens the dispatched passes computed, padding included: each pass's
+            length-sorted sub-passes as the policy planned them, each padded to its longest.
         real: the dispatched items' own tokens.
         queued: tokens of the items waiting now.
-        cost: the fitted cost in padded tokens (``per_item_s`` is per padded token).
+        cost: the fitted cost of one sub-pass (fixed, per padded token, attention).
         cost_samples: passes the token cost model has been fitted on.
     """
 
     padded: int
     real: int
     queued: int
-    cost: CostEstimate
+    cost: PassCost
     cost_samples: int
 
     @property

@@ -11,9 +11,15 @@ same events the Batcher does, at virtual times:
   counted by reason and nothing else happens, as in ``Batcher.submit_nowait``;
 * a **timer** at the ``wake_at`` the policy asked for last (one timer, re-armed when
   ``wake_at`` changes, stale ones ignored);
-* a **finished pass** at ``batch.start + fixed_s + n * per_item_s + per_token_s * n * L +
-  overhead_s`` (``L``: the pass's longest item, in tokens, when ``sizes`` are given; a padded
-  model's cost): ``finish(now, batch)``. The policy's own cost model learns
+* a **finished pass** at ``batch.start + fixed_s + n * per_item_s + tokens_s + overhead_s``:
+  ``finish(now, batch)``. ``tokens_s`` is what the pass's tokens cost, when ``sizes`` are
+  given. With ``subpass`` (a :class:`~batchserve.subpasses.PassCost`), the pass runs as the
+  engines run it: its items sorted by length and cut into sub-passes by
+  :func:`~batchserve.subpasses.plan` with that (true) cost, and ``tokens_s`` is the
+  sub-passes' predicted seconds (:func:`~batchserve.subpasses.predict_s`): a fixed cost per
+  sub-pass, every padded token, the attention term. With ``per_token_s`` instead, the pass
+  is one padded pass (a model that pads every item to the pass's longest ``L``):
+  ``tokens_s = per_token_s * n * L``. The policy's own cost models learn
   ``now - batch.start``, which here is exactly that. ``overhead_s`` (0 by default: a server
   with no overhead of its own) stands for what a real driver adds to each pass: handing the
   batch to a worker thread and the answer back to the event loop, the timer slack of the
@@ -60,6 +66,7 @@ from batchserve.policy import (
     make_policy,
 )
 from batchserve.sim.workers import Workers
+from batchserve.subpasses import PassCost, plan, predict_s, shape
 from batchserve.workload.summary import LoadSummary, summarize
 
 __all__ = ["SimResult", "TraceEvent", "simulate"]
@@ -133,6 +140,7 @@ def simulate(
     trace: bool = False,
     sizes: Sequence[int] | None = None,
     per_token_s: float = 0.0,
+    subpass: PassCost | None = None,
 ) -> SimResult:
     """Run the batching policy against an arrival schedule on virtual time.
 
@@ -152,8 +160,11 @@ def simulate(
         trace: record every event in :attr:`SimResult.trace`.
         sizes: each request's tokens, by index in ``arrivals`` (None: not sized, passes by
             count).
-        per_token_s: the true cost of each padded token of a pass (its longest item's size
-            times its count), on top of ``cost``; needs ``sizes``.
+        per_token_s: the true cost of each padded token of a pass padded whole (its longest
+            item's size times its count), on top of ``cost``; needs ``sizes``.
+        subpass: the true cost of a length-sorted sub-pass, as the engines run a pass of
+            sized items: each pass costs its planned sub-passes on top of ``cost``; needs
+            ``sizes``, and no ``per_token_s``.
 
     Returns:
         The prediction. It depends only on the arguments.
@@ -161,8 +172,8 @@ def simulate(
     Raises:
         ConfigError: ``timeout_s`` is not > 0; ``duration_s``, ``overhead_s`` or
             ``per_token_s`` is negative; ``sizes`` is not one size >= 1 per arrival;
-            ``per_token_s`` without ``sizes``; or ``config`` asks for passes by tokens
-            without ``sizes``.
+            ``per_token_s`` or ``subpass`` without ``sizes``, or both; or ``config`` asks
+            for passes by tokens without ``sizes``.
         ValueError: the arrivals are not sorted or one is negative.
     """
     if timeout_s is not None:
@@ -173,7 +184,7 @@ def simulate(
     check_non_negative("per_token_s", per_token_s)
     _check_sorted(arrivals)
     n = len(arrivals)
-    _check_sizes(sizes, n, per_token_s)
+    _check_sizes(sizes, n, per_token_s, subpass)
     if duration_s is None:
         duration_s = arrivals[-1] if n else 0.0
 
@@ -187,6 +198,10 @@ def simulate(
         if per_token_s:
             assert sizes is not None
             t += per_token_s * len(live) * max(sizes[e.payload] for e in live)
+        elif subpass is not None:
+            assert sizes is not None
+            s = [sizes[e.payload] for e in live]
+            t += predict_s(shape(s, plan(s, subpass)), subpass)
         return t
 
     workers = Workers[int](config.workers, took)
@@ -321,10 +336,19 @@ def simulate(
     )
 
 
-def _check_sizes(sizes: Sequence[int] | None, n: int, per_token_s: float) -> None:
+def _check_sizes(
+    sizes: Sequence[int] | None, n: int, per_token_s: float, subpass: PassCost | None
+) -> None:
+    if per_token_s and subpass is not None:
+        raise ConfigError(
+            "per_token_s and subpass are two shapes of a pass (padded whole, sorted "
+            "sub-passes): give one"
+        )
     if sizes is None:
         if per_token_s:
             raise ConfigError("per_token_s needs sizes: each request's tokens")
+        if subpass is not None:
+            raise ConfigError("subpass needs sizes: each request's tokens")
         return
     if len(sizes) != n:
         raise ConfigError(f"sizes must hold one size per arrival ({n}), got {len(sizes)}")

@@ -17,8 +17,9 @@ nothing: the request counters and pass accounting of :class:`~batchserve.server.
 * ``cost``: the cost model's current fit ``fixed_s + n * per_item_s`` and the passes it was
   fitted on, beside the measured mean forward time of each batch size;
 * ``tokens`` (None unless passes are formed by tokens): padded and real tokens of the
-  dispatched passes, their ratio ``waste``, the tokens queued now, the token cost model's
-  fit ``fixed_s + padded tokens * per_token_s``;
+  dispatched passes' sub-passes, their ratio ``waste``, the tokens queued now, the token
+  cost model's fit of one sub-pass, ``fixed_s + padded tokens * per_token_s + padded tokens
+  x length * attention_s``;
 * ``engine`` (None for a model that is not ``minilm`` or a folder, or not loaded yet): the
   backend, precision, device and threads it runs on and, under ``--backend auto``,
   ``choice``: the chosen engine and every candidate's measured rate and quality figures;
@@ -134,7 +135,8 @@ def _tokens(stats: PolicyStats | None) -> dict[str, Any] | None:
         "queued": tok.queued,
         "waste": tok.waste,
         "fixed_s": tok.cost.fixed_s,
-        "per_token_s": tok.cost.per_item_s,
+        "per_token_s": tok.cost.per_token_s,
+        "attention_s": tok.cost.attention_s,
     }
 
 

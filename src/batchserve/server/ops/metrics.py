@@ -462,7 +462,7 @@ class Metrics:
                 tokens.add_metric([name, "padded"], tok.padded)
                 tokens.add_metric([name, "real"], tok.real)
                 waste.add_metric([name], tok.waste)
-                per_token.add_metric([name], tok.cost.per_item_s)
+                per_token.add_metric([name], tok.cost.per_token_s)
         yield from (items, depth, running, fixed, per_item, samples, ready, bisect_calls)
         yield from (tokens, waste, per_token)
         if self._class_sources:
