@@ -1,6 +1,7 @@
 """Loading any model SPEC, the ones that run on an engine included.
 
-``minilm`` and a sentence-transformers model folder run on an engine: PyTorch, ONNX
+``minilm``, a sentence-transformers model folder and a sequence classification folder (a
+reranker or a classifier, :mod:`batchserve.models.kinds`; on torch for now) run on an engine: PyTorch, ONNX
 Runtime or OpenVINO, at a precision, on a device, with a number of CPU threads (a
 :class:`~batchserve.engines.runtime.Runtime`, from the command line and the SPEC's own
 options, ``minilm:backend=onnx-int8,threads=1``). With the default backend ``auto`` every
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from batchserve.engines.runtime import Runtime, default_workers
 from batchserve.errors import ConfigError
 from batchserve.models import loader as models_loader
+from batchserve.models.kinds import folder_kind
 from batchserve.models.loader import LoadedModel, needs_engine, split_runtime
 
 if TYPE_CHECKING:
@@ -54,6 +56,8 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
     base, options = split_runtime(spec)
     rt = _runtime(options, runtime)
     path = builtin_path() if base == "minilm" else Path(base)
+    if base != "minilm" and folder_kind(path).kind in ("reranker", "classifier"):
+        return _load_sequence(spec, path, rt)
     choice: dict[str, Any] | None = None
     if rt.backend == "auto":
         emb, verdict = choose_engine(path, rt)
@@ -75,6 +79,32 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
             "threads": emb.threads,
             "choice": choice,
         },
+    )
+
+
+def _load_sequence(spec: str, path: Path, rt: Runtime) -> LoadedModel:
+    # A reranker or classifier folder runs on torch: ``auto`` means torch for these kinds
+    # until their exported engines are measured and gated like the embedder's.
+    from batchserve.engines.sequence import SequenceClassifier
+
+    if rt.backend == "auto":
+        rt = dataclasses.replace(rt, backend="torch")
+    fn = SequenceClassifier.from_path(path, rt)
+    return LoadedModel(
+        spec=spec,
+        fn=fn,
+        kind=fn.kind,
+        count_tokens=fn.count_tokens,
+        max_input_tokens=fn.max_seq_length,
+        workers=default_workers(fn.device, fn.threads),
+        engine={
+            "backend": fn.backend,
+            "precision": fn.dtype,
+            "device": fn.device,
+            "threads": fn.threads,
+            "choice": None,
+        },
+        labels=fn.labels,
     )
 
 

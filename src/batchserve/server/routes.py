@@ -21,7 +21,7 @@ from batchserve.server.ops.dashboard import DASHBOARD_HEADERS, dashboard_html
 from batchserve.server.ops.live import server_status
 from batchserve.server.ops.metrics import CONTENT_TYPE, Metrics
 from batchserve.server.ops.openapi import docs_html, openapi_spec
-from batchserve.server.protocols import kserve, openai, triton
+from batchserve.server.protocols import kserve, openai, tei, triton
 from batchserve.server.registry import Registry
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
@@ -143,7 +143,16 @@ class Routes:
             "/dashboard": {"GET": self._dashboard},
             "/openapi.json": {"GET": self._openapi},
             "/docs": {"GET": self._docs},
-            "/": {"GET": self._index},
+            "/": {"GET": self._index, "POST": self._not_routed},
+            "/embed": {"POST": self._not_routed},
+            "/rerank": {"POST": self._not_routed},
+            "/predict": {"POST": self._not_routed},
+            "/similarity": {"POST": self._not_routed},
+            "/v1/rerank": {"POST": self._not_routed},
+            "/v2/rerank": {"POST": self._not_routed},
+            "/classify": {"POST": self._not_routed},
+            "/info": {"GET": self._tei_info},
+            "/health": {"GET": self._tei_health},
         }
 
     async def _not_routed(self, scope: Scope, receive: Receive, send_fn: Send, *args: Any) -> None:
@@ -160,6 +169,21 @@ class Routes:
         self.app.authorize(read_head(scope["headers"]))
         self.app.registry.require(name)
         await send(send_fn, 200, json_bytes(openai.model_entry(name)))
+
+    # -- text-embeddings-inference ---------------------------------------------------------
+
+    async def _tei_info(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        model = self.app.registry.default
+        await send(send_fn, 200, json_bytes(tei.info(model, self.app.limits)))
+
+    async def _tei_health(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        # TEI's: 200 with an empty body when the model serves, else 503 with its error.
+        if self.app.draining or not self.app.registry.ready:
+            state = "draining" if self.app.draining else "loading"
+            body = {"error": f"unhealthy: the server is {state}", "error_type": "unhealthy"}
+            await send(send_fn, 503, json_bytes(body))
+            return
+        await send(send_fn, 200, b"")
 
     # -- KServe v2 -------------------------------------------------------------------------
 

@@ -142,7 +142,9 @@ async def test_a_generic_model_is_refused_on_the_embeddings_endpoint() -> None:
     generic = LoadedModel(spec="g", fn=lambda xs: list(xs))
     async with client_for(build_app({"g": generic})) as c:
         r = await c.post("/v1/embeddings", json={"input": "a"})
-    assert r.status_code == 422
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "wrong_kind"
+    assert "a generic model" in r.json()["error"]["message"]
     assert "/v2/models/g/infer" in r.json()["error"]["message"]
 
 
@@ -154,14 +156,16 @@ async def test_a_body_error_is_counted_against_the_model_the_body_named() -> Non
     app = build_app({"g": generic, "rec": embedding_model(Recorder())})
     async with client_for(app) as c:
         r = await c.post("/v1/embeddings", json={"input": "a", "model": "g"})
-        assert r.status_code == 422
+        assert r.status_code == 400
         r = await c.post(
             "/v1/embeddings", content=b"{not json", headers={"content-type": "application/json"}
         )
         assert r.status_code == 400
         text = (await c.get("/metrics")).text
     counted = [line for line in text.splitlines() if line.startswith("batchserve_requests_total")]
-    assert 'batchserve_requests_total{model="g",outcome="invalid",reason="invalid"} 1.0' in counted
+    assert (
+        'batchserve_requests_total{model="g",outcome="invalid",reason="wrong_kind"} 1.0' in counted
+    )
     assert any('model="_unknown"' in line and 'reason="malformed"' in line for line in counted)
 
 

@@ -119,6 +119,8 @@ OUTCOME_OF_REASON = {
     "malformed": "invalid",
     "invalid": "invalid",
     "too_large": "invalid",
+    "wrong_kind": "invalid",
+    "empty": "invalid",
     "unauthorized": "invalid",
     "not_found": "invalid",
     "method_not_allowed": "invalid",

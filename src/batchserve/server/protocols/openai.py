@@ -26,6 +26,7 @@ import numpy as np
 import orjson
 
 from batchserve.batcher import Served
+from batchserve.models.kinds import wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
 from batchserve.server.registry import Registry
@@ -263,10 +264,9 @@ class EmbeddingsEndpoint:
             assert loaded is not None
             if loaded.kind != "embedding":
                 raise ApiError(
-                    "invalid",
-                    f"model {model.name!r} is not an embedding model; "
-                    f"use POST /v2/models/{model.name}/infer",
-                    param="model",
+                    "wrong_kind",
+                    wrong_kind(model.name, loaded.kind, "POST /v1/embeddings"),
+                    "model",
                 )
             check_dimensions(req.dimensions, loaded.dimension)
         except Exception as exc:

@@ -1,0 +1,112 @@
+"""Rerankers and classifiers: the kind read from a folder, and the torch engine's passes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from batchserve.errors import ConfigError
+from batchserve.engines.embeddings import builtin_path
+from batchserve.engines.loader import load_model
+from batchserve.engines.runtime import Runtime
+from batchserve.engines.sequence import SequenceClassifier, max_sequence_length
+from batchserve.models.kinds import folder_kind, wrong_kind
+
+pytest.importorskip("transformers")
+
+
+def test_the_kind_comes_from_the_folder(reranker_folder: Path, classifier_folder: Path) -> None:
+    assert folder_kind(reranker_folder).kind == "reranker"
+    assert folder_kind(reranker_folder).labels == ("LABEL_0",)
+    found = folder_kind(classifier_folder)
+    assert found.kind == "classifier"
+    assert found.labels == ("negative", "neutral", "positive")
+    assert found.architecture == "BertForSequenceClassification"
+    assert folder_kind(builtin_path()).kind == "embedding"
+
+
+def test_a_folder_without_labels_counts_num_labels(tmp_path: Path) -> None:
+    config = {"architectures": ["XForSequenceClassification"], "num_labels": 4}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert folder_kind(tmp_path).labels == ("LABEL_0", "LABEL_1", "LABEL_2", "LABEL_3")
+    config = {"architectures": ["XForSequenceClassification"], "id2label": {"0": "a", "2": "b"}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=r"0\.\.N-1"):
+        folder_kind(tmp_path)
+    (tmp_path / "config.json").write_text("[1]")
+    with pytest.raises(ConfigError, match="JSON object"):
+        folder_kind(tmp_path)
+
+
+def test_wrong_kind_names_the_kind_and_the_route() -> None:
+    message = wrong_kind("ce", "reranker", "POST /v1/embeddings")
+    assert message == (
+        "model 'ce' is a reranker model and does not answer POST /v1/embeddings; use POST /rerank"
+    )
+
+
+def test_the_window_is_what_the_folder_states_bounded_by_positions(tmp_path: Path) -> None:
+    assert max_sequence_length(tmp_path, 10**30, 512) == 512
+    assert max_sequence_length(tmp_path, 128, 512) == 128
+    assert max_sequence_length(tmp_path, 4096, 512) == 512
+    (tmp_path / "sentence_bert_config.json").write_text('{"max_seq_length": 64}')
+    assert max_sequence_length(tmp_path, 512, 512) == 64
+
+
+def test_a_reranker_scores_pairs_as_the_model_does_alone(reranker_folder: Path) -> None:
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    engine = SequenceClassifier.from_path(reranker_folder, Runtime(backend="torch", threads=1))
+    assert engine.kind == "reranker"
+    assert engine.num_labels == 1
+    pairs = [
+        ("what is a cat", "A cat is a small domesticated carnivorous mammal."),
+        ("what is a cat", "Paris is the capital of France."),
+        ("q", "word " * 600),  # over the window: truncated, not refused
+    ]
+    scores = engine(pairs)
+    assert scores.shape == (3, 1)
+    assert scores.dtype == np.float32
+    tok = AutoTokenizer.from_pretrained(str(reranker_folder))
+    model = AutoModelForSequenceClassification.from_pretrained(str(reranker_folder)).eval()
+    for pair, got in zip(pairs, scores, strict=True):
+        enc = tok(*pair, truncation=True, max_length=512, return_tensors="pt")
+        with torch.inference_mode():
+            want = model(**enc).logits[0].numpy()
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    # Batch invariance: the same pair alone and among others.
+    alone = engine([pairs[1]])
+    np.testing.assert_allclose(alone[0], scores[1], atol=1e-5)
+    counts = engine.measure(pairs)
+    assert counts[2] == (512, True)
+    assert counts[0][1] is False
+    assert engine.measure([("fresh query", "word " * 600)]) == [(512, True)]
+
+
+def test_a_classifier_answers_one_logit_per_label(classifier_folder: Path) -> None:
+    engine = SequenceClassifier.from_path(classifier_folder, Runtime(backend="torch", threads=1))
+    assert engine.kind == "classifier"
+    assert engine.labels == ("negative", "neutral", "positive")
+    out = engine(["I love it", ("premise", "hypothesis"), "I hate it"])
+    assert out.shape == (3, 3)
+    np.testing.assert_allclose(engine(["I hate it"])[0], out[2], atol=1e-5)
+    with pytest.raises(TypeError, match="input 0 must be a string or a pair"):
+        engine([3])  # type: ignore[list-item]
+
+
+def test_load_model_serves_a_folder_by_its_kind(
+    reranker_folder: Path, classifier_folder: Path
+) -> None:
+    loaded = load_model(f"{reranker_folder}:backend=torch,threads=1")
+    assert loaded.kind == "reranker"
+    assert loaded.labels == ("LABEL_0",)
+    assert loaded.max_input_tokens == 512
+    assert loaded.engine is not None
+    assert loaded.engine["backend"] == "torch"
+    assert load_model(str(classifier_folder)).kind == "classifier"  # auto: torch for now
+    with pytest.raises(ConfigError, match="not offered for rerankers"):
+        load_model(f"{reranker_folder}:backend=onnx")
