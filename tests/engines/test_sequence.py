@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from batchserve.errors import ConfigError
 from batchserve.engines.embeddings import builtin_path
 from batchserve.engines.loader import load_model
 from batchserve.engines.runtime import Runtime
 from batchserve.engines.sequence import SequenceClassifier, max_sequence_length
+from batchserve.errors import ConfigError
 from batchserve.models.kinds import folder_kind, wrong_kind
 
 pytest.importorskip("transformers")

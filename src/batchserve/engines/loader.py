@@ -1,10 +1,10 @@
 """Loading any model SPEC, the ones that run on an engine included.
 
 ``minilm``, a sentence-transformers model folder and a sequence classification folder (a
-reranker or a classifier, :mod:`batchserve.models.kinds`; on torch for now) run on an engine: PyTorch, ONNX
-Runtime or OpenVINO, at a precision, on a device, with a number of CPU threads (a
-:class:`~batchserve.engines.runtime.Runtime`, from the command line and the SPEC's own
-options, ``minilm:backend=onnx-int8,threads=1``). With the default backend ``auto`` every
+reranker or a classifier, :mod:`batchserve.models.kinds`; on torch for now) run on an
+engine: PyTorch, ONNX Runtime or OpenVINO, at a precision, on a device, with a number of
+CPU threads (a :class:`~batchserve.engines.runtime.Runtime`, from the command line and the
+SPEC's own options, ``minilm:backend=onnx-int8,threads=1``). With the default backend ``auto`` every
 engine the machine offers is measured once and the fastest that passes the quality gate is
 served (:mod:`batchserve.engines.choice`); the verdict is cached.
 

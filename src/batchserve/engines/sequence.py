@@ -38,8 +38,8 @@ import numpy as np
 import numpy.typing as npt
 
 from batchserve.engines.hardware import Machine
-from batchserve.models.kinds import FolderKind, Kind, folder_kind
 from batchserve.engines.runtime import Runtime, default_threads, resolve_device, resolve_dtype
+from batchserve.models.kinds import FolderKind, Kind, folder_kind
 from batchserve.models.token_counts import estimate_tokens
 
 __all__ = ["EXTRA_HINT", "Pair", "SequenceClassifier", "item_key", "max_sequence_length"]
