@@ -264,6 +264,16 @@ def _schemas(models: list[str], limits: RequestLimits, dimensions: list[int]) ->
             },
         },
         "KServeError": {"type": "object", "properties": {"error": {"type": "string"}}},
+        "TEIError": {
+            "type": "object",
+            "properties": {
+                "error": {"type": "string"},
+                "error_type": {
+                    "enum": ["unhealthy", "backend", "overloaded", "validation", "empty"]
+                },
+            },
+        },
+        "CohereError": {"type": "object", "properties": {"message": {"type": "string"}}},
         "Tensor": tensor,
         "InferRequest": {
             "type": "object",
@@ -699,6 +709,8 @@ def openapi_spec(
         "/": {"get": _simple("Index", "Server name, models, links.", "Documentation")},
     }
     paths.update(_operation_paths(model_param, lambda rs: _error_responses(rs, "KServeError")))
+    for path, operations in _task_paths(security, ok_infer).items():
+        paths.setdefault(path, {}).update(operations)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -728,6 +740,111 @@ def openapi_spec(
             },
         },
     }
+
+
+#: The task routes: (path, summary, description, tag, error schema).
+_TASKS = [
+    (
+        "/embed",
+        "Embed texts (TEI)",
+        "`inputs` (a text or a list), `truncate`, `normalize`, `dimensions` (the first N "
+        "values, renormalised). An embedding model.",
+        "TEI",
+        "TEIError",
+    ),
+    (
+        "/rerank",
+        "Rerank passages (TEI; Infinity and Jina with `documents`)",
+        "`query` and `texts` (TEI: a list of `{index, score, text?}` by score), or `query` "
+        "and `documents` (Infinity: `{object, results, model, usage}`). Each passage is one "
+        "item of the batcher; the answer is whole or refused whole. A reranker.",
+        "Rerank",
+        "TEIError",
+    ),
+    (
+        "/predict",
+        "Classify texts or pairs (TEI)",
+        "`inputs`: a text, a pair, or a batch of them; `raw_scores`. A classifier (or a "
+        "reranker, one label).",
+        "TEI",
+        "TEIError",
+    ),
+    (
+        "/similarity",
+        "Sentence similarity (TEI)",
+        "`inputs: {source_sentence, sentences}`: one cosine per sentence. An embedding model.",
+        "TEI",
+        "TEIError",
+    ),
+    (
+        "/",
+        "The model's own task (TEI, Hugging Face InferenceClient)",
+        "An embedder embeds (or, with `inputs: {source_sentence, sentences}`, compares); a "
+        "classifier classifies (`parameters.top_k`, `parameters.function_to_apply`); a "
+        "reranker reranks.",
+        "TEI",
+        "TEIError",
+    ),
+    (
+        "/v2/rerank",
+        "Rerank (Cohere v2)",
+        "`model`, `query`, `documents`, `top_n` -> `{id, results: [{index, "
+        "relevance_score}], meta}`. A reranker.",
+        "Rerank",
+        "CohereError",
+    ),
+    (
+        "/v1/rerank",
+        "Rerank (Cohere v1, Jina)",
+        "`documents` as strings or `{text}`; `top_n`, `return_documents` -> `{id, model, "
+        "results, usage, meta}`. A reranker.",
+        "Rerank",
+        "CohereError",
+    ),
+    (
+        "/classify",
+        "Classify texts (Infinity)",
+        "`input` (texts), `raw_scores` -> `{object, data, model, usage}`. A classifier.",
+        "Rerank",
+        "OpenAIError",
+    ),
+]
+
+_TASK_ERRORS = [*_INFER_ERRORS, "wrong_kind", "empty"]
+
+
+def _task_paths(security: dict[str, Any], ok_infer: dict[str, Any]) -> dict[str, Any]:
+    paths: dict[str, Any] = {}
+    for path, summary, description, tag, error in _TASKS:
+        paths[path] = {
+            "post": {
+                "summary": summary,
+                "description": description + " A route of another kind of model answers 400 "
+                "`wrong_kind`, naming the route to use. Inputs over the model's window are "
+                "truncated (counted in `X-Truncated-Inputs`) unless `truncate` is false.",
+                "tags": [tag],
+                **security,
+                "parameters": [*_DEADLINE_PARAMS, *_CLASS_PARAMS],
+                "requestBody": {"required": True, "content": _json({"type": "object"})},
+                "responses": {
+                    "200": {**ok_infer, "content": _json({})},
+                    **_error_responses(_TASK_ERRORS, error),
+                },
+            }
+        }
+    paths["/info"] = {
+        "get": _simple(
+            "Model information (TEI)",
+            "The default model's id, kind (`model_type`), window and limits, as TEI's.",
+            "TEI",
+        )
+    }
+    paths["/health"] = {
+        "get": _simple(
+            "Health (TEI)", "200 with an empty body when the models serve, else 503.", "Health"
+        )
+    }
+    return paths
 
 
 _INLINE_CODE = re.compile(r"`([^`]+)`")
