@@ -213,8 +213,10 @@ def _schemas(models: list[str], limits: RequestLimits, dimensions: list[int]) ->
                 "encoding_format": {"enum": ["float", "base64", None], "default": "float"},
                 "dimensions": {
                     "type": ["integer", "null"],
-                    "description": "Only the model's own dimension is accepted.",
-                    **({"enum": [*dimensions, None]} if dimensions else {"minimum": 1}),
+                    "description": "Keep the first N values, renormalised; at most the "
+                    "model's own dimension.",
+                    "minimum": 1,
+                    **({"maximum": max(dimensions)} if dimensions else {}),
                 },
                 "user": {"type": ["string", "null"], "description": "Ignored."},
             },
@@ -563,7 +565,7 @@ def openapi_spec(
             document states it only then.
         limits: the request limits, stated in the schemas (the defaults if None).
         dimensions: the embedding dimensions the served models produce, if known: OpenAI's
-            ``dimensions`` accepts only those.
+            ``dimensions`` accepts up to the largest.
     """
     security: dict[str, Any] = {"security": [{"bearer": []}]} if secured else {}
     limits = limits if limits is not None else RequestLimits()
