@@ -253,3 +253,25 @@ async def test_embedders_answer_tei_embed_similarity_and_root() -> None:
         info = (await c.get("/info")).json()
         assert info["model_type"] == {"embedding": {"pooling": "mean"}}
         assert (await c.get("/health")).status_code == 200
+
+
+async def test_tokenize_and_decode_as_tei(reranker: LoadedModel) -> None:
+    app = build_app({"ce": reranker})
+    async with client_for(app) as c:
+        r = await c.post("/tokenize", json={"inputs": "Hello world"})
+        assert r.status_code == 200, r.text
+        (tokens,) = r.json()
+        assert [t["text"] for t in tokens] == ["[CLS]", "hello", "world", "[SEP]"]
+        assert tokens[0]["special"] is True
+        assert tokens[0]["start"] is None
+        assert (tokens[1]["start"], tokens[1]["stop"]) == (0, 5)
+        batch = (await c.post("/tokenize", json={"inputs": ["a", "b c"]})).json()
+        assert [len(row) for row in batch] == [3, 4]
+        ids = [t["id"] for t in tokens]
+        r = await c.post("/decode", json={"ids": ids})
+        assert r.json() == ["hello world"]
+        r = await c.post("/decode", json={"ids": [ids, ids[1:2]], "skip_special_tokens": False})
+        assert r.json() == ["[CLS] hello world [SEP]", "hello"]
+        r = await c.post("/decode", json={"ids": "x"})
+        assert r.status_code == 422
+        assert r.json()["error_type"] == "validation"

@@ -841,6 +841,20 @@ def _task_paths(security: dict[str, Any], ok_infer: dict[str, Any]) -> dict[str,
             "TEI",
         )
     }
+    for path, summary, description in (
+        (
+            "/tokenize",
+            "Tokenize (TEI)",
+            "`inputs` (a text or a list), `add_special_tokens`: one list of `{id, text, "
+            "special, start, stop}` per input. Not batched.",
+        ),
+        (
+            "/decode",
+            "Decode token ids (TEI)",
+            "`ids` (a list, or a list of lists), `skip_special_tokens`: one text per list.",
+        ),
+    ):
+        paths[path] = {"post": _simple(summary, description, "TEI", ["invalid", "wrong_kind"])}
     paths["/health"] = {
         "get": _simple(
             "Health (TEI)", "200 with an empty body when the models serve, else 503.", "Health"

@@ -57,6 +57,7 @@ __all__ = [
     "RERANK",
     "ROOT_CLASSIFY",
     "SIMILARITY",
+    "Tokenizing",
     "choose_root",
     "error_body",
     "error_type",
@@ -447,3 +448,96 @@ def info(model: ServedModel, limits: RequestLimits) -> dict[str, Any]:
         "docker_label": None,
         "kind": kind,
     }
+
+
+# -- POST /tokenize and /decode: not batched (no forward pass) -----------------------------
+
+
+class Tokenizing:
+    """A model's tokenizer for ``/tokenize`` and ``/decode``: its own copy, behind a lock.
+
+    The engines' tokenizer is used by their passes under their own lock; a copy here keeps
+    these routes from ever waiting on a pass (a fast tokenizer must not be called from two
+    threads at once, so calls to the copy hold this lock).
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        import copy
+        import threading
+
+        self._tokenizer = copy.deepcopy(tokenizer)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, fn: Any) -> Tokenizing | None:
+        """The tokenizer of a model's engine, if it has one (torch, ONNX, OpenVINO)."""
+        tokenizer = getattr(fn, "tokenizer", None)
+        if tokenizer is None:
+            st = getattr(fn, "sentence_transformer", None)
+            tokenizer = getattr(st, "tokenizer", None) if st is not None else None
+        if tokenizer is None:
+            tokenizer = getattr(fn, "_tokenizer", None)
+        return cls(tokenizer) if tokenizer is not None else None
+
+    def tokenize(self, data: Any, limits: RequestLimits) -> list[list[dict[str, Any]]]:
+        """TEI's ``/tokenize``: one list of ``{id, text, special, start, stop}`` per input.
+
+        Raises:
+            ApiError: the body breaks a rule (naming the field).
+        """
+        data = require_object(data)
+        if "inputs" not in data:
+            raise ApiError("invalid", "inputs is required", param="inputs")
+        value = data["inputs"]
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            value = [[v] for v in value]  # TEI: a list of strings is a batch of texts
+        items, _ = parse_predict_inputs(value, limits)
+        special = optional_bool(data, "add_special_tokens", True)
+        out = []
+        with self._lock:
+            for item in items:
+                pair = (item,) if isinstance(item, str) else item
+                enc = self._tokenizer(
+                    *pair, add_special_tokens=special, return_offsets_mapping=True
+                )
+                ids = enc["input_ids"]
+                tokens = self._tokenizer.convert_ids_to_tokens(ids)
+                mask = self._tokenizer.get_special_tokens_mask(ids, already_has_special_tokens=True)
+                row = []
+                for tid, tok, (start, stop), is_special in zip(
+                    ids, tokens, enc["offset_mapping"], mask, strict=True
+                ):
+                    row.append(
+                        {
+                            "id": tid,
+                            "text": tok,
+                            "special": bool(is_special),
+                            "start": None if is_special else start,
+                            "stop": None if is_special else stop,
+                        }
+                    )
+                out.append(row)
+        return out
+
+    def decode(self, data: Any) -> list[str]:
+        """TEI's ``/decode``: ``ids`` (a list, or a list of lists) to texts.
+
+        Raises:
+            ApiError: ``ids`` is not a list of integers (or of lists of them).
+        """
+        data = require_object(data)
+        ids = data.get("ids")
+        if isinstance(ids, list) and ids and all(isinstance(i, int) for i in ids):
+            batch = [ids]
+        elif isinstance(ids, list) and ids and all(isinstance(i, list) for i in ids):
+            batch = ids
+        else:
+            raise ApiError(
+                "invalid", "ids must be a list of integers or a list of such lists", "ids"
+            )
+        for i, row in enumerate(batch):
+            if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in row):
+                raise ApiError("invalid", f"ids[{i}] must hold integers >= 0", param="ids")
+        skip = optional_bool(data, "skip_special_tokens", True)
+        with self._lock:
+            return [self._tokenizer.decode(row, skip_special_tokens=skip) for row in batch]
