@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -13,6 +14,8 @@ from server_helpers import build_app, client_for, embedding_model
 
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.engines.loader import load_model
+from batchserve.errors import ConfigError
+from batchserve.models.kinds import Prompts, folder_prompts
 from batchserve.models.loader import LoadedModel
 from batchserve.server import RequestLimits
 
@@ -275,3 +278,33 @@ async def test_tokenize_and_decode_as_tei(reranker: LoadedModel) -> None:
         r = await c.post("/decode", json={"ids": "x"})
         assert r.status_code == 422
         assert r.json()["error_type"] == "validation"
+
+
+async def test_prompts_from_the_folder_are_prepended() -> None:
+    seen: list[str] = []
+
+    def fn(texts: Sequence[str]) -> Any:
+        seen.extend(texts)
+        return np.ones((len(texts), 4), dtype=np.float32) / 2
+
+    prompts = Prompts(prompts={"query": "query: ", "passage": "passage: "}, default="passage")
+    app = build_app({"emb": embedding_model(fn, prompts=prompts)})
+    async with client_for(app) as c:
+        assert (await c.post("/embed", json={"inputs": "a", "prompt_name": "query"})).is_success
+        assert (await c.post("/embed", json={"inputs": "b"})).is_success
+        assert (await c.post("/v1/embeddings", json={"input": "c"})).is_success
+        r = await c.post("/embed", json={"inputs": "d", "prompt_name": "nope"})
+        assert r.status_code == 422
+        assert "defines passage, query" in r.json()["error"]
+    assert seen == ["query: a", "passage: b", "passage: c"]
+
+
+def test_folder_prompts_are_read_and_checked(tmp_path: Path) -> None:
+    assert folder_prompts(tmp_path) == Prompts(prompts={})
+    config = {"prompts": {"query": "q: "}, "default_prompt_name": "query"}
+    (tmp_path / "config_sentence_transformers.json").write_text(json.dumps(config))
+    assert folder_prompts(tmp_path) == Prompts(prompts={"query": "q: "}, default="query")
+    config["default_prompt_name"] = "other"
+    (tmp_path / "config_sentence_transformers.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match="'other' is not one of its prompts"):
+        folder_prompts(tmp_path)

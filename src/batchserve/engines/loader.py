@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from batchserve.engines.runtime import Runtime, default_workers
 from batchserve.errors import ConfigError
 from batchserve.models import loader as models_loader
-from batchserve.models.kinds import folder_kind
+from batchserve.models.kinds import folder_kind, folder_prompts
 from batchserve.models.loader import LoadedModel, needs_engine, split_runtime
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
     path = builtin_path() if base == "minilm" else Path(base)
     if base != "minilm" and folder_kind(path).kind in ("reranker", "classifier"):
         return _load_sequence(spec, path, rt)
+    prompts = folder_prompts(path)
     choice: dict[str, Any] | None = None
     if rt.backend == "auto":
         emb, verdict = choose_engine(path, rt)
@@ -79,6 +80,7 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
             "threads": emb.threads,
             "choice": choice,
         },
+        prompts=prompts if prompts.prompts else None,
     )
 
 

@@ -28,7 +28,17 @@ from typing import Literal, TypeAlias
 
 from batchserve.errors import ConfigError
 
-__all__ = ["KINDS", "ROUTES", "FolderKind", "Kind", "folder_kind", "wrong_kind"]
+__all__ = [
+    "KINDS",
+    "ROUTES",
+    "FolderKind",
+    "Kind",
+    "Prompts",
+    "apply_prompt",
+    "folder_kind",
+    "folder_prompts",
+    "wrong_kind",
+]
 
 Kind: TypeAlias = Literal["embedding", "reranker", "classifier", "generic"]
 
@@ -100,6 +110,63 @@ def _labels(config: dict[str, object], where: Path) -> tuple[str, ...]:
     if isinstance(count, int) and not isinstance(count, bool) and count >= 1:
         return tuple(f"LABEL_{i}" for i in range(count))
     return ("LABEL_0", "LABEL_1")  # transformers' default num_labels
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prompts:
+    """An embedding model's named prompts, as sentence-transformers saves them.
+
+    Attributes:
+        prompts: name -> the text prepended to an input (``{"query": "query: "}``).
+        default: the prompt applied when a request names none (None: none).
+    """
+
+    prompts: dict[str, str]
+    default: str | None = None
+
+
+def folder_prompts(path: str | Path) -> Prompts:
+    """The prompts of ``config_sentence_transformers.json`` in ``path`` (none if absent).
+
+    Raises:
+        ConfigError: the file names a default prompt it does not define.
+    """
+    config_file = Path(path) / "config_sentence_transformers.json"
+    if not config_file.is_file():
+        return Prompts(prompts={})
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{config_file} is not readable JSON: {exc}") from exc
+    raw = config.get("prompts") if isinstance(config, dict) else None
+    prompts = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+    default = config.get("default_prompt_name") if isinstance(config, dict) else None
+    if default is not None and default not in prompts:
+        raise ConfigError(
+            f"{config_file}: default_prompt_name {default!r} is not one of its prompts "
+            f"({', '.join(prompts) or 'none'})"
+        )
+    return Prompts(prompts=prompts, default=default)
+
+
+def apply_prompt(texts: list[str], prompts: Prompts | None, name: str | None) -> list[str]:
+    """``texts`` with the prompt ``name`` (or the default, if None) prepended.
+
+    Raises:
+        KeyError: ``name`` is not a prompt of the model (the message names those it has).
+    """
+    if prompts is None:
+        if name is not None:
+            raise KeyError(f"prompt_name {name!r} is not known: this model defines no prompts")
+        return texts
+    name = name if name is not None else prompts.default
+    if name is None:
+        return texts
+    prompt = prompts.prompts.get(name)
+    if prompt is None:
+        known = ", ".join(sorted(prompts.prompts)) or "none"
+        raise KeyError(f"prompt_name {name!r} is not known: this model defines {known}")
+    return [prompt + t for t in texts]
 
 
 def wrong_kind(name: str, kind: str, route: str) -> str:

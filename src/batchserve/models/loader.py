@@ -36,7 +36,7 @@ from typing import Any
 from batchserve.config import CostEstimate
 from batchserve.errors import ConfigError
 from batchserve.models.base import BatchFn
-from batchserve.models.kinds import Kind
+from batchserve.models.kinds import Kind, Prompts
 from batchserve.models.synthetic import SyntheticModel
 from batchserve.units import parse_duration
 
@@ -81,6 +81,8 @@ class LoadedModel:
             table behind it (:meth:`batchserve.engines.choice.Verdict.to_dict`). None for
             other models.
         labels: a reranker's or classifier's label per logit, in order (``id2label``).
+        prompts: an embedding model's named prompts and its default (a folder's
+            ``config_sentence_transformers.json``); None: it defines none.
     """
 
     spec: str
@@ -93,6 +95,7 @@ class LoadedModel:
     workers: int | None = None
     engine: dict[str, Any] | None = None
     labels: tuple[str, ...] = ()
+    prompts: Prompts | None = None
 
 
 def parse_synthetic(spec: str) -> SyntheticModel:

@@ -27,7 +27,7 @@ import numpy as np
 import orjson
 
 from batchserve.batcher import Served
-from batchserve.models.kinds import wrong_kind
+from batchserve.models.kinds import apply_prompt, wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
 from batchserve.server.registry import Registry
@@ -280,6 +280,8 @@ class EmbeddingsEndpoint:
                     "model",
                 )
             check_dimensions(req.dimensions, loaded.dimension)
+            if loaded.prompts is not None:  # the folder's default prompt, as encode() does
+                req.texts = apply_prompt(req.texts, loaded.prompts, None)
         except Exception as exc:
             raise ParseError(model, exc) from None
         return Parsed(model, req, req.texts)

@@ -18,6 +18,8 @@ Checks common to every task, done before anything is queued:
 * the items fit: at most ``--max-inputs`` per request and never more than the model's queue
   holds (a request that could never be admitted whole is refused at once, 413, saying
   which limit); a rerank of 1,000 passages under those limits is served in passes;
+* an embedding model's prompt (``prompt_name``, else the folder's default prompt) is
+  prepended to each text, as ``SentenceTransformer.encode`` does;
 * ``truncate=false``: an item over the model's window is refused (413), naming the input
   and its token count (the one case where the request is tokenized on the event loop).
   Otherwise inputs over the window are truncated, and the answer says how many in the
@@ -39,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from batchserve.batcher import Served
-from batchserve.models.kinds import wrong_kind
+from batchserve.models.kinds import apply_prompt, wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
 from batchserve.server.statuses import ApiError
@@ -265,6 +267,11 @@ class TaskEndpoint:
             raise ApiError("wrong_kind", wrong_kind(model.name, loaded.kind, task.route), "model")
         req = task.parse(data, self.limits)
         req.task = task
+        if loaded.kind == "embedding":
+            try:
+                req.items = apply_prompt(req.items, loaded.prompts, req.options.get("prompt_name"))
+            except KeyError as exc:
+                raise ApiError("invalid", exc.args[0], param="prompt_name") from None
         items = req.items
         queue = model.config.queue_size
         if len(items) > queue:

@@ -128,17 +128,17 @@ def _parse_embed(data: Any, limits: RequestLimits) -> TaskRequest:
     merged = {**data, **params}
     dims = optional_int(merged, "dimensions")
     prompt = merged.get("prompt_name")
-    if prompt is not None:
-        raise ApiError(
-            "invalid",
-            f"prompt_name {prompt!r} is not known: this model defines no prompts",
-            param="prompt_name",
-        )
+    if prompt is not None and not isinstance(prompt, str):
+        raise ApiError("invalid", f"prompt_name must be a string, got {prompt!r}", "prompt_name")
     return TaskRequest(
         model=data.get("model") if isinstance(data.get("model"), str) else None,
         items=texts,
         truncate=_truncate(data, params),
-        options={"dimensions": dims, "normalize": optional_bool(merged, "normalize", True)},
+        options={
+            "dimensions": dims,
+            "normalize": optional_bool(merged, "normalize", True),
+            "prompt_name": prompt,
+        },
     )
 
 
@@ -380,7 +380,15 @@ def _parse_similarity(data: Any, limits: RequestLimits) -> TaskRequest:
     source = check_text(inputs.get("source_sentence"), "inputs.source_sentence", limits)
     sentences = text_list(inputs.get("sentences"), "inputs.sentences", limits)
     params = _params(data)
-    return TaskRequest(model=None, items=[source, *sentences], truncate=_truncate(data, params))
+    prompt = params.get("prompt_name")
+    if prompt is not None and not isinstance(prompt, str):
+        raise ApiError("invalid", f"prompt_name must be a string, got {prompt!r}", "prompt_name")
+    return TaskRequest(
+        model=None,
+        items=[source, *sentences],
+        truncate=_truncate(data, params),
+        options={"prompt_name": prompt},
+    )
 
 
 def _answer_similarity(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> bytes:
