@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -110,3 +111,27 @@ def test_load_model_serves_a_folder_by_its_kind(
     assert load_model(str(classifier_folder)).kind == "classifier"  # auto: torch for now
     with pytest.raises(ConfigError, match="not offered for rerankers"):
         load_model(f"{reranker_folder}:backend=onnx")
+
+
+def test_a_pass_runs_as_length_sorted_sub_passes(reranker_folder: Path) -> None:
+    engine = SequenceClassifier.from_path(reranker_folder, Runtime(backend="torch", threads=1))
+    model = engine._model
+    shapes: list[tuple[int, int]] = []
+
+    class Recording:
+        device = model.device
+
+        def __call__(self, **features: Any) -> Any:
+            shapes.append(tuple(features["input_ids"].shape))
+            return model(**features)
+
+    pairs = [("q", "short")] * 6 + [("q", "word " * 300)] * 2 + [("q", "a b c")] * 6
+    whole = engine(pairs)
+    engine._model = Recording()
+    shapes.clear()
+    split = engine(pairs)
+    np.testing.assert_allclose(split, whole, atol=1e-5)
+    # The two long pairs run apart from the twelve short ones (answers in the original order).
+    assert len(shapes) >= 2
+    assert any(length >= 300 and n == 2 for n, length in shapes)
+    assert sum(n * length for n, length in shapes) < 14 * 305 / 3

@@ -5,11 +5,14 @@ local folder (as ``CrossEncoder.save`` or ``save_pretrained`` writes it; see
 :mod:`batchserve.models.kinds` for how the folder's kind is told). Nothing here downloads
 anything.
 
-Theory of operation: one call is one forward pass. An item is a text (``str``) or a pair
-(a 2-tuple of ``str``: a reranker's ``(query, passage)``, or a classifier's two texts). The
-pass tokenizes its items together, padded to the longest and truncated to the model's window
-(``longest_first`` for a pair: the longer side loses tokens first, as ``CrossEncoder.predict``
-does), runs the model once, and answers one row of raw logits per item, in order: one value
+Theory of operation: one call is one pass. An item is a text (``str``) or a pair (a 2-tuple
+of ``str``: a reranker's ``(query, passage)``, or a classifier's two texts). The pass
+tokenizes its items together, truncated to the model's window (``longest_first`` for a pair:
+the longer side loses tokens first, as ``CrossEncoder.predict`` does), cuts them into
+length-sorted sub-passes (:func:`batchserve.subpasses.plan`, by their token counts and the
+device's cost shape: on a CPU nearly only real tokens are computed, on a GPU fewer, fuller
+sub-passes), pads each sub-pass to its own longest, runs the model on each, and answers one
+row of raw logits per item, in the original order: one value
 for a reranker, one per label for a classifier. The activation (sigmoid for a reranker,
 softmax for a classifier, or none for ``raw_scores``) is the protocol's to apply, so one
 pass serves callers who asked for either. A pass that holds both texts and pairs runs as two
@@ -41,6 +44,7 @@ from batchserve.engines.hardware import Machine
 from batchserve.engines.runtime import Runtime, default_threads, resolve_device, resolve_dtype
 from batchserve.models.kinds import FolderKind, Kind, folder_kind
 from batchserve.models.token_counts import estimate_tokens
+from batchserve.subpasses import PassCost, plan
 
 __all__ = ["EXTRA_HINT", "Pair", "SequenceClassifier", "item_key", "max_sequence_length"]
 
@@ -53,6 +57,13 @@ Pair = tuple[str, str]
 
 #: Token counts remembered, as for the embedder's (the most recent items).
 _CAPACITY = 16_384
+
+#: The shape of a sub-pass's cost, in units of one padded token (only the ratios matter to
+#: the planner): on a CPU a sub-pass's fixed cost is worth a few dozen tokens, on a GPU
+#: thousands (a kernel launch per layer); attention's square term doubles a token's cost
+#: near 512 tokens. Until measured per engine (issue 31's cost model), these priors.
+CPU_PASS_COST = PassCost(fixed_s=32.0, per_token_s=1.0, attention_s=1.0 / 512)
+GPU_PASS_COST = PassCost(fixed_s=4096.0, per_token_s=1.0, attention_s=1.0 / 512)
 
 
 def item_key(item: str | Pair) -> str:
@@ -131,6 +142,8 @@ class SequenceClassifier:
         weights = str(next(model.parameters()).dtype).removeprefix("torch.")
         self.dtype = f"{autocast}-mixed" if autocast else weights
         self.threads = torch.get_num_threads()
+        #: What a sub-pass costs, for cutting a pass into length-sorted sub-passes.
+        self.pass_cost = CPU_PASS_COST if self.device == "cpu" else GPU_PASS_COST
 
     @classmethod
     def from_path(
@@ -231,31 +244,32 @@ class SequenceClassifier:
 
     def _pass(self, items: list[Any]) -> npt.NDArray[np.float32]:
         torch = self._torch
+        tokenizer = self._tokenizer
         with self._tokenize_lock:
             if isinstance(items[0], str):
-                enc = self._tokenizer(
-                    items,
-                    padding=True,
-                    truncation=True,
-                    max_length=self.max_seq_length,
-                    return_tensors="pt",
-                )
+                enc = tokenizer(items, truncation=True, max_length=self.max_seq_length)
             else:
-                enc = self._tokenizer(
+                enc = tokenizer(
                     [p[0] for p in items],
                     [p[1] for p in items],
-                    padding=True,
                     truncation="longest_first",
                     max_length=self.max_seq_length,
-                    return_tensors="pt",
                 )
         truncated = [bool(e.overflowing) for e in enc.encodings] if enc.encodings else None
-        features = {k: v.to(self._model.device) for k, v in enc.items()}
-        with torch.inference_mode(), self._precision():
-            logits = self._model(**features).logits
-        counts = [int(c) for c in enc["attention_mask"].sum(dim=1).tolist()]
+        counts = [len(ids) for ids in enc["input_ids"]]
+        out = np.zeros((len(items), self.num_labels), dtype=np.float32)
+        keys = list(enc.keys())
+        device = self._model.device
+        for group in plan(counts, self.pass_cost):
+            features = tokenizer.pad(
+                {k: [enc[k][i] for i in group] for k in keys}, return_tensors="pt"
+            )
+            features = {k: v.to(device) for k, v in features.items()}
+            with torch.inference_mode(), self._precision():
+                logits = self._model(**features).logits
+            out[group] = logits.float().cpu().numpy()
         self._remember(items, counts, truncated or [False] * len(items))
-        return np.asarray(logits.float().cpu().numpy(), dtype=np.float32)
+        return out
 
     def _precision(self) -> Any:
         if self._autocast is None:
