@@ -1,7 +1,7 @@
 """text-embeddings-inference's native API (TEI): its task routes, ``/info`` and ``/health``.
 
 The shapes are TEI's (``router/src/http/types.rs`` and ``server.rs``); the deviations are
-listed in the manual (``docs/rerank.md``). Each route is a
+listed in the manual (``docs/serving/rerank.md``). Each route is a
 :class:`~batchserve.server.protocols.tasks.Task`:
 
 * ``POST /embed``: ``inputs`` (a text or a list), ``truncate``, ``truncation_direction``,
