@@ -308,3 +308,31 @@ def test_folder_prompts_are_read_and_checked(tmp_path: Path) -> None:
     (tmp_path / "config_sentence_transformers.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError, match="'other' is not one of its prompts"):
         folder_prompts(tmp_path)
+
+
+async def test_kserve_v2_serves_rerankers_and_classifiers(
+    reranker: LoadedModel, classifier: LoadedModel
+) -> None:
+    app = build_app({"ce": reranker, "clf": classifier})
+    query = {"name": "query", "datatype": "BYTES", "shape": [1], "data": [QUERY]}
+    passage = {"name": "passage", "datatype": "BYTES", "shape": [3], "data": DOCS}
+    async with client_for(app) as c:
+        meta = (await c.get("/v2/models/ce")).json()
+        assert [i["name"] for i in meta["inputs"]] == ["query", "passage"]
+        assert meta["outputs"] == [{"name": "score", "datatype": "FP32", "shape": [-1, 1]}]
+        r = await c.post("/v2/models/ce/infer", json={"inputs": [query, passage]})
+        assert r.status_code == 200, r.text
+        (out,) = r.json()["outputs"]
+        assert (out["name"], out["shape"]) == ("score", [3, 1])
+        want = [_sigmoid(v) for v in _expected(reranker, DOCS)]
+        assert out["data"] == pytest.approx(want, abs=1e-5)
+        bad = await c.post("/v2/models/ce/infer", json={"inputs": [passage]})
+        assert bad.status_code == 422
+        assert "'query' and 'passage'" in bad.json()["error"]
+        text = {"name": "text", "datatype": "BYTES", "shape": [2, 1], "data": ["a", "b"]}
+        r = await c.post("/v2/models/clf/infer", json={"inputs": [text]})
+        (probs,) = r.json()["outputs"]
+        assert (probs["name"], probs["shape"]) == ("probabilities", [2, 3])
+        assert sum(probs["data"][:3]) == pytest.approx(1.0, abs=1e-5)
+        meta = (await c.get("/v2/models/clf")).json()
+        assert meta["outputs"][0]["shape"] == [-1, 3]

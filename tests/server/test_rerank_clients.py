@@ -28,7 +28,8 @@ DOCS = [
 
 @pytest.fixture(scope="module")
 def reranker_server(reranker_folder: Path) -> Iterator[ServerProcess]:
-    with server_process(["--model", str(reranker_folder), "--max-wait", "2ms"]) as server:
+    args = ["--model", str(reranker_folder), "--max-wait", "2ms", "--grpc-port", "0"]
+    with server_process(args) as server:
         yield server
 
 
@@ -103,3 +104,23 @@ def test_inference_client_embeds_and_compares(hub: Any) -> None:
         )
         assert sims[0] == pytest.approx(1.0, abs=1e-4)
         assert sims[1] < sims[0]
+
+
+def test_tritonclient_grpc_reranks(reranker_server: ServerProcess, reranker_folder: Path) -> None:
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    expected = _scores(reranker_server)
+    assert reranker_server.grpc is not None
+    client = grpcclient.InferenceServerClient(url=reranker_server.grpc)
+    try:
+        meta = client.get_model_metadata(reranker_folder.name)
+        assert [i.name for i in meta.inputs] == ["query", "passage"]
+        query = grpcclient.InferInput("query", [1, 1], "BYTES")
+        query.set_data_from_numpy(np.array([[QUERY.encode()]], dtype=object))
+        passage = grpcclient.InferInput("passage", [len(DOCS), 1], "BYTES")
+        passage.set_data_from_numpy(np.array([[d.encode()] for d in DOCS], dtype=object))
+        result = client.infer(reranker_folder.name, [query, passage])
+        scores = result.as_numpy("score")
+    finally:
+        client.close()
+    assert scores.shape == (3, 1)
+    assert scores[:, 0].tolist() == pytest.approx([expected[i] for i in range(3)], abs=1e-6)
