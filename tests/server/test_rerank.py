@@ -336,3 +336,17 @@ async def test_kserve_v2_serves_rerankers_and_classifiers(
         assert sum(probs["data"][:3]) == pytest.approx(1.0, abs=1e-5)
         meta = (await c.get("/v2/models/clf")).json()
         assert meta["outputs"][0]["shape"] == [-1, 3]
+
+
+async def test_status_and_metrics_show_each_model_s_kind(
+    reranker: LoadedModel, classifier: LoadedModel
+) -> None:
+    app = build_app({"ce": reranker, "clf": classifier})
+    async with client_for(app) as c:
+        await c.post("/rerank", json={"model": "ce", "query": "q", "texts": ["a", "b"]})
+        status = (await c.get("/status")).json()
+        metrics = (await c.get("/metrics")).text
+    assert status["models"]["ce"]["kind"] == "reranker"
+    assert status["models"]["clf"]["labels"] == ["negative", "neutral", "positive"]
+    assert 'batchserve_model_info{kind="reranker",model="ce"} 1.0' in metrics
+    assert 'batchserve_model_info{kind="classifier",model="clf"} 1.0' in metrics

@@ -131,6 +131,7 @@ class App:
                 _ready_of(m),
                 config=m.settings.batch,
                 timeout_s=m.settings.timeout_s,
+                kind=_kind_of(m),
             )
             if m.classes is not None:
                 self.metrics.add_classes(m.name, _class_stats_of(m))
@@ -392,6 +393,10 @@ def _class_stats_of(model: ServedModel) -> Callable[[], Any]:
         return None if b is None else (b.class_statistics(), b.class_depths())
 
     return stats
+
+
+def _kind_of(model: ServedModel) -> Callable[[], str | None]:
+    return lambda: model.loaded.kind if model.loaded is not None else None
 
 
 def _ready_of(model: ServedModel) -> Callable[[], bool]:
