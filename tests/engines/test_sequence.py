@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from batchserve.engines.embeddings import builtin_path
 from batchserve.engines.loader import load_model
+from batchserve.engines.ranking_gate import gate_sequence, spearman
 from batchserve.engines.runtime import Runtime
 from batchserve.engines.sequence import SequenceClassifier, max_sequence_length
 from batchserve.errors import ConfigError
@@ -109,8 +111,8 @@ def test_load_model_serves_a_folder_by_its_kind(
     assert loaded.engine is not None
     assert loaded.engine["backend"] == "torch"
     assert load_model(str(classifier_folder)).kind == "classifier"  # auto: torch for now
-    with pytest.raises(ConfigError, match="not offered for rerankers"):
-        load_model(f"{reranker_folder}:backend=onnx")
+    with pytest.raises(ConfigError, match="openvino-int8 is not offered for rerankers"):
+        load_model(f"{reranker_folder}:backend=openvino-int8,cache_dir={reranker_folder}-cache")
 
 
 def test_a_pass_runs_as_length_sorted_sub_passes(reranker_folder: Path) -> None:
@@ -135,3 +137,60 @@ def test_a_pass_runs_as_length_sorted_sub_passes(reranker_folder: Path) -> None:
     assert len(shapes) >= 2
     assert any(length >= 300 and n == 2 for n, length in shapes)
     assert sum(n * length for n, length in shapes) < 14 * 305 / 3
+
+
+def test_spearman_and_the_gate_s_thresholds_with_plain_numbers() -> None:
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0
+    assert spearman([1, 2, 3, 4], [1, 2, 4, 3]) == pytest.approx(0.8)
+
+    def ref(items: Sequence[Any]) -> Any:
+        return np.asarray([[float(len(p))] for _, p in items], dtype=np.float32)
+
+    def swapped(items: Sequence[Any]) -> Any:  # the two longest passages change places
+        out = ref(items)
+        return np.where(out == 5.0, 4.0, np.where(out == 4.0, 5.0, out))
+
+    passages = ["a", "bb", "ccc", "dddd", "eeeee"]
+    same = gate_sequence(ref, ref, "reranker", queries=["q"], passages=passages, texts=[])
+    assert same.passed
+    assert same.spearman_mean == 1.0
+    moved = gate_sequence(ref, swapped, "reranker", queries=["q"], passages=passages, texts=[])
+    assert not moved.passed
+    assert moved.top_kept == 0.0
+    assert "FAIL" in moved.summary()
+
+    def labels(texts: Sequence[Any]) -> Any:
+        return np.asarray([[len(t) % 2, 1 - len(t) % 2] for t in texts], dtype=np.float32)
+
+    texts = ["a", "bb", "ccc"]
+    assert gate_sequence(labels, labels, "classifier", queries=[], passages=[], texts=texts).passed
+
+
+@pytest.mark.parametrize("backend", ["onnx", "openvino"])
+def test_an_exported_reranker_keeps_the_ranking_and_is_gated(
+    reranker_folder: Path, engine_cache: Path, backend: str
+) -> None:
+    pytest.importorskip("onnxruntime")
+    if backend == "openvino":
+        pytest.importorskip("openvino")
+    loaded = load_model(f"{reranker_folder}:backend={backend},threads=1,cache_dir={engine_cache}")
+    assert loaded.kind == "reranker"
+    assert loaded.engine is not None
+    assert loaded.engine["backend"] == backend
+    gate = loaded.engine["gate"]
+    assert gate["passed"]
+    assert gate["spearman_mean"] >= 0.99
+    torch_engine = SequenceClassifier.from_path(reranker_folder, Runtime(backend="torch"))
+    pairs = [("what is a cat", "A cat is a mammal."), ("q", "word " * 600), ("q", "x")]
+    np.testing.assert_allclose(loaded.fn(pairs), torch_engine(pairs), atol=1e-4)
+
+
+def test_an_exported_classifier_keeps_the_labels(
+    classifier_folder: Path, engine_cache: Path
+) -> None:
+    pytest.importorskip("onnxruntime")
+    loaded = load_model(f"{classifier_folder}:backend=onnx-int8,threads=1,cache_dir={engine_cache}")
+    assert loaded.kind == "classifier"
+    assert loaded.engine is not None
+    assert loaded.engine["gate"]["label_kept"] >= 0.99

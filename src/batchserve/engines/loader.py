@@ -1,7 +1,7 @@
 """Loading any model SPEC, the ones that run on an engine included.
 
 ``minilm``, a sentence-transformers model folder and a sequence classification folder (a
-reranker or a classifier, :mod:`batchserve.models.kinds`; on torch for now) run on an
+reranker or a classifier, :mod:`batchserve.models.kinds`; ``auto`` is torch for those) run on an
 engine: PyTorch, ONNX Runtime or OpenVINO, at a precision, on a device, with a number of
 CPU threads (a :class:`~batchserve.engines.runtime.Runtime`, from the command line and the
 SPEC's own options, ``minilm:backend=onnx-int8,threads=1``). With the default backend ``auto`` every
@@ -91,7 +91,12 @@ def _load_sequence(spec: str, path: Path, rt: Runtime) -> LoadedModel:
 
     if rt.backend == "auto":
         rt = dataclasses.replace(rt, backend="torch")
-    fn = SequenceClassifier.from_path(path, rt)
+    gate: dict[str, Any] | None = None
+    if rt.exported:
+        fn = SequenceClassifier.exported(path, rt)
+        gate = _gate_sequence(path, fn, rt)
+    else:
+        fn = SequenceClassifier.from_path(path, rt)
     return LoadedModel(
         spec=spec,
         fn=fn,
@@ -105,9 +110,44 @@ def _load_sequence(spec: str, path: Path, rt: Runtime) -> LoadedModel:
             "device": fn.device,
             "threads": fn.threads,
             "choice": None,
+            "gate": gate,
         },
         labels=fn.labels,
     )
+
+
+#: The gate's slice of the quality set for a reranker: these many queries, each against
+#: every passage (a MiniLM-L6 reranker scores them twice in about a minute on one core).
+_GATE_QUERIES = 16
+_GATE_TEXTS = 256
+
+
+def _gate_sequence(path: Path, fn: Any, rt: Runtime) -> dict[str, Any]:
+    # An exported reranker or classifier is served only if it keeps the torch engine's
+    # ranking or labels on the shipped set (engines.ranking_gate); else the load fails.
+    from batchserve.engines.quality_set import load as load_quality_set
+    from batchserve.engines.ranking_gate import gate_sequence
+    from batchserve.engines.sequence import SequenceClassifier
+
+    reference = SequenceClassifier.from_path(
+        path, dataclasses.replace(rt, backend="torch", device="cpu", dtype="auto")
+    )
+    qs = load_quality_set()
+    verdict = gate_sequence(
+        reference,
+        fn,
+        fn.kind,
+        queries=qs.queries[:_GATE_QUERIES],
+        passages=qs.passages,
+        texts=qs.texts[:_GATE_TEXTS],
+    )
+    _log.warning("%s %s gate: %s", path.name, rt.backend, verdict.summary())
+    if not verdict.passed:
+        raise ConfigError(
+            f"backend {rt.backend} fails the quality gate for {path.name}: "
+            f"{verdict.summary()}; serve it with backend=torch"
+        )
+    return dataclasses.asdict(verdict)
 
 
 def _runtime(options: dict[str, str], base: Runtime | None) -> Runtime:

@@ -33,7 +33,7 @@ import json
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,9 @@ class SequenceClassifier:
         labels: the label of each logit, in order.
         max_seq_length: the window in tokens; longer inputs are truncated.
         autocast: ``bfloat16`` or ``float16`` to run each pass under ``torch.autocast``.
+        run: an exported engine's pass (numpy feeds by input name to logits); None: torch.
+        input_names: the exported model's inputs.
+        backend, dtype, threads: how an exported engine runs (torch reads its own).
 
     Calling it blocks for the forward pass (torch releases the GIL): run it in a worker.
     It may be called from several threads at once.
@@ -109,11 +112,10 @@ class SequenceClassifier:
         kind: ``reranker`` or ``classifier``.
         labels: the label of each logit.
         num_labels: how many logits an item gets.
-        device, dtype, threads, backend: how it runs (as for the embedder).
+        device, dtype, threads, backend: how it runs (as for the embedder; ``backend``
+            ``torch``, or ``onnx``, ``onnx-int8``, ``openvino`` for an exported engine).
         max_seq_length: the window in tokens.
     """
-
-    backend = "torch"
 
     def __init__(
         self,
@@ -124,11 +126,19 @@ class SequenceClassifier:
         labels: Sequence[str],
         max_seq_length: int,
         autocast: str | None = None,
+        run: Callable[[dict[str, npt.NDArray[np.int64]]], npt.NDArray[Any]] | None = None,
+        input_names: Sequence[str] = (),
+        backend: str = "torch",
+        dtype: str = "float32",
+        threads: int = 1,
     ) -> None:
         import torch
 
         self._torch = torch
         self._model = model
+        self._run = run
+        self._input_names = tuple(input_names)
+        self.backend = backend
         self._tokenizer = tokenizer
         self.kind = kind
         self.labels = tuple(labels)
@@ -137,11 +147,14 @@ class SequenceClassifier:
         self._tokenize_lock = threading.Lock()
         self._counts: OrderedDict[str, tuple[int, bool]] = OrderedDict()
         self._counts_lock = threading.Lock()
-        self.device = str(next(model.parameters()).device)
         self._autocast = getattr(torch, autocast) if autocast else None
-        weights = str(next(model.parameters()).dtype).removeprefix("torch.")
-        self.dtype = f"{autocast}-mixed" if autocast else weights
-        self.threads = torch.get_num_threads()
+        if model is not None:
+            self.device = str(next(model.parameters()).device)
+            weights = str(next(model.parameters()).dtype).removeprefix("torch.")
+            self.dtype = f"{autocast}-mixed" if autocast else weights
+            self.threads = torch.get_num_threads()
+        else:  # an exported engine (ONNX Runtime, OpenVINO) on the CPU
+            self.device, self.dtype, self.threads = "cpu", dtype, threads
         #: What a sub-pass costs, for cutting a pass into length-sorted sub-passes.
         self.pass_cost = CPU_PASS_COST if self.device == "cpu" else GPU_PASS_COST
 
@@ -167,8 +180,7 @@ class SequenceClassifier:
         runtime = runtime or Runtime(backend="torch")
         if runtime.backend not in ("torch", "auto"):
             raise ConfigError(
-                f"backend {runtime.backend} is not offered for rerankers and classifiers yet; "
-                "use backend=torch (or auto)"
+                f"backend {runtime.backend} is not torch: load it with SequenceClassifier.exported"
             )
         kind = kind or folder_kind(path)
         if kind.kind not in ("reranker", "classifier"):
@@ -209,6 +221,54 @@ class SequenceClassifier:
             labels=kind.labels,
             max_seq_length=window,
             autocast=dtype.removesuffix("-mixed") if "mixed" in dtype else None,
+        )
+
+    @classmethod
+    def exported(
+        cls, path: str | Path, runtime: Runtime, *, kind: FolderKind | None = None
+    ) -> SequenceClassifier:
+        """The folder ``path`` exported to ``runtime.backend`` (ONNX Runtime or OpenVINO).
+
+        The export is made once into the cache (:func:`batchserve.engines.export.ensure_exported`)
+        and not gated here (:func:`batchserve.engines.ranking_gate.gate_sequence` does).
+
+        Raises:
+            ConfigError: the folder is not a sequence classification model, or the backend
+                is not offered for it.
+            ImportError: the backend's extra is missing.
+        """
+        from transformers import AutoTokenizer
+
+        from batchserve.engines.export import ensure_exported
+        from batchserve.engines.exported import _onnx_runner, _openvino_runner
+        from batchserve.errors import ConfigError
+
+        kind = kind or folder_kind(path)
+        if kind.kind not in ("reranker", "classifier"):
+            raise ConfigError(f"{path} is not a sequence classification model ({kind.kind})")
+        done = ensure_exported(Path(path), runtime.backend, runtime.cache_path())
+        threads = runtime.threads or default_threads()
+        dtype = "int8" if runtime.backend.endswith("-int8") else "float32"
+        runner = _onnx_runner if runtime.backend.startswith("onnx") else _openvino_runner
+        run, names = runner(done.model_file, threads, dtype, 1)
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+        window = max_sequence_length(
+            path,
+            getattr(tokenizer, "model_max_length", None),
+            config.get("max_position_embeddings"),
+        )
+        return cls(
+            None,
+            tokenizer,
+            kind=kind.kind,
+            labels=kind.labels,
+            max_seq_length=window,
+            run=run,
+            input_names=names,
+            backend=runtime.backend,
+            dtype=dtype,
+            threads=threads,
         )
 
     # -- the pass ----------------------------------------------------------------------------
@@ -259,6 +319,15 @@ class SequenceClassifier:
         counts = [len(ids) for ids in enc["input_ids"]]
         out = np.zeros((len(items), self.num_labels), dtype=np.float32)
         keys = list(enc.keys())
+        run = self._run
+        if run is not None:
+            names = self._input_names
+            for group in plan(counts, self.pass_cost):
+                padded = tokenizer.pad({k: [enc[k][i] for i in group] for k in keys})
+                feeds = {n: np.asarray(padded[n], dtype=np.int64) for n in names}
+                out[group] = run(feeds)
+            self._remember(items, counts, truncated or [False] * len(items))
+            return out
         device = self._model.device
         for group in plan(counts, self.pass_cost):
             features = tokenizer.pad(
