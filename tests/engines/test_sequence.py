@@ -183,6 +183,7 @@ def test_an_exported_reranker_keeps_the_ranking_and_is_gated(
     assert gate["spearman_mean"] >= 0.99
     torch_engine = SequenceClassifier.from_path(reranker_folder, Runtime(backend="torch"))
     pairs = [("what is a cat", "A cat is a mammal."), ("q", "word " * 600), ("q", "x")]
+    assert isinstance(loaded.fn, SequenceClassifier)
     np.testing.assert_allclose(loaded.fn(pairs), torch_engine(pairs), atol=1e-4)
 
 
