@@ -266,6 +266,20 @@ def _schemas(models: list[str], limits: RequestLimits, dimensions: list[int]) ->
             },
         },
         "KServeError": {"type": "object", "properties": {"error": {"type": "string"}}},
+        "InfinityError": {
+            "type": "object",
+            "properties": {
+                "error": {
+                    "type": "object",
+                    "properties": {
+                        "message": {"type": "string"},
+                        "type": {"enum": sorted(STATUS_TABLE)},
+                        "param": {"type": ["string", "null"]},
+                        "code": {"type": "integer", "description": "The HTTP status."},
+                    },
+                }
+            },
+        },
         "TEIError": {
             "type": "object",
             "properties": {
@@ -711,7 +725,7 @@ def openapi_spec(
         "/": {"get": _simple("Index", "Server name, models, links.", "Documentation")},
     }
     paths.update(_operation_paths(model_param, lambda rs: _error_responses(rs, "KServeError")))
-    for path, operations in _task_paths(security, ok_infer).items():
+    for path, operations in _task_paths(security, ok_infer, sorted(set(dimensions or []))).items():
         paths.setdefault(path, {}).update(operations)
     return {
         "openapi": "3.1.0",
@@ -808,15 +822,114 @@ _TASKS = [
         "Classify texts (Infinity)",
         "`input` (texts), `raw_scores` -> `{object, data, model, usage}`. A classifier.",
         "Rerank",
-        "OpenAIError",
+        "InfinityError",
     ),
 ]
 
 _TASK_ERRORS = [*_INFER_ERRORS, "wrong_kind", "empty"]
 
 
-def _task_paths(security: dict[str, Any], ok_infer: dict[str, Any]) -> dict[str, Any]:
+def _task_bodies(dimensions: list[int]) -> dict[str, Any]:
+    # The task routes' bodies: the fields that decide what is run (others are optional).
+    text = {"type": "string", "minLength": 1}
+    texts = {"type": "array", "items": text, "minItems": 1}
+    flag = {"type": ["boolean", "null"]}
+    count = {"type": ["integer", "null"], "minimum": 1}
+    similarity = {
+        "type": "object",
+        "required": ["source_sentence", "sentences"],
+        "properties": {"source_sentence": text, "sentences": texts},
+    }
+    dims = {**count, **({"maximum": max(dimensions)} if dimensions else {})}
+    pair = {"type": "array", "items": text, "minItems": 1, "maxItems": 2}
+    rerank = {
+        "type": "object",
+        "properties": {"model": {"type": ["string", "null"]}, "query": text, "top_n": count},
+    }
+    return {
+        "/embed": {
+            "type": "object",
+            "required": ["inputs"],
+            "properties": {
+                "inputs": {"oneOf": [text, texts]},
+                "truncate": flag,
+                "normalize": flag,
+                "dimensions": dims,
+            },
+        },
+        "/similarity": {
+            "type": "object",
+            "required": ["inputs"],
+            "properties": {"inputs": similarity},
+        },
+        "/": {
+            "type": "object",
+            "required": ["inputs"],
+            "properties": {"inputs": {"oneOf": [text, texts, similarity]}},
+        },
+        "/rerank": {
+            "oneOf": [
+                {
+                    "required": ["query", "texts"],
+                    **rerank,
+                    "properties": {
+                        **rerank["properties"],  # type: ignore[dict-item]
+                        "texts": texts,
+                        "raw_scores": flag,
+                        "return_text": flag,
+                        "truncate": flag,
+                    },
+                },
+                {
+                    "required": ["query", "documents"],
+                    **rerank,
+                    "properties": {**rerank["properties"], "documents": texts},  # type: ignore[dict-item]
+                },
+            ]
+        },
+        "/predict": {
+            "type": "object",
+            "required": ["inputs"],
+            "properties": {
+                "inputs": {"oneOf": [text, pair, {"type": "array", "items": pair, "minItems": 1}]},
+                "raw_scores": flag,
+            },
+        },
+        "/v2/rerank": {
+            "required": ["query", "documents"],
+            **rerank,
+            "properties": {**rerank["properties"], "documents": texts},  # type: ignore[dict-item]
+        },
+        "/v1/rerank": {
+            "required": ["query", "documents"],
+            **rerank,
+            "properties": {**rerank["properties"], "documents": texts},  # type: ignore[dict-item]
+        },
+        "/tokenize": {
+            "type": "object",
+            "required": ["inputs"],
+            "properties": {"inputs": {"oneOf": [text, texts]}, "add_special_tokens": flag},
+        },
+        "/decode": {
+            "type": "object",
+            "required": ["ids"],
+            "properties": {
+                "ids": {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+            },
+        },
+        "/classify": {
+            "type": "object",
+            "required": ["input"],
+            "properties": {"input": {"oneOf": [text, texts]}, "raw_scores": flag},
+        },
+    }
+
+
+def _task_paths(
+    security: dict[str, Any], ok_infer: dict[str, Any], dimensions: list[int]
+) -> dict[str, Any]:
     paths: dict[str, Any] = {}
+    bodies = _task_bodies(dimensions)
     for path, summary, description, tag, error in _TASKS:
         paths[path] = {
             "post": {
@@ -827,7 +940,7 @@ def _task_paths(security: dict[str, Any], ok_infer: dict[str, Any]) -> dict[str,
                 "tags": [tag],
                 **security,
                 "parameters": [*_DEADLINE_PARAMS, *_CLASS_PARAMS],
-                "requestBody": {"required": True, "content": _json({"type": "object"})},
+                "requestBody": {"required": True, "content": _json(bodies[path])},
                 "responses": {
                     "200": {**ok_infer, "content": _json({})},
                     **_error_responses(_TASK_ERRORS, error),
@@ -854,7 +967,12 @@ def _task_paths(security: dict[str, Any], ok_infer: dict[str, Any]) -> dict[str,
             "`ids` (a list, or a list of lists), `skip_special_tokens`: one text per list.",
         ),
     ):
-        paths[path] = {"post": _simple(summary, description, "TEI", ["invalid", "wrong_kind"])}
+        paths[path] = {
+            "post": {
+                **_simple(summary, description, "TEI", ["malformed", "invalid", "wrong_kind"]),
+                "requestBody": {"required": True, "content": _json(bodies[path])},
+            }
+        }
     paths["/health"] = {
         "get": _simple(
             "Health (TEI)", "200 with an empty body when the models serve, else 503.", "Health"

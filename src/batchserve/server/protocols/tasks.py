@@ -196,6 +196,8 @@ def optional_int(data: dict[str, Any], key: str, minimum: int = 1) -> int | None
     value = data.get(key)
     if value is None:
         return None
+    if isinstance(value, float) and value.is_integer():  # JSON's 1.0 is the integer 1
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ApiError(
             "invalid", f"{key} must be an integer >= {minimum}, got {value!r}", param=key
