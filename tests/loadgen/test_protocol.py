@@ -115,7 +115,10 @@ def test_header_lists() -> None:
         ({"url": "https://h"}, "url must look like http://host:port or grpc://host:port"),
         ({"url": "grpc://h/v2"}, "a grpc:// url must not have a path, got 'grpc://h/v2'"),
         ({"url": "grpc://h"}, "api must be kserve with a grpc:// url, got 'openai'"),
-        ({"url": "http://h", "api": "grpc"}, "api must be one of openai, kserve, rerank, got 'grpc'"),
+        (
+            {"url": "http://h", "api": "grpc"},
+            "api must be one of openai, kserve, rerank, got 'grpc'",
+        ),
         ({"url": "http://h", "rate": 0}, "rate must be > 0, got 0"),
         ({"url": "http://h", "arrivals": "burst"}, "arrivals must be one of"),
         ({"url": "http://h", "inputs_per_request": 0}, "inputs_per_request must be >= 1"),
