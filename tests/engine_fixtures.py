@@ -49,3 +49,54 @@ def engine_env(engine_cache: Path, small_quality_set: Path) -> dict[str, str]:
         "BATCHSERVE_CACHE_DIR": str(engine_cache),
         "BATCHSERVE_QUALITY_SET": str(small_quality_set),
     }
+
+
+def build_sequence_folder(
+    path: Path, *, labels: tuple[str, ...] = ("LABEL_0",), seed: int = 0, layers: int = 2
+) -> Path:
+    """A small ``BertForSequenceClassification`` saved in ``path`` with MiniLM's tokenizer.
+
+    Random weights (``seed``), a 32-wide two-layer encoder: one label makes a reranker, more
+    a classifier (``labels`` become ``id2label``). The real loading and serving code runs
+    on it; its scores mean nothing, but they are deterministic and differ between inputs.
+    """
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from batchserve.engines.embeddings import builtin_path
+
+    tokenizer = AutoTokenizer.from_pretrained(str(builtin_path()), local_files_only=True)
+    config = BertConfig(  # type: ignore[call-arg]
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        num_labels=len(labels),
+        id2label=dict(enumerate(labels)),
+        label2id={label: i for i, label in enumerate(labels)},
+    )
+    torch.manual_seed(seed)
+    model = BertForSequenceClassification(config)
+    model.save_pretrained(str(path))
+    tokenizer.save_pretrained(str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def reranker_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small reranker folder (one label), built once per session."""
+    pytest.importorskip("transformers")
+    return build_sequence_folder(tmp_path_factory.mktemp("models") / "tiny-reranker")
+
+
+@pytest.fixture(scope="session")
+def classifier_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small classifier folder (labels ``negative``, ``neutral``, ``positive``)."""
+    pytest.importorskip("transformers")
+    return build_sequence_folder(
+        tmp_path_factory.mktemp("models") / "tiny-classifier",
+        labels=("negative", "neutral", "positive"),
+        seed=1,
+    )

@@ -45,6 +45,19 @@ def test_openai_request_several_inputs_is_a_list_and_no_deadline_without_timeout
     assert body["input"] == ["a", "b"]
 
 
+def test_a_rerank_request_is_one_query_and_its_passages() -> None:
+    cfg = LoadConfig(url="http://h", model="ce", api="rerank", timeout_s=1.0)
+    passages = ["one two three four five six seven eight nine ten", "b"]
+    line, headers, body = _split(encode_request(cfg, passages))
+    assert line[1] == "/rerank"
+    assert headers["X-Request-Timeout"] == "1"
+    assert body == {
+        "model": "ce",
+        "query": "one two three four five six seven eight",
+        "texts": passages,
+    }
+
+
 def test_kserve_request_sends_the_deadline_twice() -> None:
     cfg = LoadConfig(url="http://h:1", api="kserve", model="a b", timeout_s=1.5)
     line, headers, body = _split(encode_request(cfg, ["x", "y", "z"]))
@@ -102,7 +115,10 @@ def test_header_lists() -> None:
         ({"url": "https://h"}, "url must look like http://host:port or grpc://host:port"),
         ({"url": "grpc://h/v2"}, "a grpc:// url must not have a path, got 'grpc://h/v2'"),
         ({"url": "grpc://h"}, "api must be kserve with a grpc:// url, got 'openai'"),
-        ({"url": "http://h", "api": "grpc"}, "api must be one of openai, kserve, got 'grpc'"),
+        (
+            {"url": "http://h", "api": "grpc"},
+            "api must be one of openai, kserve, rerank, got 'grpc'",
+        ),
         ({"url": "http://h", "rate": 0}, "rate must be > 0, got 0"),
         ({"url": "http://h", "arrivals": "burst"}, "arrivals must be one of"),
         ({"url": "http://h", "inputs_per_request": 0}, "inputs_per_request must be >= 1"),

@@ -9,7 +9,11 @@ derandomized with no example database, so every run sends the same requests.
 One check is left out for one operation: that every schema-valid request is accepted, for
 KServe ``infer``. A tensor's consistency (its data against its shape and datatype, its
 inputs against the model's signature) is beyond what JSON Schema can say, so a generated
-tensor is schema-valid yet almost never a tensor; the server rightly answers 422.
+tensor is schema-valid yet almost never a tensor; the server rightly answers 422. The same
+check is left out for the task routes of other kinds of model than this server's embedder
+(rerank, predict, classify) and for those that need a tokenizer it has not (tokenize,
+decode): the document is the server's, not one model's, and a route asked of the wrong kind
+of model answers 400 ``wrong_kind`` by contract, whatever the body.
 """
 
 from __future__ import annotations
@@ -64,6 +68,18 @@ def server() -> Iterator[Server]:
         yield s
 
 
+#: Task routes this server's one model (an embedder without a tokenizer) does not answer.
+_OTHER_KINDS = {
+    "/rerank",
+    "/predict",
+    "/v1/rerank",
+    "/v2/rerank",
+    "/classify",
+    "/tokenize",
+    "/decode",
+}
+
+
 @schema.parametrize()
 @settings(
     max_examples=30,
@@ -75,7 +91,8 @@ def server() -> Iterator[Server]:
 def test_every_endpoint_answers_within_its_contract(
     case: schemathesis.Case[Any], server: Server
 ) -> None:
+    path = case.operation.path
     excluded: list[Any] = (
-        [positive_data_acceptance] if case.operation.path.endswith("/infer") else []
+        [positive_data_acceptance] if path.endswith("/infer") or path in _OTHER_KINDS else []
     )
     case.call_and_validate(base_url=server.url, excluded_checks=excluded)

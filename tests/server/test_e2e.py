@@ -84,7 +84,7 @@ def test_openai_client_tritonclient_and_raw_http_against_one_server() -> None:
         with pytest.raises(openai.NotFoundError):
             client.embeddings.create(model="nope", input="x")
         with pytest.raises(openai.UnprocessableEntityError, match="8-dimensional"):
-            client.embeddings.create(model="synth", input="x", dimensions=3)
+            client.embeddings.create(model="synth", input="x", dimensions=9)
 
         triton = tritonhttp.InferenceServerClient(url=server.url.removeprefix("http://"))
         assert triton.is_server_live()

@@ -90,6 +90,10 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+#: The query of a reranker's profiled pairs (a search query's few words).
+PROFILE_QUERY = "how do I choose the right one"
+
+
 def run(args: argparse.Namespace) -> int:
     """Profile the model, print the fit and write the file."""
     if args.warmup < 0:
@@ -117,12 +121,17 @@ def run(args: argparse.Namespace) -> int:
     if runtime:
         spec = with_runtime(spec, runtime)
     model = load_model(spec)
+    items: list[Any] = list(inputs)
+    if model.kind == "reranker":
+        # A reranker's item is a (query, passage) pair: the texts are the passages, each
+        # asked by one short query, so the profile is the cost per pair.
+        items = [(PROFILE_QUERY, text) for text in inputs]
     profile = profile_model(
         model.fn,
         model=spec,
         sizes=sizes,
         repeats=args.repeats,
-        inputs=inputs,
+        inputs=items,
         warmup=args.warmup,
     )
     save_profile(profile, args.output)

@@ -113,7 +113,8 @@ def add_parser(sub: Any) -> None:
             type=int,
             metavar="PORT",
             help="also serve KServe v2 over gRPC on this port (Triton's 8001; 0 picks a free "
-            "one; needs the grpc extra)",
+            "one; needs the grpc extra, which scripts/serve installs: elsewhere "
+            "pip install 'batchserve[grpc]')",
         ),
         "no gRPC",
     )

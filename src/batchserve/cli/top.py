@@ -126,7 +126,8 @@ def _model(name: str, m: dict[str, Any], rates: dict[str, float] | None) -> Any:
         f"{s['queue_size']} · workers {s['workers']} · timeout {s['timeout_s']:g} s · "
         f"by {s.get('batch_by', 'count')}"
     )
-    return Group(Rule(f"[bold]{name}[/] {m['state']}"), Text(settings, style="dim"), grid)
+    kind = m.get("kind") or "loading"
+    return Group(Rule(f"[bold]{name}[/] {kind} · {m['state']}"), Text(settings, style="dim"), grid)
 
 
 def render(status: dict[str, Any], previous: dict[str, Any] | None, url: str) -> Any:

@@ -16,7 +16,8 @@ system), under an exclusive ``flock`` on ``.<backend>.lock``: of two processes t
 one builds while the other waits on the lock, then finds the finished export and uses it.
 A crash leaves at most a temporary folder, which the next export removes.
 
-What each backend is made of:
+What each backend is made of (for a reranker's or classifier's folder, the model's
+``logits`` instead of the pipeline's ``sentence_embedding``; no ``openvino-int8`` for them):
 
 * ``onnx``: the whole pipeline (transformer, pooling, normalize) traced with
   ``torch.onnx.export`` (TorchScript exporter, opset 17; eager attention, which traces to
@@ -276,13 +277,65 @@ def _build(source: Path, backend: str, cache_dir: Path, out: Path) -> dict[str, 
         fp32 = ensure_exported(source, "onnx", cache_dir)
         _convert_openvino(fp32.model_file, out / _OV_FILE)
         return {"model_file": _OV_FILE}
+    from batchserve.models.kinds import folder_kind
+
+    if folder_kind(source).kind in ("reranker", "classifier"):
+        raise ConfigError(
+            "backend openvino-int8 is not offered for rerankers and classifiers yet "
+            "(its calibration embeds texts); use openvino, onnx or onnx-int8"
+        )
     ir = ensure_exported(source, "openvino", cache_dir)
     calibration = _quantize_openvino(source, ir.model_file, out / _OV_FILE)
     return {"model_file": _OV_FILE, "calibration_texts": calibration}
 
 
+def _export_sequence_onnx(source: Path, path: Path) -> None:
+    # A reranker's or classifier's folder: the sequence classification model itself, output
+    # ``logits`` [batch, labels]; the protocol applies the activation.
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(source), local_files_only=True)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        str(source), local_files_only=True, attn_implementation="eager"
+    ).eval()
+    features = tokenizer(
+        ["a query", "two"], ["a passage to trace", "x"], return_tensors="pt", padding=True
+    )
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in features]
+
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *inputs: Any) -> Any:
+            return self.model(**dict(zip(names, inputs, strict=True))).logits
+
+    axes = {n: {0: "batch", 1: "sequence"} for n in names}
+    axes["logits"] = {0: "batch"}
+    with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            Logits().eval(),
+            tuple(features[n] for n in names),
+            str(path),
+            input_names=names,
+            output_names=["logits"],
+            dynamic_axes=axes,
+            opset_version=17,
+            dynamo=False,
+        )
+
+
 def _export_onnx(source: Path, path: Path) -> None:
     import torch
+
+    from batchserve.models.kinds import folder_kind
+
+    if folder_kind(source).kind in ("reranker", "classifier"):
+        _export_sequence_onnx(source, path)
+        return
 
     from batchserve.engines.embeddings import load_sentence_transformer
 

@@ -1,9 +1,10 @@
 """Loading any model SPEC, the ones that run on an engine included.
 
-``minilm`` and a sentence-transformers model folder run on an engine: PyTorch, ONNX
-Runtime or OpenVINO, at a precision, on a device, with a number of CPU threads (a
-:class:`~batchserve.engines.runtime.Runtime`, from the command line and the SPEC's own
-options, ``minilm:backend=onnx-int8,threads=1``). With the default backend ``auto`` every
+``minilm``, a sentence-transformers model folder and a sequence classification folder (a
+reranker or a classifier, :mod:`batchserve.models.kinds`; ``auto`` is torch for those) run on an
+engine: PyTorch, ONNX Runtime or OpenVINO, at a precision, on a device, with a number of
+CPU threads (a :class:`~batchserve.engines.runtime.Runtime`, from the command line and the
+SPEC's own options, ``minilm:backend=onnx-int8,threads=1``). With the default backend ``auto`` every
 engine the machine offers is measured once and the fastest that passes the quality gate is
 served (:mod:`batchserve.engines.choice`); the verdict is cached.
 
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from batchserve.engines.runtime import Runtime, default_workers
 from batchserve.errors import ConfigError
 from batchserve.models import loader as models_loader
+from batchserve.models.kinds import folder_kind, folder_prompts
 from batchserve.models.loader import LoadedModel, needs_engine, split_runtime
 
 if TYPE_CHECKING:
@@ -54,6 +56,9 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
     base, options = split_runtime(spec)
     rt = _runtime(options, runtime)
     path = builtin_path() if base == "minilm" else Path(base)
+    if base != "minilm" and folder_kind(path).kind in ("reranker", "classifier"):
+        return _load_sequence(spec, path, rt)
+    prompts = folder_prompts(path)
     choice: dict[str, Any] | None = None
     if rt.backend == "auto":
         emb, verdict = choose_engine(path, rt)
@@ -75,7 +80,74 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
             "threads": emb.threads,
             "choice": choice,
         },
+        prompts=prompts if prompts.prompts else None,
     )
+
+
+def _load_sequence(spec: str, path: Path, rt: Runtime) -> LoadedModel:
+    # A reranker or classifier folder runs on torch: ``auto`` means torch for these kinds
+    # until their exported engines are measured and gated like the embedder's.
+    from batchserve.engines.sequence import SequenceClassifier
+
+    if rt.backend == "auto":
+        rt = dataclasses.replace(rt, backend="torch")
+    gate: dict[str, Any] | None = None
+    if rt.exported:
+        fn = SequenceClassifier.exported(path, rt)
+        gate = _gate_sequence(path, fn, rt)
+    else:
+        fn = SequenceClassifier.from_path(path, rt)
+    return LoadedModel(
+        spec=spec,
+        fn=fn,
+        kind=fn.kind,
+        count_tokens=fn.count_tokens,
+        max_input_tokens=fn.max_seq_length,
+        workers=default_workers(fn.device, fn.threads),
+        engine={
+            "backend": fn.backend,
+            "precision": fn.dtype,
+            "device": fn.device,
+            "threads": fn.threads,
+            "choice": None,
+            "gate": gate,
+        },
+        labels=fn.labels,
+    )
+
+
+#: The gate's slice of the quality set for a reranker: these many queries, each against
+#: every passage (a MiniLM-L6 reranker scores them twice in about a minute on one core).
+_GATE_QUERIES = 16
+_GATE_TEXTS = 256
+
+
+def _gate_sequence(path: Path, fn: Any, rt: Runtime) -> dict[str, Any]:
+    # An exported reranker or classifier is served only if it keeps the torch engine's
+    # ranking or labels on the shipped set (engines.ranking_gate); else the load fails.
+    from batchserve.engines.quality_set import load as load_quality_set
+    from batchserve.engines.ranking_gate import gate_sequence
+    from batchserve.engines.sequence import SequenceClassifier
+
+    reference = SequenceClassifier.from_path(
+        path, dataclasses.replace(rt, backend="torch", device="cpu", dtype="auto")
+    )
+    qs = load_quality_set()
+    verdict = gate_sequence(
+        reference,
+        fn,
+        fn.kind,
+        queries=qs.queries[:_GATE_QUERIES],
+        passages=qs.passages,
+        texts=qs.texts[:_GATE_TEXTS],
+    )
+    _log.warning("%s %s gate: %s", path.name, rt.backend, verdict.summary())
+    if not verdict.passed:
+        raise ConfigError(
+            f"backend {rt.backend} fails the quality gate for {path.name}: "
+            f"{verdict.summary()}; serve it with backend=torch"
+        )
+    return dataclasses.asdict(verdict)
 
 
 def _runtime(options: dict[str, str], base: Runtime | None) -> Runtime:

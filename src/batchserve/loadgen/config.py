@@ -19,7 +19,7 @@ from batchserve.workload.arrivals import ARRIVAL_MODES, arrival_times
 __all__ = ["APIS", "DEFAULT_MODEL", "SCHEMES", "LoadConfig", "Target"]
 
 #: The protocols the generator speaks.
-APIS = ("openai", "kserve")
+APIS = ("openai", "kserve", "rerank")
 #: The URL schemes it sends over, with their default ports (``grpc``: KServe only).
 SCHEMES = {"http": 80, "grpc": 8001}
 #: The name ``batchserve serve`` gives its built-in model.
@@ -95,8 +95,10 @@ class LoadConfig:
         url: the server's base URL, ``http://host:port`` (an optional path prefix is kept),
             or ``grpc://host:port`` for KServe's ``ModelInfer`` over gRPC
             (:mod:`~batchserve.loadgen.grpc_client`).
-        api: ``openai`` (``POST /v1/embeddings``) or ``kserve`` (``POST /v2/models/M/infer``,
-            or ``ModelInfer`` with a ``grpc://`` url, which needs it).
+        api: ``openai`` (``POST /v1/embeddings``), ``kserve`` (``POST /v2/models/M/infer``,
+            or ``ModelInfer`` with a ``grpc://`` url, which needs it) or ``rerank`` (TEI's
+            ``POST /rerank``: one query and ``inputs_per_request`` passages, each a pair
+            of the model's batcher).
         model: the model name sent in each request.
         texts: the input texts; request ``i`` takes the next ``inputs_per_request`` of them,
             cycling.

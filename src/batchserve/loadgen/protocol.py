@@ -1,6 +1,9 @@
 """The wire side of the load generator: request bytes out, response headers in.
 
-Pure functions, no I/O. Each request is encoded once, before the run, into the exact bytes
+Pure functions, no I/O. The ``rerank`` api sends TEI's ``POST /rerank``: a query (the
+first words of the request's first text) and the request's texts as its passages.
+
+Each request is encoded once, before the run, into the exact bytes
 of an HTTP/1.1 request (request line, headers, JSON body), so sending costs one write.
 Responses are classified from their status and ``X-Reason`` header into the report's
 outcomes:
@@ -38,6 +41,7 @@ __all__ = [
     "request_body",
     "request_path",
     "request_texts",
+    "rerank_query",
     "split_header_list",
     "with_deadline",
 ]
@@ -74,6 +78,8 @@ def request_path(config: LoadConfig) -> str:
     """The request's path, including the URL's prefix."""
     if config.api == "openai":
         path = "/v1/embeddings"
+    elif config.api == "rerank":
+        path = "/rerank"
     else:
         path = f"/v2/models/{quote(config.model, safe='')}/infer"
     return config.target.prefix + path
@@ -84,6 +90,8 @@ def request_body(config: LoadConfig, texts: Sequence[str]) -> dict[str, object]:
     if config.api == "openai":
         payload: object = texts[0] if len(texts) == 1 else list(texts)
         return {"model": config.model, "input": payload, "encoding_format": "float"}
+    if config.api == "rerank":
+        return {"model": config.model, "query": rerank_query(texts[0]), "texts": list(texts)}
     body: dict[str, object] = {
         "inputs": [
             {
@@ -102,6 +110,14 @@ def request_body(config: LoadConfig, texts: Sequence[str]) -> dict[str, object]:
     if params:
         body["parameters"] = params
     return body
+
+
+def rerank_query(text: str, words: int = 8) -> str:
+    """A rerank request's query: the first ``words`` words of its first passage.
+
+    A search query is a few words; its passages are the realistic mix of the texts.
+    """
+    return " ".join(text.split()[:words]) or text
 
 
 def encode_request(config: LoadConfig, texts: Sequence[str]) -> bytes:

@@ -7,7 +7,9 @@ SPEC is one of:
   model on another runtime (keys :data:`RUNTIME_KEYS`: ``backend``, ``device``,
   ``dtype``, ``threads``, ``cache_dir``, ``batch_size``);
 * ``synthetic`` or ``synthetic:fixed=8ms,per_item=0.25ms,dim=8``: the seed's cost model;
-* a path to a sentence-transformers model folder;
+* a path to a sentence-transformers model folder, or to a sequence classification model
+  folder (a reranker with one label, a classifier with several; see
+  :mod:`batchserve.models.kinds`): the folder's ``config.json`` decides the kind;
 * ``package.module:attr``: any batch function, or model object with ``__call__`` (a class is
   instantiated with no arguments). An object with ``kind = "embedding"`` and an integer
   ``dimension`` (and optionally ``count_tokens``) is served as an embedding model; one with
@@ -29,11 +31,12 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from batchserve.config import CostEstimate
 from batchserve.errors import ConfigError
 from batchserve.models.base import BatchFn
+from batchserve.models.kinds import Kind, Prompts
 from batchserve.models.synthetic import SyntheticModel
 from batchserve.units import parse_duration
 
@@ -62,7 +65,9 @@ class LoadedModel:
     Attributes:
         spec: the SPEC it was loaded from.
         fn: the batch function.
-        kind: ``embedding`` (text in, float vector out) or ``generic`` (anything).
+        kind: ``embedding`` (text in, float vector out), ``reranker`` (a (query, passage)
+            pair in, one logit out), ``classifier`` (a text or pair in, one logit per label
+            out) or ``generic`` (anything); see :mod:`batchserve.models.kinds`.
         dimension: length of each embedding, if known.
         count_tokens: tokens per input text, for OpenAI ``usage``; None counts words.
         max_input_tokens: inputs longer than this are truncated by the model, if known.
@@ -75,17 +80,22 @@ class LoadedModel:
             ``threads``) and, under ``--backend auto``, ``choice``: the verdict and the
             table behind it (:meth:`batchserve.engines.choice.Verdict.to_dict`). None for
             other models.
+        labels: a reranker's or classifier's label per logit, in order (``id2label``).
+        prompts: an embedding model's named prompts and its default (a folder's
+            ``config_sentence_transformers.json``); None: it defines none.
     """
 
     spec: str
     fn: BatchFn
-    kind: Literal["embedding", "generic"] = "generic"
+    kind: Kind = "generic"
     dimension: int | None = None
     count_tokens: Callable[[Sequence[str]], list[int]] | None = None
     max_input_tokens: int | None = None
     initial_cost: CostEstimate | None = None
     workers: int | None = None
     engine: dict[str, Any] | None = None
+    labels: tuple[str, ...] = ()
+    prompts: Prompts | None = None
 
 
 def parse_synthetic(spec: str) -> SyntheticModel:
@@ -185,7 +195,7 @@ def load_model(spec: str) -> LoadedModel:
     """
     if spec == "synthetic" or spec.startswith("synthetic:"):
         model = parse_synthetic(spec)
-        kind: Literal["embedding", "generic"] = "embedding" if model.dimension else "generic"
+        kind: Kind = "embedding" if model.dimension else "generic"
         return LoadedModel(
             spec=spec,
             fn=model,

@@ -50,7 +50,8 @@ from batchserve.server.deadlines import wire_deadline
 from batchserve.server.exchange import Endpoint, Exchange, HeadVerdict, Reply
 from batchserve.server.http import Head, authorize, check_body_type, check_length
 from batchserve.server.ops.metrics import Metrics
-from batchserve.server.protocols import kserve, openai, triton
+from batchserve.server.protocols import kserve, openai, rerankers, tei, triton
+from batchserve.server.protocols.tasks import Task, TaskEndpoint
 from batchserve.server.registry import Registry, ServedModel
 from batchserve.server.routes import Routes, model_path
 from batchserve.server.settings import ServerSettings
@@ -130,6 +131,7 @@ class App:
                 _ready_of(m),
                 config=m.settings.batch,
                 timeout_s=m.settings.timeout_s,
+                kind=_kind_of(m),
             )
             if m.classes is not None:
                 self.metrics.add_classes(m.name, _class_stats_of(m))
@@ -146,6 +148,7 @@ class App:
         self._idle: asyncio.Event | None = None
         self._embeddings = openai.EmbeddingsEndpoint(self.registry, self.limits)
         self._infer = kserve.InferEndpoint(self.limits)
+        self._tasks = self._task_endpoints()
         # With one model, an OpenAI request can only be for it: refusals need no body.
         self._only = self.registry.default if len(self.registry.models) == 1 else None
         # The verdicts of a head that states no deadline and names no tenant (most heads),
@@ -231,6 +234,9 @@ class App:
             return None
         if path == "/v1/embeddings":
             return self._embeddings, None
+        task = self._tasks.get(path)
+        if task is not None:
+            return task, None
         if path.endswith("/infer"):
             model = model_path(path)
             if model is not None and model[2] == ("infer",):
@@ -242,6 +248,37 @@ class App:
                     return None
                 return self._infer, name
         return None
+
+    def _task_endpoints(self) -> dict[str, Endpoint]:
+        # The task APIs (TEI, Cohere, Jina, Infinity): one endpoint per path, each a
+        # choice of task by body and model kind (see protocols.tasks).
+        registry, limits = self.registry, self.limits
+
+        def fixed(task: Task) -> Any:
+            return lambda data, kind: task
+
+        def endpoint(choose: Any, protocol: str, error_body: Any) -> TaskEndpoint:
+            return TaskEndpoint(
+                registry, limits, choose=choose, protocol=protocol, error_body=error_body
+            )
+
+        tei_error = tei.error_body
+        return {
+            "/": endpoint(tei.choose_root, "tei", tei_error),
+            "/embed": endpoint(fixed(tei.EMBED), "tei", tei_error),
+            "/rerank": endpoint(rerankers.choose_rerank, "tei", tei_error),
+            "/predict": endpoint(fixed(tei.PREDICT), "tei", tei_error),
+            "/similarity": endpoint(fixed(tei.SIMILARITY), "tei", tei_error),
+            "/v1/rerank": endpoint(
+                fixed(rerankers.COHERE_V1_RERANK), "cohere", rerankers.cohere_error_body
+            ),
+            "/v2/rerank": endpoint(
+                fixed(rerankers.COHERE_V2_RERANK), "cohere", rerankers.cohere_error_body
+            ),
+            "/classify": endpoint(
+                fixed(rerankers.CLASSIFY), "infinity", rerankers.infinity_error_body
+            ),
+        }
 
     def authorize(self, head: Head) -> str | None:
         """The tenant the request's key names (None: the server's own key, or no keys set).
@@ -356,6 +393,10 @@ def _class_stats_of(model: ServedModel) -> Callable[[], Any]:
         return None if b is None else (b.class_statistics(), b.class_depths())
 
     return stats
+
+
+def _kind_of(model: ServedModel) -> Callable[[], str | None]:
+    return lambda: model.loaded.kind if model.loaded is not None else None
 
 
 def _ready_of(model: ServedModel) -> Callable[[], bool]:

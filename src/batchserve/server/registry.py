@@ -6,7 +6,8 @@ loads its SPEC in a thread (seconds for MiniLM), warms it up, and builds its
 request is answered ``not_ready`` (503, Retry-After); a model that failed to load stays
 ``failed`` and the server stops. The warm-up of an embedding model also measures one pass of
 1 and of a few texts, so the batcher's cost model (and deadline-aware admission) starts from
-this machine's figures instead of from zero; a synthetic model states its cost exactly.
+this machine's figures instead of from zero (a reranker's with a pair, a classifier's with
+a text); a synthetic model states its cost exactly.
 
 :meth:`ServedModel.deadline_for` is a request's deadline when the wire states none: its
 class's default, else the model's. A request's inputs are offered to the batcher by its
@@ -34,6 +35,12 @@ from batchserve.server.statuses import ApiError
 __all__ = ["Registry", "ServedModel"]
 
 _WARMUP_TEXT = "A short sentence to warm the model up before serving."
+#: The item a model of each kind is warmed up with (a kind not listed is not warmed up).
+_WARMUP_ITEMS: dict[str, Any] = {
+    "embedding": _WARMUP_TEXT,
+    "reranker": (_WARMUP_TEXT, _WARMUP_TEXT),
+    "classifier": _WARMUP_TEXT,
+}
 
 
 class ServedModel:
@@ -104,17 +111,18 @@ class ServedModel:
 
     def _load_and_warm(self) -> LoadedModel:
         loaded = self._loader(self.settings.spec)
-        if loaded.kind != "embedding" or loaded.initial_cost is not None:
+        warm: Any = _WARMUP_ITEMS.get(loaded.kind)
+        if warm is None or loaded.initial_cost is not None:
             return loaded
         fn: Any = loaded.fn
         if is_async_model(fn):
             return loaded
-        fn([_WARMUP_TEXT])
+        fn([warm])
         k = max(2, min(8, self.settings.batch.max_batch_size))
         t0 = time.perf_counter()
-        fn([_WARMUP_TEXT])
+        fn([warm])
         t1 = time.perf_counter()
-        fn([_WARMUP_TEXT] * k)
+        fn([warm] * k)
         t2 = time.perf_counter()
         one, many = t1 - t0, t2 - t1
         per_item = max(0.0, (many - one) / (k - 1))

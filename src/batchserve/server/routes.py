@@ -14,6 +14,7 @@ view (:mod:`~batchserve.server.ops.live`,
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Protocol
 
 from batchserve.server.http import Head, check_length, json_bytes, load_json, read_head
@@ -21,7 +22,7 @@ from batchserve.server.ops.dashboard import DASHBOARD_HEADERS, dashboard_html
 from batchserve.server.ops.live import server_status
 from batchserve.server.ops.metrics import CONTENT_TYPE, Metrics
 from batchserve.server.ops.openapi import docs_html, openapi_spec
-from batchserve.server.protocols import kserve, openai, triton
+from batchserve.server.protocols import kserve, openai, tei, triton
 from batchserve.server.registry import Registry
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
@@ -89,6 +90,7 @@ class Routes:
         self.app = app
         self._secured = secured
         self._spec: bytes | None = None
+        self._tokenizers: dict[str, tei.Tokenizing] = {}
         #: Fixed paths, each to its handlers by method.
         self.static = self._static_routes()
         #: ``/v2/models/{name}[/versions/{v}]`` + these parts, each to its handlers.
@@ -143,7 +145,18 @@ class Routes:
             "/dashboard": {"GET": self._dashboard},
             "/openapi.json": {"GET": self._openapi},
             "/docs": {"GET": self._docs},
-            "/": {"GET": self._index},
+            "/": {"GET": self._index, "POST": self._not_routed},
+            "/embed": {"POST": self._not_routed},
+            "/rerank": {"POST": self._not_routed},
+            "/predict": {"POST": self._not_routed},
+            "/similarity": {"POST": self._not_routed},
+            "/v1/rerank": {"POST": self._not_routed},
+            "/v2/rerank": {"POST": self._not_routed},
+            "/classify": {"POST": self._not_routed},
+            "/info": {"GET": self._tei_info},
+            "/tokenize": {"POST": self._tei_tokenize},
+            "/decode": {"POST": self._tei_decode},
+            "/health": {"GET": self._tei_health},
         }
 
     async def _not_routed(self, scope: Scope, receive: Receive, send_fn: Send, *args: Any) -> None:
@@ -160,6 +173,50 @@ class Routes:
         self.app.authorize(read_head(scope["headers"]))
         self.app.registry.require(name)
         await send(send_fn, 200, json_bytes(openai.model_entry(name)))
+
+    # -- text-embeddings-inference ---------------------------------------------------------
+
+    async def _tei_info(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        model = self.app.registry.default
+        await send(send_fn, 200, json_bytes(tei.info(model, self.app.limits)))
+
+    async def _tei_tokenizing(self, scope: Scope, receive: Receive) -> tuple[Any, Any]:
+        head = read_head(scope["headers"])
+        self.app.authorize(head)
+        limits = self.app.limits
+        check_length(head, limits.max_body_bytes)
+        body = await read_body(receive, limits.max_body_bytes, limits.read_timeout_s)
+        model = self.app.registry.default
+        model.require_batcher()
+        tokenizing = self._tokenizers.get(model.name)
+        if tokenizing is None:
+            assert model.loaded is not None
+            tokenizing = tei.Tokenizing.of(model.loaded.fn)
+            if tokenizing is None:
+                raise ApiError(
+                    "wrong_kind",
+                    f"model {model.name!r} has no tokenizer to answer /tokenize or /decode",
+                )
+            self._tokenizers[model.name] = tokenizing
+        return tokenizing, load_json(body)
+
+    async def _tei_tokenize(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        tokenizing, data = await self._tei_tokenizing(scope, receive)
+        tokens = await asyncio.to_thread(tokenizing.tokenize, data, self.app.limits)
+        await send(send_fn, 200, json_bytes(tokens))
+
+    async def _tei_decode(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        tokenizing, data = await self._tei_tokenizing(scope, receive)
+        await send(send_fn, 200, json_bytes(await asyncio.to_thread(tokenizing.decode, data)))
+
+    async def _tei_health(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        # TEI's: 200 with an empty body when the model serves, else 503 with its error.
+        if self.app.draining or not self.app.registry.ready:
+            state = "draining" if self.app.draining else "loading"
+            body = {"error": f"unhealthy: the server is {state}", "error_type": "unhealthy"}
+            await send(send_fn, 503, json_bytes(body))
+            return
+        await send(send_fn, 200, b"")
 
     # -- KServe v2 -------------------------------------------------------------------------
 

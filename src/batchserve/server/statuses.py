@@ -21,6 +21,9 @@ unsupported_media_type  415     a Content-Type or Content-Encoding the endpoint 
 head_too_large          431     the request line and headers are over 64 KiB (the connection
                                 is closed; answered below the app, see server.guard)
 invalid                 422     a field has the wrong type or breaks a rule (empty input...)
+wrong_kind              400     the route is not one the model's kind answers (the message names
+                                the model's kind and the route to use)
+empty                   400     a list that must hold something is empty (TEI's ``empty``)
 too_large               413     body bytes, inputs per request or characters per input over limit
 model_error             422     the model raised for this input, isolated by bisection
 unauthorized            401     an API key is required and missing or wrong
@@ -48,6 +51,8 @@ request_timeout         DEADLINE_EXCEEDED       (HTTP only: gRPC reads whole mes
 unsupported_media_type  INVALID_ARGUMENT        (HTTP only)
 head_too_large          RESOURCE_EXHAUSTED      as grpcio answers metadata over its limit
 invalid                 INVALID_ARGUMENT        a field breaks a rule (the message names it)
+wrong_kind              INVALID_ARGUMENT        the model's kind does not answer this call
+empty                   INVALID_ARGUMENT        a list that must hold something is empty
 too_large               INVALID_ARGUMENT        inputs or characters over a limit (a message over
                                                 the size limit is grpcio's RESOURCE_EXHAUSTED)
 model_error             INVALID_ARGUMENT        Triton answers an input a model cannot process as
@@ -94,6 +99,8 @@ STATUS_TABLE: dict[str, tuple[int, str]] = {
     "unsupported_media_type": (415, "a Content-Type or Content-Encoding the endpoint cannot read"),
     "head_too_large": (431, "the request line and headers are over the limit"),
     "invalid": (422, "a field has the wrong type or breaks a rule"),
+    "wrong_kind": (400, "the route is not one the model's kind answers"),
+    "empty": (400, "a list that must hold something is empty"),
     "too_large": (413, "body bytes, inputs per request or characters per input over the limit"),
     "model_error": (422, "the model raised for this input (isolated by bisection)"),
     "unauthorized": (401, "an API key is required and is missing or wrong"),
@@ -115,6 +122,8 @@ GRPC_TABLE: dict[str, str] = {
     "unsupported_media_type": "INVALID_ARGUMENT",
     "head_too_large": "RESOURCE_EXHAUSTED",
     "invalid": "INVALID_ARGUMENT",
+    "wrong_kind": "INVALID_ARGUMENT",
+    "empty": "INVALID_ARGUMENT",
     "too_large": "INVALID_ARGUMENT",
     "model_error": "INVALID_ARGUMENT",
     "unauthorized": "UNAUTHENTICATED",

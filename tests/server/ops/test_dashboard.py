@@ -141,7 +141,7 @@ def test_dashboard_in_a_real_browser(loaded: tuple[ServerProcess, dict[int, int]
     ):
         assert field in shown, sorted(shown)
     for field, (text, value) in shown.items():
-        if field in ("uptime_s", "models.synthetic.state"):
+        if field in ("uptime_s", "models.synthetic.state", "models.synthetic.kind"):
             continue
         want = _resolve(status, field)
         assert float(value) == pytest.approx(want, rel=1e-9), field
@@ -150,6 +150,7 @@ def test_dashboard_in_a_real_browser(loaded: tuple[ServerProcess, dict[int, int]
         elif field.endswith(("_s.p50", "_s.p99")):
             assert text == f"{want * 1e3:.2f}", field
     assert shown["models.synthetic.state"][0] == "ready"
+    assert shown["models.synthetic.kind"][0] == status["models"][MODEL]["kind"]
     sizes = status["models"][MODEL]["batches"]["sizes"]
     assert sorted(map(tuple, bars)) == sorted((int(k), v) for k, v in sizes.items())
     assert shot.stat().st_size > 10_000

@@ -77,12 +77,18 @@ async def test_a_request_split_across_batches_is_answered_in_order() -> None:
     assert max(len(b) for b in rec.batches) == 2
 
 
-async def test_dimensions_is_accepted_only_when_it_is_the_models_own() -> None:
+async def test_dimensions_shortens_and_renormalises_and_refuses_above_the_model() -> None:
     app = build_app({"rec": embedding_model(Recorder(), dim=4)})
     async with client_for(app) as c:
-        ok = await c.post("/v1/embeddings", json={"input": "a", "dimensions": 4})
+        ok = await c.post("/v1/embeddings", json={"input": "ab", "dimensions": 4})
         assert ok.status_code == 200
-        r = await c.post("/v1/embeddings", json={"input": "a", "dimensions": 2})
+        assert ok.json()["data"][0]["embedding"] == pytest.approx(vector("ab"))
+        short = await c.post("/v1/embeddings", json={"input": ["ab", "bc"], "dimensions": 2})
+        assert short.status_code == 200
+        for text, item in zip(["ab", "bc"], short.json()["data"], strict=True):
+            cut = np.asarray(vector(text)[:2])
+            assert item["embedding"] == pytest.approx(list(cut / np.linalg.norm(cut)), abs=1e-6)
+        r = await c.post("/v1/embeddings", json={"input": "a", "dimensions": 5})
         assert r.status_code == 422
         err = r.json()["error"]
         assert err["param"] == "dimensions"
@@ -142,7 +148,9 @@ async def test_a_generic_model_is_refused_on_the_embeddings_endpoint() -> None:
     generic = LoadedModel(spec="g", fn=lambda xs: list(xs))
     async with client_for(build_app({"g": generic})) as c:
         r = await c.post("/v1/embeddings", json={"input": "a"})
-    assert r.status_code == 422
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "wrong_kind"
+    assert "a generic model" in r.json()["error"]["message"]
     assert "/v2/models/g/infer" in r.json()["error"]["message"]
 
 
@@ -154,14 +162,16 @@ async def test_a_body_error_is_counted_against_the_model_the_body_named() -> Non
     app = build_app({"g": generic, "rec": embedding_model(Recorder())})
     async with client_for(app) as c:
         r = await c.post("/v1/embeddings", json={"input": "a", "model": "g"})
-        assert r.status_code == 422
+        assert r.status_code == 400
         r = await c.post(
             "/v1/embeddings", content=b"{not json", headers={"content-type": "application/json"}
         )
         assert r.status_code == 400
         text = (await c.get("/metrics")).text
     counted = [line for line in text.splitlines() if line.startswith("batchserve_requests_total")]
-    assert 'batchserve_requests_total{model="g",outcome="invalid",reason="invalid"} 1.0' in counted
+    assert (
+        'batchserve_requests_total{model="g",outcome="invalid",reason="wrong_kind"} 1.0' in counted
+    )
     assert any('model="_unknown"' in line and 'reason="malformed"' in line for line in counted)
 
 

@@ -20,6 +20,8 @@ nothing: the request counters and pass accounting of :class:`~batchserve.server.
   dispatched passes' sub-passes, their ratio ``waste``, the tokens queued now, the token
   cost model's fit of one sub-pass, ``fixed_s + padded tokens * per_token_s + padded tokens
   x length * attention_s``;
+* ``kind``: ``embedding``, ``reranker``, ``classifier`` or ``generic`` (None while it
+  loads), and ``labels``: a reranker's or classifier's labels, in order;
 * ``engine`` (None for a model that is not ``minilm`` or a folder, or not loaded yet): the
   backend, precision, device and threads it runs on and, under ``--backend auto``,
   ``choice``: the chosen engine and every candidate's measured rate and quality figures;
@@ -81,6 +83,8 @@ def model_status(model: ServedModel, metrics: Metrics) -> dict[str, Any]:
     sizes = dict(sorted(stats.batch_sizes.items())) if stats is not None else {}
     return {
         "state": model.state,
+        "kind": model.loaded.kind if model.loaded is not None else None,
+        "labels": list(model.loaded.labels) if model.loaded is not None else [],
         "engine": model.loaded.engine if model.loaded is not None else None,
         "passes": _passes(model),
         "settings": {

@@ -51,6 +51,7 @@ batchserve_running_items                   gauge      items dispatched: in passe
 batchserve_cost_fixed_seconds              gauge      fitted fixed cost per pass
 batchserve_cost_per_item_seconds           gauge      fitted cost per item
 batchserve_cost_samples                    gauge      passes the cost model learned from
+batchserve_model_info                      gauge      1 per model, labelled with its ``kind``
 batchserve_model_ready                     gauge      1 when the model serves
 batchserve_batch_tokens_total              counter    tokens of passes, ``kind``: padded or real
 batchserve_padding_waste_ratio             gauge      padded tokens / real tokens, since start
@@ -119,6 +120,8 @@ OUTCOME_OF_REASON = {
     "malformed": "invalid",
     "invalid": "invalid",
     "too_large": "invalid",
+    "wrong_kind": "invalid",
+    "empty": "invalid",
     "unauthorized": "invalid",
     "not_found": "invalid",
     "method_not_allowed": "invalid",
@@ -194,6 +197,7 @@ class Metrics:
         self._settings: dict[str, tuple[BatchConfig | None, float | None]] = {}
         self._sources: dict[str, tuple[StatsSource, Callable[[], bool]]] = {}
         self._class_sources: dict[str, ClassStatsSource] = {}
+        self._kinds: dict[str, Callable[[], str | None]] = {}
         self.registry.register(self)
 
     def add_model(
@@ -204,13 +208,17 @@ class Metrics:
         *,
         config: BatchConfig | None = None,
         timeout_s: float | None = None,
+        kind: Callable[[], str | None] | None = None,
     ) -> None:
         """Report ``name``'s state at each scrape from ``stats()`` and ``ready()``.
 
         ``config`` and ``timeout_s`` (its batcher's settings and default deadline) are
         exported too, so alerts can compare the queue with its size and latency with the
-        deadline.
+        deadline; ``kind()`` (``embedding``, ``reranker``...; None until loaded) as
+        ``batchserve_model_info``.
         """
+        if kind is not None:
+            self._kinds[name] = kind
         self._sources[name] = (stats, ready)
         self._settings[name] = (config, timeout_s)
         self._queue_wait[name] = _Histogram(_LATENCY_BUCKETS)
@@ -444,6 +452,15 @@ class Metrics:
             if timeout_s is not None:
                 deadline.add_metric([name], timeout_s)
         yield from (capacity, max_batch, deadline)
+        info = GaugeMetricFamily(
+            "batchserve_model_info",
+            "1 per served model, labelled with its kind (embedding, reranker, classifier, "
+            "generic) once loaded.",
+            labels=["model", "kind"],
+        )
+        for name, kind_fn in self._kinds.items():
+            info.add_metric([name, kind_fn() or "loading"], 1.0)
+        yield info
         for name, (stats_fn, ready_fn) in self._sources.items():
             ready.add_metric([name], 1.0 if ready_fn() else 0.0)
             stats = stats_fn()

@@ -213,8 +213,10 @@ def _schemas(models: list[str], limits: RequestLimits, dimensions: list[int]) ->
                 "encoding_format": {"enum": ["float", "base64", None], "default": "float"},
                 "dimensions": {
                     "type": ["integer", "null"],
-                    "description": "Only the model's own dimension is accepted.",
-                    **({"enum": [*dimensions, None]} if dimensions else {"minimum": 1}),
+                    "description": "Keep the first N values, renormalised; at most the "
+                    "model's own dimension.",
+                    "minimum": 1,
+                    **({"maximum": max(dimensions)} if dimensions else {}),
                 },
                 "user": {"type": ["string", "null"], "description": "Ignored."},
             },
@@ -264,6 +266,30 @@ def _schemas(models: list[str], limits: RequestLimits, dimensions: list[int]) ->
             },
         },
         "KServeError": {"type": "object", "properties": {"error": {"type": "string"}}},
+        "InfinityError": {
+            "type": "object",
+            "properties": {
+                "error": {
+                    "type": "object",
+                    "properties": {
+                        "message": {"type": "string"},
+                        "type": {"enum": sorted(STATUS_TABLE)},
+                        "param": {"type": ["string", "null"]},
+                        "code": {"type": "integer", "description": "The HTTP status."},
+                    },
+                }
+            },
+        },
+        "TEIError": {
+            "type": "object",
+            "properties": {
+                "error": {"type": "string"},
+                "error_type": {
+                    "enum": ["unhealthy", "backend", "overloaded", "validation", "empty"]
+                },
+            },
+        },
+        "CohereError": {"type": "object", "properties": {"message": {"type": "string"}}},
         "Tensor": tensor,
         "InferRequest": {
             "type": "object",
@@ -553,7 +579,7 @@ def openapi_spec(
             document states it only then.
         limits: the request limits, stated in the schemas (the defaults if None).
         dimensions: the embedding dimensions the served models produce, if known: OpenAI's
-            ``dimensions`` accepts only those.
+            ``dimensions`` accepts up to the largest.
     """
     security: dict[str, Any] = {"security": [{"bearer": []}]} if secured else {}
     limits = limits if limits is not None else RequestLimits()
@@ -699,6 +725,8 @@ def openapi_spec(
         "/": {"get": _simple("Index", "Server name, models, links.", "Documentation")},
     }
     paths.update(_operation_paths(model_param, lambda rs: _error_responses(rs, "KServeError")))
+    for path, operations in _task_paths(security, ok_infer, sorted(set(dimensions or []))).items():
+        paths.setdefault(path, {}).update(operations)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -728,6 +756,229 @@ def openapi_spec(
             },
         },
     }
+
+
+#: The task routes: (path, summary, description, tag, error schema).
+_TASKS = [
+    (
+        "/embed",
+        "Embed texts (TEI)",
+        "`inputs` (a text or a list), `truncate`, `normalize`, `dimensions` (the first N "
+        "values, renormalised). An embedding model.",
+        "TEI",
+        "TEIError",
+    ),
+    (
+        "/rerank",
+        "Rerank passages (TEI; Infinity and Jina with `documents`)",
+        "`query` and `texts` (TEI: a list of `{index, score, text?}` by score), or `query` "
+        "and `documents` (Infinity: `{object, results, model, usage}`). Each passage is one "
+        "item of the batcher; the answer is whole or refused whole. A reranker.",
+        "Rerank",
+        "TEIError",
+    ),
+    (
+        "/predict",
+        "Classify texts or pairs (TEI)",
+        "`inputs`: a text, a pair, or a batch of them; `raw_scores`. A classifier (or a "
+        "reranker, one label).",
+        "TEI",
+        "TEIError",
+    ),
+    (
+        "/similarity",
+        "Sentence similarity (TEI)",
+        "`inputs: {source_sentence, sentences}`: one cosine per sentence. An embedding model.",
+        "TEI",
+        "TEIError",
+    ),
+    (
+        "/",
+        "The model's own task (TEI, Hugging Face InferenceClient)",
+        "An embedder embeds (or, with `inputs: {source_sentence, sentences}`, compares); a "
+        "classifier classifies (`parameters.top_k`, `parameters.function_to_apply`); a "
+        "reranker reranks.",
+        "TEI",
+        "TEIError",
+    ),
+    (
+        "/v2/rerank",
+        "Rerank (Cohere v2)",
+        "`model`, `query`, `documents`, `top_n` -> `{id, results: [{index, "
+        "relevance_score}], meta}`. A reranker.",
+        "Rerank",
+        "CohereError",
+    ),
+    (
+        "/v1/rerank",
+        "Rerank (Cohere v1, Jina)",
+        "`documents` as strings or `{text}`; `top_n`, `return_documents` -> `{id, model, "
+        "results, usage, meta}`. A reranker.",
+        "Rerank",
+        "CohereError",
+    ),
+    (
+        "/classify",
+        "Classify texts (Infinity)",
+        "`input` (texts), `raw_scores` -> `{object, data, model, usage}`. A classifier.",
+        "Rerank",
+        "InfinityError",
+    ),
+]
+
+_TASK_ERRORS = [*_INFER_ERRORS, "wrong_kind", "empty"]
+
+
+def _task_bodies(dimensions: list[int]) -> dict[str, Any]:
+    # The task routes' bodies: the fields that decide what is run (others are optional).
+    text = {"type": "string", "minLength": 1}
+    texts = {"type": "array", "items": text, "minItems": 1}
+    flag = {"type": ["boolean", "null"]}
+    count = {"type": ["integer", "null"], "minimum": 1}
+    similarity = {
+        "type": "object",
+        "required": ["source_sentence", "sentences"],
+        "properties": {"source_sentence": text, "sentences": texts},
+    }
+    dims = {**count, **({"maximum": max(dimensions)} if dimensions else {})}
+    pair = {"type": "array", "items": text, "minItems": 1, "maxItems": 2}
+    rerank = {
+        "type": "object",
+        "properties": {"model": {"type": ["string", "null"]}, "query": text, "top_n": count},
+    }
+    return {
+        "/embed": {
+            "type": "object",
+            "required": ["inputs"],
+            "properties": {
+                "inputs": {"oneOf": [text, texts]},
+                "truncate": flag,
+                "normalize": flag,
+                "dimensions": dims,
+            },
+        },
+        "/similarity": {
+            "type": "object",
+            "required": ["inputs"],
+            "properties": {"inputs": similarity},
+        },
+        "/": {
+            "type": "object",
+            "required": ["inputs"],
+            "properties": {"inputs": {"oneOf": [text, texts, similarity]}},
+        },
+        "/rerank": {
+            "oneOf": [
+                {
+                    "required": ["query", "texts"],
+                    **rerank,
+                    "properties": {
+                        **rerank["properties"],  # type: ignore[dict-item]
+                        "texts": texts,
+                        "raw_scores": flag,
+                        "return_text": flag,
+                        "truncate": flag,
+                    },
+                },
+                {
+                    "required": ["query", "documents"],
+                    **rerank,
+                    "properties": {**rerank["properties"], "documents": texts},  # type: ignore[dict-item]
+                },
+            ]
+        },
+        "/predict": {
+            "type": "object",
+            "required": ["inputs"],
+            "properties": {
+                "inputs": {"oneOf": [text, pair, {"type": "array", "items": pair, "minItems": 1}]},
+                "raw_scores": flag,
+            },
+        },
+        "/v2/rerank": {
+            "required": ["query", "documents"],
+            **rerank,
+            "properties": {**rerank["properties"], "documents": texts},  # type: ignore[dict-item]
+        },
+        "/v1/rerank": {
+            "required": ["query", "documents"],
+            **rerank,
+            "properties": {**rerank["properties"], "documents": texts},  # type: ignore[dict-item]
+        },
+        "/tokenize": {
+            "type": "object",
+            "required": ["inputs"],
+            "properties": {"inputs": {"oneOf": [text, texts]}, "add_special_tokens": flag},
+        },
+        "/decode": {
+            "type": "object",
+            "required": ["ids"],
+            "properties": {
+                "ids": {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+            },
+        },
+        "/classify": {
+            "type": "object",
+            "required": ["input"],
+            "properties": {"input": {"oneOf": [text, texts]}, "raw_scores": flag},
+        },
+    }
+
+
+def _task_paths(
+    security: dict[str, Any], ok_infer: dict[str, Any], dimensions: list[int]
+) -> dict[str, Any]:
+    paths: dict[str, Any] = {}
+    bodies = _task_bodies(dimensions)
+    for path, summary, description, tag, error in _TASKS:
+        paths[path] = {
+            "post": {
+                "summary": summary,
+                "description": description + " A route of another kind of model answers 400 "
+                "`wrong_kind`, naming the route to use. Inputs over the model's window are "
+                "truncated (counted in `X-Truncated-Inputs`) unless `truncate` is false.",
+                "tags": [tag],
+                **security,
+                "parameters": [*_DEADLINE_PARAMS, *_CLASS_PARAMS],
+                "requestBody": {"required": True, "content": _json(bodies[path])},
+                "responses": {
+                    "200": {**ok_infer, "content": _json({})},
+                    **_error_responses(_TASK_ERRORS, error),
+                },
+            }
+        }
+    paths["/info"] = {
+        "get": _simple(
+            "Model information (TEI)",
+            "The default model's id, kind (`model_type`), window and limits, as TEI's.",
+            "TEI",
+        )
+    }
+    for path, summary, description in (
+        (
+            "/tokenize",
+            "Tokenize (TEI)",
+            "`inputs` (a text or a list), `add_special_tokens`: one list of `{id, text, "
+            "special, start, stop}` per input. Not batched.",
+        ),
+        (
+            "/decode",
+            "Decode token ids (TEI)",
+            "`ids` (a list, or a list of lists), `skip_special_tokens`: one text per list.",
+        ),
+    ):
+        paths[path] = {
+            "post": {
+                **_simple(summary, description, "TEI", ["malformed", "invalid", "wrong_kind"]),
+                "requestBody": {"required": True, "content": _json(bodies[path])},
+            }
+        }
+    paths["/health"] = {
+        "get": _simple(
+            "Health (TEI)", "200 with an empty body when the models serve, else 503.", "Health"
+        )
+    }
+    return paths
 
 
 _INLINE_CODE = re.compile(r"`([^`]+)`")

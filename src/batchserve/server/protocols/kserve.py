@@ -5,6 +5,10 @@ data: see :mod:`batchserve.server.protocols.tensors`) into the items the batcher
 
 * an **embedding** model takes one ``BYTES`` input of shape ``[N]`` or ``[N, 1]`` (UTF-8
   texts) and answers the ``FP32`` output ``embedding`` of shape ``[N, dim]``;
+* a **reranker** takes the ``BYTES`` inputs ``query`` (one text, or one per passage) and
+  ``passage`` and answers ``FP32`` ``score`` ``[N, 1]`` (the sigmoid of each pair's logit);
+* a **classifier** takes ``BYTES`` ``text`` and answers ``FP32`` ``probabilities``
+  ``[N, labels]`` (the softmax, columns in ``id2label`` order);
 * a **generic** model takes any tensors whose first axis is the batch: with one input each
   item is one row (a numpy array, or ``bytes`` for ``BYTES``), with several each item is a
   dict from input name to row. Its per-item outputs are stacked into the output ``output``
@@ -22,6 +26,7 @@ deadline's ``parameters.timeout`` from the body.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
@@ -46,6 +51,10 @@ if TYPE_CHECKING:
 __all__ = [
     "EMBEDDING_OUTPUT",
     "GENERIC_OUTPUT",
+    "PASSAGE_INPUT",
+    "PROBABILITIES_OUTPUT",
+    "QUERY_INPUT",
+    "SCORE_OUTPUT",
     "InferEndpoint",
     "InferRequest",
     "build_infer_response",
@@ -62,6 +71,13 @@ __all__ = [
 
 EMBEDDING_OUTPUT = "embedding"
 GENERIC_OUTPUT = "output"
+#: A reranker's inputs (a query, broadcast when it is one, and its passages) and output (the
+#: sigmoid of each pair's logit, as TEI's /rerank answers by default).
+QUERY_INPUT = "query"
+PASSAGE_INPUT = "passage"
+SCORE_OUTPUT = "score"
+#: A classifier's output: the softmax over its labels, in ``id2label`` order.
+PROBABILITIES_OUTPUT = "probabilities"
 
 #: At most this many tensors in ``inputs`` (or ``outputs``) of one request: each costs the
 #: event loop some work to decode, so a body of a hundred thousand tiny tensors must be
@@ -124,6 +140,17 @@ def model_metadata(name: str, loaded: LoadedModel | None) -> dict[str, Any]:
         inputs = [{"name": "text", "datatype": "BYTES", "shape": [-1, 1]}]
         outputs = [
             {"name": EMBEDDING_OUTPUT, "datatype": "FP32", "shape": [-1, loaded.dimension or -1]}
+        ]
+    elif loaded is not None and loaded.kind == "reranker":
+        inputs = [
+            {"name": QUERY_INPUT, "datatype": "BYTES", "shape": [-1, 1]},
+            {"name": PASSAGE_INPUT, "datatype": "BYTES", "shape": [-1, 1]},
+        ]
+        outputs = [{"name": SCORE_OUTPUT, "datatype": "FP32", "shape": [-1, 1]}]
+    elif loaded is not None and loaded.kind == "classifier":
+        inputs = [{"name": "text", "datatype": "BYTES", "shape": [-1, 1]}]
+        outputs = [
+            {"name": PROBABILITIES_OUTPUT, "datatype": "FP32", "shape": [-1, len(loaded.labels)]}
         ]
     return {
         "name": name,
@@ -380,12 +407,60 @@ def parsed(model: ServedModel, req: InferRequest, limits: RequestLimits) -> Pars
                 f"outputs asks for {sorted(extra)}; this model produces ['{EMBEDDING_OUTPUT}']",
                 param="outputs",
             )
+    elif loaded.kind == "reranker":
+        items = _pairs(req, limits)
+        _only_outputs(req, SCORE_OUTPUT)
+    elif loaded.kind == "classifier":
+        items = embedding_items(req, limits)
+        _only_outputs(req, PROBABILITIES_OUTPUT)
     else:
         items = generic_items(req, limits)
     work_class = None
     if req.priority is not None and model.classes is not None:
         work_class = resolve_class(model.classes, req.priority, "parameters.priority")
     return Parsed(model, req, items, req.timeout_s, work_class)
+
+
+def _only_outputs(req: InferRequest, name: str) -> None:
+    extra = set(req.outputs) - {name}
+    if extra:
+        raise ApiError(
+            "invalid",
+            f"outputs asks for {sorted(extra)}; this model produces ['{name}']",
+            "outputs",
+        )
+
+
+def _pairs(req: InferRequest, limits: RequestLimits) -> list[tuple[str, str]]:
+    """A reranker's (query, passage) pairs, from its two BYTES inputs.
+
+    ``query`` holds one text (for every passage) or one per passage; ``passage`` the
+    passages; each of shape [N] or [N, 1].
+
+    Raises:
+        ApiError: the inputs are not those two, or their counts do not match.
+    """
+    by_name = {t.name: t for t in req.inputs}
+    if set(by_name) != {QUERY_INPUT, PASSAGE_INPUT}:
+        raise ApiError(
+            "invalid",
+            f"a reranker takes the BYTES inputs {QUERY_INPUT!r} and {PASSAGE_INPUT!r}, "
+            f"got {sorted(by_name)}",
+            param="inputs",
+        )
+    one = dataclasses.replace(req, inputs=[by_name[QUERY_INPUT]])
+    queries = embedding_items(one, limits)
+    passages = embedding_items(dataclasses.replace(req, inputs=[by_name[PASSAGE_INPUT]]), limits)
+    if len(queries) == 1:
+        queries = queries * len(passages)
+    if len(queries) != len(passages):
+        raise ApiError(
+            "invalid",
+            f"input {QUERY_INPUT!r} must hold 1 text or one per passage ({len(passages)}), "
+            f"got {len(queries)}",
+            param=QUERY_INPUT,
+        )
+    return list(zip(queries, passages, strict=True))
 
 
 def requested_outputs(request: InferRequest, outputs: dict[str, Any]) -> list[str]:
@@ -447,6 +522,14 @@ def stack_outputs(kind: str, results: Sequence[Any]) -> dict[str, Any]:
     """
     if kind == "embedding":
         return {EMBEDDING_OUTPUT: np.asarray(results, dtype=np.float32)}
+    if kind == "reranker":
+        logits = np.asarray(results, dtype=np.float64).reshape(len(results), 1)
+        return {SCORE_OUTPUT: (1.0 / (1.0 + np.exp(-logits))).astype(np.float32)}
+    if kind == "classifier":
+        logits = np.asarray(results, dtype=np.float64)
+        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probabilities = shifted / shifted.sum(axis=1, keepdims=True)
+        return {PROBABILITIES_OUTPUT: probabilities.astype(np.float32)}
     try:
         if results and all(isinstance(r, dict) for r in results):
             keys = list(results[0])

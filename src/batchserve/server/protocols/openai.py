@@ -4,8 +4,9 @@ Parsing (:func:`parse_embeddings_request`) checks every field and names the one 
 a rule; nothing is queued for a request that fails it. ``input`` is a string or a list of
 strings (token arrays are refused: this server tokenizes itself); ``encoding_format`` is
 ``float`` (JSON numbers) or ``base64`` (little-endian float32 bytes, what the official
-client asks for by default); ``dimensions`` is accepted only when it equals the model's own
-dimension (these models cannot shorten their embeddings, so any other value is refused).
+client asks for by default); ``dimensions`` shortens each vector to its first N values and
+scales it back to unit length (what Matryoshka-trained models are for, and what OpenAI's
+``text-embedding-3`` models do); a value above the model's own dimension is refused.
 
 Errors use OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``, with the
 server's reason as ``code`` (see :mod:`batchserve.server.statuses`).
@@ -26,6 +27,7 @@ import numpy as np
 import orjson
 
 from batchserve.batcher import Served
+from batchserve.models.kinds import apply_prompt, wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
 from batchserve.server.registry import Registry
@@ -41,6 +43,7 @@ __all__ = [
     "model_entry",
     "models_response",
     "parse_embeddings_request",
+    "shorten",
 ]
 
 _ERROR_TYPES = {
@@ -169,20 +172,29 @@ def _texts(value: Any, limits: RequestLimits) -> list[str]:
 
 
 def check_dimensions(requested: int | None, dimension: int | None) -> None:
-    """Refuse a ``dimensions`` the model cannot produce.
+    """Refuse a ``dimensions`` above the model's own.
 
     Raises:
         ApiError: ``invalid`` naming the model's own dimension.
     """
-    if requested is None or requested == dimension:
+    if requested is None or dimension is None or requested <= dimension:
         return
     raise ApiError(
         "invalid",
-        f"dimensions={requested} is not supported: this model produces {dimension}-dimensional "
-        "embeddings and cannot shorten them; omit dimensions or pass "
-        f"{dimension}",
+        f"dimensions={requested} is over the model's own: it produces {dimension}-dimensional "
+        f"embeddings; pass at most {dimension} (fewer keeps the first values, renormalised)",
         param="dimensions",
     )
+
+
+def shorten(vectors: Sequence[Any], dimensions: int | None) -> Sequence[Any]:
+    """Each vector's first ``dimensions`` values, scaled back to unit length (None: as is)."""
+    if dimensions is None or not vectors or len(vectors[0]) <= dimensions:
+        return vectors
+    cut = np.asarray(vectors, dtype=np.float32)[:, :dimensions]
+    norms = np.linalg.norm(cut, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return list(cut / norms)
 
 
 def embeddings_response(
@@ -263,12 +275,13 @@ class EmbeddingsEndpoint:
             assert loaded is not None
             if loaded.kind != "embedding":
                 raise ApiError(
-                    "invalid",
-                    f"model {model.name!r} is not an embedding model; "
-                    f"use POST /v2/models/{model.name}/infer",
-                    param="model",
+                    "wrong_kind",
+                    wrong_kind(model.name, loaded.kind, "POST /v1/embeddings"),
+                    "model",
                 )
             check_dimensions(req.dimensions, loaded.dimension)
+            if loaded.prompts is not None:  # the folder's default prompt, as encode() does
+                req.texts = apply_prompt(req.texts, loaded.prompts, None)
         except Exception as exc:
             raise ParseError(model, exc) from None
         return Parsed(model, req, req.texts)
@@ -287,9 +300,8 @@ class EmbeddingsEndpoint:
             tokens = len(texts[0].split())
         else:
             tokens = sum(len(t.split()) for t in texts)
-        body = embeddings_response(
-            model.name, [s.output for s in served], req.encoding_format, tokens
-        )
+        vectors = shorten([s.output for s in served], req.dimensions)
+        body = embeddings_response(model.name, vectors, req.encoding_format, tokens)
         return Reply(200, [], body, head=timing_head(served))
 
     def error_body(self, error: ApiError) -> bytes:

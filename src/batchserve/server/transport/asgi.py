@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeAlias
 
 from batchserve.server.exchange import ARRIVAL, Endpoint, Gate, Reply
 from batchserve.server.http import JSON_TYPE, Headers, json_bytes, read_head
-from batchserve.server.protocols import openai
+from batchserve.server.protocols import openai, tei
 from batchserve.server.statuses import ApiError, from_exception
 
 __all__ = [
@@ -173,9 +173,15 @@ class AsgiDriver:
         return send_closing
 
 
+#: The routes of text-embeddings-inference's API that are not exchanges: TEI's error shape.
+_TEI_PATHS = frozenset({"/info", "/health", "/tokenize", "/decode"})
+
+
 async def _send_error(send_fn: Send, path: str, error: ApiError) -> None:
     if path.startswith("/v2"):
         body = json_bytes({"error": error.message})
+    elif path in _TEI_PATHS:
+        body = tei.error_body(error)
     else:
         body = json_bytes(openai.error_body(error))
     await send(send_fn, error.status, body, error.headers())

@@ -1,0 +1,418 @@
+"""Sequence classification models as batch functions: rerankers and classifiers on torch.
+
+:class:`SequenceClassifier` wraps a ``...ForSequenceClassification`` model loaded from a
+local folder (as ``CrossEncoder.save`` or ``save_pretrained`` writes it; see
+:mod:`batchserve.models.kinds` for how the folder's kind is told). Nothing here downloads
+anything.
+
+Theory of operation: one call is one pass. An item is a text (``str``) or a pair (a 2-tuple
+of ``str``: a reranker's ``(query, passage)``, or a classifier's two texts). The pass
+tokenizes its items together, truncated to the model's window (``longest_first`` for a pair:
+the longer side loses tokens first, as ``CrossEncoder.predict`` does), cuts them into
+length-sorted sub-passes (:func:`batchserve.subpasses.plan`, by their token counts and the
+device's cost shape: on a CPU nearly only real tokens are computed, on a GPU fewer, fuller
+sub-passes), pads each sub-pass to its own longest, runs the model on each, and answers one
+row of raw logits per item, in the original order: one value
+for a reranker, one per label for a classifier. The activation (sigmoid for a reranker,
+softmax for a classifier, or none for ``raw_scores``) is the protocol's to apply, so one
+pass serves callers who asked for either. A pass that holds both texts and pairs runs as two
+sub-passes (a tokenizer pads one shape at a time). Padding never leaks into a result: the
+attention mask hides padded positions, so a pair scored in a batch equals the pair scored
+alone to float rounding (a tested property).
+
+Each pass remembers its items' token counts and which items lost tokens to truncation, so
+the answer's ``usage`` and truncation header cost no second tokenization. The fast tokenizer
+is not safe to call from two threads at once, so tokenization holds a lock; the forward pass
+does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from batchserve.engines.hardware import Machine
+from batchserve.engines.runtime import Runtime, default_threads, resolve_device, resolve_dtype
+from batchserve.models.kinds import FolderKind, Kind, folder_kind
+from batchserve.models.token_counts import estimate_tokens
+from batchserve.subpasses import PassCost, plan
+
+__all__ = ["EXTRA_HINT", "Pair", "SequenceClassifier", "item_key", "max_sequence_length"]
+
+EXTRA_HINT = (
+    "rerankers and classifiers need the 'embeddings' extra: pip install 'batchserve[embeddings]'"
+)
+
+#: A reranker's item: (query, passage).
+Pair = tuple[str, str]
+
+#: Token counts remembered, as for the embedder's (the most recent items).
+_CAPACITY = 16_384
+
+#: The shape of a sub-pass's cost, in units of one padded token (only the ratios matter to
+#: the planner): on a CPU a sub-pass's fixed cost is worth a few dozen tokens, on a GPU
+#: thousands (a kernel launch per layer); attention's square term doubles a token's cost
+#: near 512 tokens. Until measured per engine (issue 31's cost model), these priors.
+CPU_PASS_COST = PassCost(fixed_s=32.0, per_token_s=1.0, attention_s=1.0 / 512)
+GPU_PASS_COST = PassCost(fixed_s=4096.0, per_token_s=1.0, attention_s=1.0 / 512)
+
+
+def item_key(item: str | Pair) -> str:
+    """A text's own key, or a pair's (its two texts joined by a unit separator)."""
+    return item if isinstance(item, str) else item[0] + "\x1f" + item[1]
+
+
+def max_sequence_length(path: str | Path, tokenizer_max: int | None, positions: int | None) -> int:
+    """The model's window in tokens: what the folder states, bounded by what it can hold.
+
+    ``sentence_bert_config.json``'s ``max_seq_length`` if set, else the tokenizer's
+    ``model_max_length``; never more than the position embeddings, and 512 when nothing
+    sensible is stated (a tokenizer saved without a limit says 10**30).
+    """
+    stated: int | None = None
+    st_config = Path(path) / "sentence_bert_config.json"
+    if st_config.is_file():
+        with contextlib.suppress(OSError, ValueError):
+            value = json.loads(st_config.read_text(encoding="utf-8")).get("max_seq_length")
+            if isinstance(value, int) and value > 0:
+                stated = value
+    if stated is None and tokenizer_max is not None and 0 < tokenizer_max < 1_000_000:
+        stated = tokenizer_max
+    limit = positions if positions is not None and positions > 0 else 512
+    return min(stated if stated is not None else 512, limit)
+
+
+class SequenceClassifier:
+    """A sequence classification model as a batch function from items to logit rows.
+
+    Args:
+        model: a loaded ``...ForSequenceClassification`` model (on its device, in eval mode).
+        tokenizer: its fast tokenizer.
+        kind: ``reranker`` (one label) or ``classifier`` (several).
+        labels: the label of each logit, in order.
+        max_seq_length: the window in tokens; longer inputs are truncated.
+        autocast: ``bfloat16`` or ``float16`` to run each pass under ``torch.autocast``.
+        run: an exported engine's pass (numpy feeds by input name to logits); None: torch.
+        input_names: the exported model's inputs.
+        backend, dtype, threads: how an exported engine runs (torch reads its own).
+
+    Calling it blocks for the forward pass (torch releases the GIL): run it in a worker.
+    It may be called from several threads at once.
+
+    Attributes:
+        kind: ``reranker`` or ``classifier``.
+        labels: the label of each logit.
+        num_labels: how many logits an item gets.
+        device, dtype, threads, backend: how it runs (as for the embedder; ``backend``
+            ``torch``, or ``onnx``, ``onnx-int8``, ``openvino`` for an exported engine).
+        max_seq_length: the window in tokens.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        kind: Kind,
+        labels: Sequence[str],
+        max_seq_length: int,
+        autocast: str | None = None,
+        run: Callable[[dict[str, npt.NDArray[np.int64]]], npt.NDArray[Any]] | None = None,
+        input_names: Sequence[str] = (),
+        backend: str = "torch",
+        dtype: str = "float32",
+        threads: int = 1,
+    ) -> None:
+        import torch
+
+        self._torch = torch
+        self._model = model
+        self._run = run
+        self._input_names = tuple(input_names)
+        self.backend = backend
+        self._tokenizer = tokenizer
+        self.kind = kind
+        self.labels = tuple(labels)
+        self.num_labels = len(self.labels)
+        self.max_seq_length = max_seq_length
+        self._tokenize_lock = threading.Lock()
+        self._counts: OrderedDict[str, tuple[int, bool]] = OrderedDict()
+        self._counts_lock = threading.Lock()
+        self._autocast = getattr(torch, autocast) if autocast else None
+        if model is not None:
+            self.device = str(next(model.parameters()).device)
+            weights = str(next(model.parameters()).dtype).removeprefix("torch.")
+            self.dtype = f"{autocast}-mixed" if autocast else weights
+            self.threads = torch.get_num_threads()
+        else:  # an exported engine (ONNX Runtime, OpenVINO) on the CPU
+            self.device, self.dtype, self.threads = "cpu", dtype, threads
+        #: What a sub-pass costs, for cutting a pass into length-sorted sub-passes.
+        self.pass_cost = CPU_PASS_COST if self.device == "cpu" else GPU_PASS_COST
+
+    @classmethod
+    def from_path(
+        cls, path: str | Path, runtime: Runtime | None = None, *, kind: FolderKind | None = None
+    ) -> SequenceClassifier:
+        """The sequence classification model saved in the folder ``path``, on torch.
+
+        Args:
+            path: the model folder (``config.json``, weights, tokenizer files).
+            runtime: device, precision and threads (backend ``torch`` or ``auto``).
+            kind: the folder's kind, if already read (else read here).
+
+        Raises:
+            ConfigError: the folder is not a sequence classification model, or the runtime
+                asks for another backend, a device that is not here or a precision the
+                machine cannot compute in.
+            ImportError: the ``embeddings`` extra is missing.
+        """
+        from batchserve.errors import ConfigError
+
+        runtime = runtime or Runtime(backend="torch")
+        if runtime.backend not in ("torch", "auto"):
+            raise ConfigError(
+                f"backend {runtime.backend} is not torch: load it with SequenceClassifier.exported"
+            )
+        kind = kind or folder_kind(path)
+        if kind.kind not in ("reranker", "classifier"):
+            raise ConfigError(f"{path} is not a sequence classification model ({kind.kind})")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            import torch
+            from transformers import AutoModelForSequenceClassification, AutoTokenizer
+            from transformers.utils import logging as hf_logging
+        except ImportError as exc:
+            raise ImportError(EXTRA_HINT) from exc
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+        mps = getattr(torch.backends, "mps", None)
+        device = resolve_device(
+            runtime.device,
+            cuda_devices=torch.cuda.device_count() if torch.cuda.is_available() else 0,
+            mps=bool(mps is not None and mps.is_available()),
+        )
+        machine = Machine.here(gpus=False) if device == "cpu" else Machine.here()
+        dtype = resolve_dtype(
+            runtime.dtype, device=device, requested_device=runtime.device, machine=machine
+        )
+        if device == "cpu":
+            torch.set_num_threads(runtime.threads or default_threads())
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        model = AutoModelForSequenceClassification.from_pretrained(str(path), local_files_only=True)
+        model.eval()
+        model.to(device)
+        if dtype in ("float16", "bfloat16"):
+            model = model.to(getattr(torch, dtype))
+        positions = getattr(model.config, "max_position_embeddings", None)
+        window = max_sequence_length(path, getattr(tokenizer, "model_max_length", None), positions)
+        return cls(
+            model,
+            tokenizer,
+            kind=kind.kind,
+            labels=kind.labels,
+            max_seq_length=window,
+            autocast=dtype.removesuffix("-mixed") if "mixed" in dtype else None,
+        )
+
+    @classmethod
+    def exported(
+        cls, path: str | Path, runtime: Runtime, *, kind: FolderKind | None = None
+    ) -> SequenceClassifier:
+        """The folder ``path`` exported to ``runtime.backend`` (ONNX Runtime or OpenVINO).
+
+        The export is made once into the cache (:func:`batchserve.engines.export.ensure_exported`)
+        and not gated here (:func:`batchserve.engines.ranking_gate.gate_sequence` does).
+
+        Raises:
+            ConfigError: the folder is not a sequence classification model, or the backend
+                is not offered for it.
+            ImportError: the backend's extra is missing.
+        """
+        from transformers import AutoTokenizer
+
+        from batchserve.engines.export import ensure_exported
+        from batchserve.engines.exported import _onnx_runner, _openvino_runner
+        from batchserve.errors import ConfigError
+
+        kind = kind or folder_kind(path)
+        if kind.kind not in ("reranker", "classifier"):
+            raise ConfigError(f"{path} is not a sequence classification model ({kind.kind})")
+        done = ensure_exported(Path(path), runtime.backend, runtime.cache_path())
+        threads = runtime.threads or default_threads()
+        dtype = "int8" if runtime.backend.endswith("-int8") else "float32"
+        runner = _onnx_runner if runtime.backend.startswith("onnx") else _openvino_runner
+        run, names = runner(done.model_file, threads, dtype, 1)
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+        window = max_sequence_length(
+            path,
+            getattr(tokenizer, "model_max_length", None),
+            config.get("max_position_embeddings"),
+        )
+        return cls(
+            None,
+            tokenizer,
+            kind=kind.kind,
+            labels=kind.labels,
+            max_seq_length=window,
+            run=run,
+            input_names=names,
+            backend=runtime.backend,
+            dtype=dtype,
+            threads=threads,
+        )
+
+    # -- the pass ----------------------------------------------------------------------------
+
+    def __call__(self, items: Sequence[str | Pair]) -> npt.NDArray[np.float32]:
+        """Score ``items`` in one forward pass: one row of ``num_labels`` logits per item.
+
+        Raises:
+            TypeError: an item is neither a string nor a pair of strings.
+        """
+        batch = list(items)
+        pairs: list[int] = []
+        texts: list[int] = []
+        for i, item in enumerate(batch):
+            if isinstance(item, str):
+                texts.append(i)
+            elif (
+                isinstance(item, tuple)
+                and len(item) == 2
+                and isinstance(item[0], str)
+                and isinstance(item[1], str)
+            ):
+                pairs.append(i)
+            else:
+                raise TypeError(
+                    f"input {i} must be a string or a pair of strings, got {type(item).__name__}"
+                )
+        out = np.zeros((len(batch), self.num_labels), dtype=np.float32)
+        for group in (texts, pairs):
+            if group:
+                out[group] = self._pass([batch[i] for i in group])
+        return out
+
+    def _pass(self, items: list[Any]) -> npt.NDArray[np.float32]:
+        torch = self._torch
+        tokenizer = self._tokenizer
+        with self._tokenize_lock:
+            if isinstance(items[0], str):
+                enc = tokenizer(items, truncation=True, max_length=self.max_seq_length)
+            else:
+                enc = tokenizer(
+                    [p[0] for p in items],
+                    [p[1] for p in items],
+                    truncation="longest_first",
+                    max_length=self.max_seq_length,
+                )
+        truncated = [bool(e.overflowing) for e in enc.encodings] if enc.encodings else None
+        counts = [len(ids) for ids in enc["input_ids"]]
+        out = np.zeros((len(items), self.num_labels), dtype=np.float32)
+        keys = list(enc.keys())
+        run = self._run
+        if run is not None:
+            names = self._input_names
+            for group in plan(counts, self.pass_cost):
+                padded = tokenizer.pad({k: [enc[k][i] for i in group] for k in keys})
+                feeds = {n: np.asarray(padded[n], dtype=np.int64) for n in names}
+                out[group] = run(feeds)
+            self._remember(items, counts, truncated or [False] * len(items))
+            return out
+        device = self._model.device
+        for group in plan(counts, self.pass_cost):
+            features = tokenizer.pad(
+                {k: [enc[k][i] for i in group] for k in keys}, return_tensors="pt"
+            )
+            features = {k: v.to(device) for k, v in features.items()}
+            with torch.inference_mode(), self._precision():
+                logits = self._model(**features).logits
+            out[group] = logits.float().cpu().numpy()
+        self._remember(items, counts, truncated or [False] * len(items))
+        return out
+
+    def _precision(self) -> Any:
+        if self._autocast is None:
+            return contextlib.nullcontext()
+        return self._torch.autocast(self._model.device.type, dtype=self._autocast)
+
+    # -- token counts ------------------------------------------------------------------------
+
+    def _remember(self, items: list[Any], counts: list[int], truncated: list[bool]) -> None:
+        with self._counts_lock:
+            table = self._counts
+            for item, n, cut in zip(items, counts, truncated, strict=True):
+                key = item_key(item)
+                table[key] = (n, cut)
+                table.move_to_end(key)
+            while len(table) > _CAPACITY:
+                table.popitem(last=False)
+
+    def token_estimate(self, item: str | Pair) -> int:
+        """About how many tokens ``item`` takes in a pass, before it is tokenized (cheap)."""
+        if isinstance(item, str):
+            return estimate_tokens(item, self.max_seq_length)
+        n = estimate_tokens(item[0], 1 << 30) + estimate_tokens(item[1], 1 << 30) - 1
+        return min(n, self.max_seq_length)
+
+    def measure(self, items: Sequence[str | Pair]) -> list[tuple[int, bool]]:
+        """Each item's tokens in a pass and whether truncation cut it, in order.
+
+        Items scored recently are answered from memory; the others are tokenized (without
+        truncation, to tell whether it would cut them).
+        """
+        out: list[tuple[int, bool] | None] = []
+        with self._counts_lock:
+            for item in items:
+                out.append(self._counts.get(item_key(item)))
+        missing = [i for i, v in enumerate(out) if v is None]
+        if missing:
+            full = self.untruncated_tokens([items[i] for i in missing])
+            limit = self.max_seq_length
+            for i, n in zip(missing, full, strict=True):
+                out[i] = (min(n, limit), n > limit)
+        return [v if v is not None else (0, False) for v in out]
+
+    def count_tokens(self, items: Sequence[str | Pair]) -> list[int]:
+        """Tokens per item as the model sees them (special tokens included, truncated)."""
+        return [n for n, _ in self.measure(items)]
+
+    def untruncated_tokens(self, items: Sequence[str | Pair]) -> list[int]:
+        """Tokens per item before truncation (special tokens included): one tokenization."""
+        if not items:
+            return []
+        texts = [i for i, item in enumerate(items) if isinstance(item, str)]
+        pairs = [i for i, item in enumerate(items) if not isinstance(item, str)]
+        out = [0] * len(items)
+        with self._tokenize_lock:
+            if texts:
+                enc = self._tokenizer([items[i] for i in texts], add_special_tokens=True)
+                for i, ids in zip(texts, enc["input_ids"], strict=True):
+                    out[i] = len(ids)
+            if pairs:
+                firsts = [items[i][0] for i in pairs]
+                seconds = [items[i][1] for i in pairs]
+                enc = self._tokenizer(firsts, seconds, add_special_tokens=True)
+                for i, ids in zip(pairs, enc["input_ids"], strict=True):
+                    out[i] = len(ids)
+        return out
+
+    # -- what the tokenizer routes need ------------------------------------------------------
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's fast tokenizer (call it under :meth:`tokenizing`)."""
+        return self._tokenizer
+
+    def tokenizing(self) -> threading.Lock:
+        """The lock to hold while calling :attr:`tokenizer` from another thread."""
+        return self._tokenize_lock

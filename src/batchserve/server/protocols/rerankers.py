@@ -1,0 +1,245 @@
+"""Rerank and classify in Cohere's, Jina's and Infinity's shapes.
+
+Each route is a :class:`~batchserve.server.protocols.tasks.Task` (one query and N documents
+are N pairs, batched with everyone's). The shapes follow the originals' source (cohere-python
+``v2/raw_client.py`` and ``raw_base_client.py``; Infinity's ``fastapi_schemas/pymodels.py``;
+Jina's reranker API as the Cohere-style clients call it); the manual lists the deviations.
+
+* ``POST /v2/rerank`` (Cohere v2): ``model``, ``query``, ``documents`` (strings),
+  ``top_n``, ``max_tokens_per_doc`` -> ``{id, results: [{index, relevance_score}], meta}``.
+* ``POST /v1/rerank`` (Cohere v1 and Jina, one request shape): ``documents`` are strings or
+  ``{"text": ...}`` objects; ``top_n``, ``return_documents`` (default true, as Jina's) ->
+  ``{id, model, results: [{index, relevance_score, document: {text}}], usage, meta}``: the
+  fields of both answers, so each client finds its own.
+* ``POST /rerank`` with ``documents`` (Infinity): ``query``, ``documents``,
+  ``return_documents``, ``raw_scores``, ``top_n`` -> ``{object: "rerank", results:
+  [{relevance_score, index, document}], model, usage, id, created}`` (the document a plain
+  string, as Infinity writes it). A body with ``texts`` is TEI's
+  (:mod:`~batchserve.server.protocols.tei`).
+* ``POST /classify`` (Infinity): ``input`` (texts), ``raw_scores`` -> ``{object: "classify",
+  data: [[{score, label}, ...]], model, usage, id, created}``.
+
+Results are sorted by score, highest first, and cut to ``top_n``. Scores are the sigmoid of
+the reranker's logit (``raw_scores`` where the shape has it). Errors: Cohere's routes answer
+``{"message": ...}``; ``/classify`` answers Infinity's (OpenAI-style) ``{"error": {...}}``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from batchserve.server.http import json_bytes
+from batchserve.server.protocols import tei
+from batchserve.server.protocols.tasks import (
+    Task,
+    TaskRequest,
+    activate,
+    by_score,
+    check_text,
+    optional_bool,
+    optional_int,
+    require_object,
+    text_list,
+    tokens_of,
+)
+from batchserve.server.statuses import ApiError
+
+if TYPE_CHECKING:
+    from batchserve.server.registry import ServedModel
+    from batchserve.server.settings import RequestLimits
+
+__all__ = [
+    "CLASSIFY",
+    "COHERE_V1_RERANK",
+    "COHERE_V2_RERANK",
+    "INFINITY_RERANK",
+    "choose_rerank",
+    "cohere_error_body",
+    "infinity_error_body",
+]
+
+
+def cohere_error_body(error: ApiError) -> bytes:
+    """Cohere's error shape: ``{"message": ...}``."""
+    return json_bytes({"message": error.message})
+
+
+def infinity_error_body(error: ApiError) -> bytes:
+    """Infinity's (OpenAI-style) error shape."""
+    return json_bytes(
+        {
+            "error": {
+                "message": error.message,
+                "type": error.reason,
+                "param": error.param,
+                "code": error.status,
+            }
+        }
+    )
+
+
+def _documents(value: Any, limits: RequestLimits, *, objects: bool) -> list[str]:
+    if isinstance(value, list) and objects:
+        value = [
+            v.get("text") if isinstance(v, dict) else v for v in value
+        ]  # Cohere v1's {"text": ...} documents
+    return text_list(value, "documents", limits)
+
+
+def _parse(data: Any, limits: RequestLimits, *, objects: bool, docs_default: bool) -> TaskRequest:
+    data = require_object(data)
+    query = check_text(data.get("query"), "query", limits)
+    if "documents" not in data:
+        raise ApiError("invalid", "documents is required: a list of strings", "documents")
+    documents = _documents(data["documents"], limits, objects=objects)
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ApiError("invalid", f"model must be a string, got {model!r}", param="model")
+    optional_int(data, "max_tokens_per_doc")
+    optional_int(data, "max_chunks_per_doc")
+    return TaskRequest(
+        model=model,
+        items=[(query, d) for d in documents],
+        options={
+            "top_n": optional_int(data, "top_n"),
+            "return_documents": optional_bool(data, "return_documents", docs_default),
+            "raw_scores": optional_bool(data, "raw_scores", False),
+        },
+    )
+
+
+def _ranked(req: TaskRequest, outputs: list[Any]) -> list[tuple[int, float]]:
+    raw = req.options["raw_scores"]
+    scored = [(i, activate("reranker", o, raw)[0]) for i, o in enumerate(outputs)]
+    scored.sort(key=lambda p: -p[1])
+    top_n = req.options["top_n"]
+    return scored[:top_n] if top_n is not None else scored
+
+
+def _meta(version: str) -> dict[str, Any]:
+    return {"api_version": {"version": version}, "billed_units": {"search_units": 1}}
+
+
+def _answer_v2(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> bytes:
+    results = [{"index": i, "relevance_score": s} for i, s in _ranked(req, outputs)]
+    return json_bytes({"id": str(uuid.uuid4()), "results": results, "meta": _meta("2")})
+
+
+def _answer_v1(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> bytes:
+    results = []
+    for i, s in _ranked(req, outputs):
+        result: dict[str, Any] = {"index": i, "relevance_score": s}
+        if req.options["return_documents"]:
+            result["document"] = {"text": req.items[i][1]}
+        results.append(result)
+    tokens = tokens_of(model, req.items)
+    return json_bytes(
+        {
+            "id": str(uuid.uuid4()),
+            "model": model.name,
+            "results": results,
+            "usage": {"total_tokens": tokens, "prompt_tokens": tokens},
+            "meta": _meta("1"),
+        }
+    )
+
+
+def _answer_infinity(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> bytes:
+    results = [
+        {
+            "relevance_score": s,
+            "index": i,
+            "document": req.items[i][1] if req.options["return_documents"] else None,
+        }
+        for i, s in _ranked(req, outputs)
+    ]
+    tokens = tokens_of(model, req.items)
+    return json_bytes(
+        {
+            "object": "rerank",
+            "results": results,
+            "model": model.name,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            "id": f"infinity-{uuid.uuid4()}",
+            "created": int(time.time()),
+        }
+    )
+
+
+_RERANKERS = frozenset({"reranker"})
+
+COHERE_V2_RERANK = Task(
+    route="POST /v2/rerank",
+    kinds=_RERANKERS,
+    parse=lambda data, limits: _parse(data, limits, objects=True, docs_default=False),
+    answer=_answer_v2,
+)
+COHERE_V1_RERANK = Task(
+    route="POST /v1/rerank",
+    kinds=_RERANKERS,
+    parse=lambda data, limits: _parse(data, limits, objects=True, docs_default=True),
+    answer=_answer_v1,
+)
+INFINITY_RERANK = Task(
+    route="POST /rerank",
+    kinds=_RERANKERS,
+    parse=lambda data, limits: _parse(data, limits, objects=False, docs_default=False),
+    answer=_answer_infinity,
+)
+
+
+def choose_rerank(data: Any, kind: str) -> Task:
+    """``POST /rerank``: TEI's shape (``texts``), or Infinity's (``documents``)."""
+    if isinstance(data, dict) and "documents" in data and "texts" not in data:
+        return INFINITY_RERANK
+    return tei.RERANK
+
+
+# -- /classify ----------------------------------------------------------------------------
+
+
+def _parse_classify(data: Any, limits: RequestLimits) -> TaskRequest:
+    data = require_object(data)
+    if "input" not in data:
+        raise ApiError("invalid", "input is required: a list of strings", param="input")
+    value = data["input"]
+    texts = [check_text(value, "input", limits)] if isinstance(value, str) else None
+    return TaskRequest(
+        model=data.get("model") if isinstance(data.get("model"), str) else None,
+        items=texts if texts is not None else text_list(value, "input", limits),
+        options={"raw_scores": optional_bool(data, "raw_scores", False)},
+    )
+
+
+def _answer_classify(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> bytes:
+    loaded = model.loaded
+    assert loaded is not None
+    data = []
+    for logits in outputs:
+        scores = activate(loaded.kind, logits, req.options["raw_scores"])
+        preds = [
+            {"score": s, "label": label} for s, label in zip(scores, loaded.labels, strict=True)
+        ]
+        preds.sort(key=by_score)
+        data.append(preds)
+    tokens = tokens_of(model, req.items)
+    return json_bytes(
+        {
+            "object": "classify",
+            "data": data,
+            "model": model.name,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            "id": f"infinity-{uuid.uuid4()}",
+            "created": int(time.time()),
+        }
+    )
+
+
+CLASSIFY = Task(
+    route="POST /classify",
+    kinds=frozenset({"classifier"}),
+    parse=_parse_classify,
+    answer=_answer_classify,
+)

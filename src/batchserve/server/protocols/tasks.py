@@ -1,0 +1,356 @@
+"""The task APIs' shared part: a parsed request, its items, and the endpoint that runs it.
+
+The task APIs are the routes that rerank, classify and embed in the shapes other servers
+made familiar: text-embeddings-inference's (:mod:`~batchserve.server.protocols.tei`) and
+Cohere's, Jina's and Infinity's (:mod:`~batchserve.server.protocols.rerankers`). Each
+route is a :class:`Task`: a pure function from the body's JSON to a :class:`TaskRequest`
+(its model name, its items, what to do with the results), and a function from the results
+to the answer's body. :class:`TaskEndpoint` carries a task through an inference exchange
+(:mod:`batchserve.server.exchange`) like any other protocol, so a rerank of one query and N
+passages is N items (pairs) that batch with everyone else's by their tokens, under the same
+bounded queue, deadlines, admission, bisection and accounting, and is answered whole or
+refused whole.
+
+Checks common to every task, done before anything is queued:
+
+* the model's kind answers the route (else 400 ``wrong_kind``, naming the kind and the
+  route to use);
+* the items fit: at most ``--max-inputs`` per request and never more than the model's queue
+  holds (a request that could never be admitted whole is refused at once, 413, saying
+  which limit); a rerank of 1,000 passages under those limits is served in passes;
+* an embedding model's prompt (``prompt_name``, else the folder's default prompt) is
+  prepended to each text, as ``SentenceTransformer.encode`` does;
+* ``truncate=false``: an item over the model's window is refused (413), naming the input
+  and its token count (the one case where the request is tokenized on the event loop).
+  Otherwise inputs over the window are truncated, and the answer says how many in the
+  ``X-Truncated-Inputs`` header.
+
+The activation of a sequence classification model's logits is applied here, per request:
+a sigmoid for a reranker's one logit and a softmax for a classifier's, as TEI does, or none
+when the request asks for raw scores.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from batchserve.batcher import Served
+from batchserve.models.kinds import apply_prompt, wrong_kind
+from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
+from batchserve.server.http import json_bytes, load_json
+from batchserve.server.statuses import ApiError
+
+if TYPE_CHECKING:
+    from batchserve.server.registry import Registry, ServedModel
+    from batchserve.server.settings import RequestLimits
+
+__all__ = [
+    "TRUNCATED_HEADER",
+    "TaskRequest",
+    "Task",
+    "TaskEndpoint",
+    "activate",
+    "by_score",
+    "check_text",
+    "optional_bool",
+    "optional_int",
+    "require_object",
+    "text_list",
+]
+
+#: The response header saying how many inputs were truncated to the model's window.
+TRUNCATED_HEADER = "X-Truncated-Inputs"
+
+
+@dataclass(slots=True, kw_only=True)
+class TaskRequest:
+    """A checked task request (one per request: not frozen, for speed).
+
+    Attributes:
+        model: the model named by the body (None: the route's default).
+        items: what the batcher runs, in order: texts, or (query, passage) pairs.
+        truncate: whether inputs over the window are truncated (else refused).
+        options: the route's own settings (``raw_scores``, ``top_n``...), read by its answer.
+        task: the task that parsed it (``POST /`` picks one by the model's kind).
+    """
+
+    model: str | None
+    items: list[Any]
+    truncate: bool = True
+    options: dict[str, Any] = field(default_factory=dict)
+    task: Task | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Task:
+    """One task route: how its body is read and its answer written.
+
+    Attributes:
+        route: ``POST /rerank`` and the like (named in errors).
+        kinds: the model kinds it answers.
+        parse: a pure function from the body's JSON and the limits to a :class:`TaskRequest`.
+        answer: the answer's body from the model, the request and each item's output.
+    """
+
+    route: str
+    kinds: frozenset[str]
+    parse: Callable[[Any, RequestLimits], TaskRequest]
+    answer: Callable[[ServedModel, TaskRequest, list[Any]], bytes]
+
+
+def require_object(data: Any) -> dict[str, Any]:
+    """``data`` if it is a JSON object.
+
+    Raises:
+        ApiError: ``invalid`` naming the body.
+    """
+    if not isinstance(data, dict):
+        raise ApiError(
+            "invalid", f"body must be a JSON object, got {type(data).__name__}", param="body"
+        )
+    return data
+
+
+def check_text(value: Any, where: str, limits: RequestLimits) -> str:
+    """``value`` if it is a non-empty string within ``--max-input-chars``.
+
+    Raises:
+        ApiError: ``invalid`` or ``too_large``, naming ``where``.
+    """
+    if not isinstance(value, str):
+        raise ApiError(
+            "invalid", f"{where} must be a string, got {type(value).__name__}", param=where
+        )
+    if not value:
+        raise ApiError("invalid", f"{where} must not be an empty string", param=where)
+    if len(value) > limits.max_input_chars:
+        raise ApiError(
+            "too_large",
+            f"{where} must be at most {limits.max_input_chars} characters "
+            f"(--max-input-chars), got {len(value)}",
+            param=where,
+        )
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise ApiError(
+                "invalid", f"{where} must be valid Unicode text (a lone surrogate)", param=where
+            ) from None
+    return value
+
+
+def text_list(value: Any, where: str, limits: RequestLimits) -> list[str]:
+    """``value`` if it is a non-empty list of texts (each checked).
+
+    Raises:
+        ApiError: ``empty`` for an empty list, ``invalid`` or ``too_large`` otherwise.
+    """
+    if not isinstance(value, list):
+        raise ApiError(
+            "invalid",
+            f"{where} must be a list of strings, got {type(value).__name__}",
+            param=where,
+        )
+    if not value:
+        raise ApiError("empty", f"{where} must not be empty", param=where)
+    _check_count(len(value), where, limits)
+    return [check_text(v, f"{where}[{i}]", limits) for i, v in enumerate(value)]
+
+
+def _check_count(n: int, where: str, limits: RequestLimits) -> None:
+    if n > limits.max_inputs:
+        raise ApiError(
+            "too_large",
+            f"{where} must hold at most {limits.max_inputs} items (--max-inputs), got {n}",
+            param=where,
+        )
+
+
+def optional_bool(data: dict[str, Any], key: str, default: bool) -> bool:
+    """``data[key]`` if it is a boolean, ``default`` if absent or null.
+
+    Raises:
+        ApiError: ``invalid`` naming ``key``.
+    """
+    value = data.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ApiError("invalid", f"{key} must be a boolean, got {value!r}", param=key)
+    return value
+
+
+def optional_int(data: dict[str, Any], key: str, minimum: int = 1) -> int | None:
+    """``data[key]`` if it is an integer >= ``minimum``, None if absent or null.
+
+    Raises:
+        ApiError: ``invalid`` naming ``key``.
+    """
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():  # JSON's 1.0 is the integer 1
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ApiError(
+            "invalid", f"{key} must be an integer >= {minimum}, got {value!r}", param=key
+        )
+    return value
+
+
+def activate(kind: str, logits: npt.NDArray[np.float32], raw: bool) -> list[float]:
+    """One item's scores from its logits.
+
+    As they are when ``raw``; else a reranker's sigmoid or a classifier's softmax (what TEI
+    and ``CrossEncoder.predict`` apply by default).
+    """
+    row = np.asarray(logits, dtype=np.float64).reshape(-1)
+    if raw:
+        return [float(v) for v in row]
+    if kind == "reranker" or row.size == 1:
+        return [1.0 / (1.0 + math.exp(-float(v))) if v > -700 else 0.0 for v in row]
+    shifted = np.exp(row - row.max())
+    return [float(v) for v in shifted / shifted.sum()]
+
+
+class TaskEndpoint:
+    """A task route as an exchange's endpoint (see the module docstring).
+
+    Args:
+        registry: the served models (the body may name one; none named: the default model,
+            or the only one of a kind the task answers).
+        limits: the request limits.
+        choose: the task for a body and a model kind (one route, one task, except ``POST /``).
+        protocol: the metrics label (``tei``, ``cohere``, ``jina``).
+        error_body: the protocol's error body.
+    """
+
+    body_types = frozenset({"application/json"})
+
+    def __init__(
+        self,
+        registry: Registry,
+        limits: RequestLimits,
+        *,
+        choose: Callable[[Any, str], Task],
+        protocol: str,
+        error_body: Callable[[ApiError], bytes],
+    ) -> None:
+        self.registry = registry
+        self.limits = limits
+        self.protocol = protocol
+        self._choose = choose
+        self._error_body = error_body
+
+    def parse(self, exchange: Exchange, body: bytes) -> Parsed:
+        """The model (the body's, else the default), the checked request and its items."""
+        data = load_json(body)
+        name = data.get("model") if isinstance(data, dict) else None
+        model = self._model(name if isinstance(name, str) and name else None)
+        try:
+            return Parsed(model, *self._checked(model, data))
+        except Exception as exc:
+            raise ParseError(model, exc) from None
+
+    def _checked(self, model: ServedModel, data: Any) -> tuple[TaskRequest, list[Any]]:
+        if model.batcher is None:
+            model.require_batcher()  # raises NotReady while it loads
+        loaded = model.loaded
+        assert loaded is not None
+        task = self._choose(data, loaded.kind)
+        if loaded.kind not in task.kinds:
+            raise ApiError("wrong_kind", wrong_kind(model.name, loaded.kind, task.route), "model")
+        req = task.parse(data, self.limits)
+        req.task = task
+        if loaded.kind == "embedding":
+            try:
+                req.items = apply_prompt(req.items, loaded.prompts, req.options.get("prompt_name"))
+            except KeyError as exc:
+                raise ApiError("invalid", exc.args[0], param="prompt_name") from None
+        items = req.items
+        queue = model.config.queue_size
+        if len(items) > queue:
+            raise ApiError(
+                "too_large",
+                f"the request holds {len(items)} inputs and model {model.name!r} queues at most "
+                f"{queue} (--queue-size): it could never be admitted whole",
+                param="input",
+            )
+        if not req.truncate:
+            _refuse_over_window(loaded.fn, loaded.max_input_tokens, items)
+        return req, items
+
+    def _model(self, name: str | None) -> ServedModel:
+        registry = self.registry
+        if name is not None and name in registry.models:
+            return registry.models[name]
+        if name is not None and len(registry.models) > 1:
+            return registry.require(name)
+        # A name no model is served under, with one model served: clients of hosted APIs
+        # send their own model names (``rerank-v3.5``); the one model answers them.
+        return registry.default
+
+    def answer(self, exchange: Exchange, served: list[Served[Any]]) -> Reply:
+        """The task's answer, with the timing headers and the truncation count."""
+        req: TaskRequest = exchange.request
+        model = exchange.model
+        assert model is not None
+        assert req.task is not None
+        body = req.task.answer(model, req, [s.output for s in served])
+        head = timing_head(served)
+        truncated = _truncated(model, req.items)
+        if truncated:
+            head += b"x-truncated-inputs: %d\r\n" % truncated
+        return Reply(200, [], body, head=head)
+
+    def error_body(self, error: ApiError) -> bytes:
+        """The protocol's error body."""
+        return self._error_body(error)
+
+
+def _refuse_over_window(fn: Any, window: int | None, items: Sequence[Any]) -> None:
+    untruncated = getattr(fn, "untruncated_tokens", None)
+    if window is None or untruncated is None:
+        return
+    for i, n in enumerate(untruncated(items)):
+        if n > window:
+            raise ApiError(
+                "too_large",
+                f"input {i} is {n} tokens, over the model's window of {window}; "
+                "send truncate=true (the default) to truncate it",
+                param=f"input[{i}]",
+            )
+
+
+def _truncated(model: ServedModel, items: Sequence[Any]) -> int:
+    loaded = model.loaded
+    measure = getattr(loaded.fn, "measure", None) if loaded is not None else None
+    if measure is None:
+        return 0
+    return sum(1 for _, cut in measure(items) if cut)
+
+
+def by_score(entry: dict[str, Any]) -> float:
+    """The sort key of results listed highest score first."""
+    return -float(entry["score"])
+
+
+def tokens_of(model: ServedModel, items: Sequence[Any]) -> int:
+    """The tokens ``items`` took in their passes (words when the model counts none)."""
+    loaded = model.loaded
+    count = loaded.count_tokens if loaded is not None else None
+    if count is not None:
+        return sum(count(items))
+    return sum(len(i.split()) if isinstance(i, str) else 1 for i in items)
+
+
+def json_answer(obj: Any) -> bytes:
+    """An answer's body as compact JSON."""
+    return json_bytes(obj)

@@ -1,0 +1,551 @@
+"""text-embeddings-inference's native API (TEI): its task routes, ``/info`` and ``/health``.
+
+The shapes are TEI's (``router/src/http/types.rs`` and ``server.rs``); the deviations are
+listed in the manual (``docs/serving/rerank.md``). Each route is a
+:class:`~batchserve.server.protocols.tasks.Task`:
+
+* ``POST /embed``: ``inputs`` (a text or a list), ``truncate``, ``truncation_direction``,
+  ``normalize``, ``prompt_name``, ``dimensions`` -> a list of vectors (a single text gets a
+  list of one, as TEI answers). ``dimensions`` keeps the first N values and renormalises.
+* ``POST /rerank``: ``query``, ``texts``, ``raw_scores``, ``return_text``, ``truncate`` ->
+  ``[{index, score, text?}]`` sorted by score, highest first. A body with ``documents``
+  instead of ``texts`` is Jina's and Infinity's shape
+  (:mod:`~batchserve.server.protocols.rerankers`), answered in theirs.
+* ``POST /predict``: ``inputs`` a text, a pair ``[a, b]``, or a batch ``[[a], [a, b], ...]``;
+  ``raw_scores`` -> ``[{score, label}]`` sorted by score (a batch: one such list per input).
+* ``POST /similarity``: ``inputs: {source_sentence, sentences}`` -> one cosine per sentence.
+* ``POST /``: the route of the model's kind, as TEI routes it, so
+  ``huggingface_hub.InferenceClient(model=URL)`` works: an embedder answers
+  ``feature_extraction`` (and ``sentence_similarity``, told apart by its ``inputs`` object,
+  where TEI needs a ``TASK`` setting), a classifier ``text_classification`` (a list of
+  ``{label, score}`` per input, honouring ``parameters.top_k`` and
+  ``parameters.function_to_apply``), a reranker ``/rerank``.
+
+Errors are TEI's ``{"error": message, "error_type": type}``, the type read from the reason
+(``overloaded`` for 429, ``unhealthy`` for 503, ``validation`` for 413 and 422, ``empty``
+for an empty list, ``backend`` for the rest); the statuses are the server's own table.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from batchserve import __version__
+from batchserve.server.http import json_bytes
+from batchserve.server.protocols.tasks import (
+    Task,
+    TaskRequest,
+    activate,
+    by_score,
+    check_text,
+    optional_bool,
+    optional_int,
+    require_object,
+    text_list,
+)
+from batchserve.server.statuses import ApiError
+
+if TYPE_CHECKING:
+    from batchserve.server.registry import ServedModel
+    from batchserve.server.settings import RequestLimits
+
+__all__ = [
+    "EMBED",
+    "PREDICT",
+    "RERANK",
+    "ROOT_CLASSIFY",
+    "SIMILARITY",
+    "Tokenizing",
+    "choose_root",
+    "error_body",
+    "error_type",
+    "info",
+    "parse_predict_inputs",
+    "truncate_vector",
+]
+
+_ERROR_TYPES = {
+    "queue_full": "overloaded",
+    "infeasible": "overloaded",
+    "draining": "unhealthy",
+    "not_ready": "unhealthy",
+    "invalid": "validation",
+    "malformed": "validation",
+    "too_large": "validation",
+    "unsupported_media_type": "validation",
+    "empty": "empty",
+}
+
+
+def error_type(reason: str) -> str:
+    """TEI's ``error_type`` for one of the server's reasons."""
+    return _ERROR_TYPES.get(reason, "backend")
+
+
+def error_body(error: ApiError) -> bytes:
+    """TEI's error shape: ``{"error": message, "error_type": type}``."""
+    return json_bytes({"error": error.message, "error_type": error_type(error.reason)})
+
+
+def _truncate(data: dict[str, Any], params: dict[str, Any]) -> bool:
+    direction = params.get("truncation_direction", data.get("truncation_direction"))
+    if direction not in (None, "Right", "right"):
+        raise ApiError(
+            "invalid",
+            f"truncation_direction must be 'Right' (left truncation is not offered), "
+            f"got {direction!r}",
+            param="truncation_direction",
+        )
+    merged = {**data, **params}
+    return optional_bool(merged, "truncate", True)
+
+
+def _params(data: dict[str, Any]) -> dict[str, Any]:
+    params = data.get("parameters")
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise ApiError("invalid", "parameters must be an object", param="parameters")
+    return params
+
+
+# -- /embed -------------------------------------------------------------------------------
+
+
+def _parse_embed(data: Any, limits: RequestLimits) -> TaskRequest:
+    data = require_object(data)
+    params = _params(data)
+    if "inputs" not in data:
+        raise ApiError("invalid", "inputs is required: a string or a list of strings", "inputs")
+    value = data["inputs"]
+    texts = (
+        [check_text(value, "inputs", limits)]
+        if isinstance(value, str)
+        else text_list(value, "inputs", limits)
+    )
+    merged = {**data, **params}
+    dims = optional_int(merged, "dimensions")
+    prompt = merged.get("prompt_name")
+    if prompt is not None and not isinstance(prompt, str):
+        raise ApiError("invalid", f"prompt_name must be a string, got {prompt!r}", "prompt_name")
+    return TaskRequest(
+        model=data.get("model") if isinstance(data.get("model"), str) else None,
+        items=texts,
+        truncate=_truncate(data, params),
+        options={
+            "dimensions": dims,
+            "normalize": optional_bool(merged, "normalize", True),
+            "prompt_name": prompt,
+        },
+    )
+
+
+def truncate_vector(vector: Any, dimensions: int | None, size: int | None) -> list[float]:
+    """``vector`` cut to its first ``dimensions`` values and scaled back to unit length.
+
+    Raises:
+        ApiError: ``invalid`` when ``dimensions`` is over the model's ``size``.
+    """
+    arr = np.asarray(vector, dtype=np.float32).reshape(-1)
+    if dimensions is None or dimensions == arr.size:
+        return [float(v) for v in arr]
+    if dimensions > arr.size:
+        raise ApiError(
+            "invalid",
+            f"dimensions must be at most the model's {size or arr.size}, got {dimensions}",
+            param="dimensions",
+        )
+    cut = arr[:dimensions]
+    norm = float(np.linalg.norm(cut))
+    return [float(v) for v in (cut / norm if norm > 0 else cut)]
+
+
+def check_dimensions(requested: int | None, size: int | None) -> None:
+    """Refuse at parse time a ``dimensions`` over the model's size.
+
+    Raises:
+        ApiError: ``invalid`` naming the model's size.
+    """
+    if requested is not None and size is not None and requested > size:
+        raise ApiError(
+            "invalid",
+            f"dimensions must be at most the model's {size}, got {requested}",
+            param="dimensions",
+        )
+
+
+def _answer_embed(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> bytes:
+    size = model.loaded.dimension if model.loaded is not None else None
+    dims = req.options["dimensions"]
+    check_dimensions(dims, size)
+    return json_bytes([truncate_vector(v, dims, size) for v in outputs])
+
+
+EMBED = Task(
+    route="POST /embed",
+    kinds=frozenset({"embedding"}),
+    parse=_parse_embed,
+    answer=_answer_embed,
+)
+
+
+# -- /rerank ------------------------------------------------------------------------------
+
+
+def _parse_rerank(data: Any, limits: RequestLimits) -> TaskRequest:
+    data = require_object(data)
+    query = check_text(data.get("query"), "query", limits)
+    if "texts" not in data:
+        raise ApiError("invalid", "texts is required: a list of strings", param="texts")
+    texts = text_list(data["texts"], "texts", limits)
+    return TaskRequest(
+        model=None,
+        items=[(query, t) for t in texts],
+        truncate=_truncate(data, {}),
+        options={
+            "raw_scores": optional_bool(data, "raw_scores", False),
+            "return_text": optional_bool(data, "return_text", False),
+        },
+    )
+
+
+def _answer_rerank(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> bytes:
+    raw = req.options["raw_scores"]
+    ranks = []
+    for i, logits in enumerate(outputs):
+        score = activate("reranker", logits, raw)[0]
+        rank: dict[str, Any] = {"index": i, "score": score}
+        if req.options["return_text"]:
+            rank["text"] = req.items[i][1]
+        ranks.append(rank)
+    ranks.sort(key=lambda r: -r["score"])
+    return json_bytes(ranks)
+
+
+RERANK = Task(
+    route="POST /rerank",
+    kinds=frozenset({"reranker"}),
+    parse=_parse_rerank,
+    answer=_answer_rerank,
+)
+
+
+# -- /predict -----------------------------------------------------------------------------
+
+
+def parse_predict_inputs(value: Any, limits: RequestLimits) -> tuple[list[Any], bool]:
+    """TEI's ``inputs`` of ``/predict``: the items and whether it was a single input.
+
+    A string is one text; ``[a]`` one text and ``[a, b]`` one pair; a list of lists is a
+    batch of those.
+
+    Raises:
+        ApiError: any other shape, naming where.
+    """
+    if isinstance(value, str):
+        return [check_text(value, "inputs", limits)], True
+    if not isinstance(value, list):
+        raise ApiError(
+            "invalid",
+            "inputs must be a string, a pair [string, string] or a batch "
+            f"[[string], [string, string], ...], got {type(value).__name__}",
+            param="inputs",
+        )
+    if not value:
+        raise ApiError("empty", "inputs must not be empty", param="inputs")
+    if isinstance(value[0], str):
+        return [_sequence(value, "inputs", limits)], True
+    if len(value) > limits.max_inputs:
+        raise ApiError(
+            "too_large",
+            f"inputs must hold at most {limits.max_inputs} items (--max-inputs), got {len(value)}",
+            param="inputs",
+        )
+    return [_sequence(v, f"inputs[{i}]", limits) for i, v in enumerate(value)], False
+
+
+def _sequence(value: Any, where: str, limits: RequestLimits) -> Any:
+    if not isinstance(value, list) or len(value) not in (1, 2):
+        raise ApiError(
+            "invalid", f"{where} must be [string] or a pair [string, string]", param=where
+        )
+    texts = [check_text(v, f"{where}[{i}]", limits) for i, v in enumerate(value)]
+    return texts[0] if len(texts) == 1 else (texts[0], texts[1])
+
+
+def _parse_predict(data: Any, limits: RequestLimits) -> TaskRequest:
+    data = require_object(data)
+    if "inputs" not in data:
+        raise ApiError("invalid", "inputs is required", param="inputs")
+    items, single = parse_predict_inputs(data["inputs"], limits)
+    return TaskRequest(
+        model=None,
+        items=items,
+        truncate=_truncate(data, {}),
+        options={"raw_scores": optional_bool(data, "raw_scores", False), "single": single},
+    )
+
+
+def _predictions(model: ServedModel, logits: Any, raw: bool) -> list[dict[str, Any]]:
+    loaded = model.loaded
+    assert loaded is not None
+    scores = activate(loaded.kind, logits, raw)
+    out = [{"score": s, "label": label} for s, label in zip(scores, loaded.labels, strict=True)]
+    out.sort(key=by_score)
+    return out
+
+
+def _answer_predict(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> bytes:
+    raw = req.options["raw_scores"]
+    answers = [_predictions(model, o, raw) for o in outputs]
+    return json_bytes(answers[0] if req.options["single"] else answers)
+
+
+PREDICT = Task(
+    route="POST /predict",
+    kinds=frozenset({"classifier", "reranker"}),
+    parse=_parse_predict,
+    answer=_answer_predict,
+)
+
+
+# -- POST / for a classifier: Hugging Face's text-classification shape --------------------
+
+
+def _parse_root_classify(data: Any, limits: RequestLimits) -> TaskRequest:
+    data = require_object(data)
+    params = _params(data)
+    value = data.get("inputs")
+    if isinstance(value, str):
+        items = [check_text(value, "inputs", limits)]
+    else:
+        items, _ = parse_predict_inputs(value, limits)
+    fn = params.get("function_to_apply")
+    if fn not in (None, "sigmoid", "softmax", "none"):
+        raise ApiError(
+            "invalid",
+            f"function_to_apply must be 'sigmoid', 'softmax' or 'none', got {fn!r}",
+            param="parameters.function_to_apply",
+        )
+    top_k = optional_int(params, "top_k")
+    return TaskRequest(
+        model=None,
+        items=items,
+        truncate=_truncate(data, params),
+        options={"function": fn, "top_k": top_k},
+    )
+
+
+def _answer_root_classify(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> bytes:
+    loaded = model.loaded
+    assert loaded is not None
+    fn = req.options["function"]
+    top_k = req.options["top_k"]
+    answers = []
+    for logits in outputs:
+        if fn == "none":
+            scores = activate(loaded.kind, logits, raw=True)
+        elif fn == "sigmoid":
+            scores = [activate("reranker", np.asarray([v]), raw=False)[0] for v in logits]
+        else:
+            scores = activate(loaded.kind, logits, raw=False)
+        preds = [
+            {"label": label, "score": s} for label, s in zip(loaded.labels, scores, strict=True)
+        ]
+        preds.sort(key=by_score)
+        answers.append(preds[:top_k] if top_k is not None else preds)
+    return json_bytes(answers)
+
+
+ROOT_CLASSIFY = Task(
+    route="POST /",
+    kinds=frozenset({"classifier"}),
+    parse=_parse_root_classify,
+    answer=_answer_root_classify,
+)
+
+
+# -- /similarity --------------------------------------------------------------------------
+
+
+def _parse_similarity(data: Any, limits: RequestLimits) -> TaskRequest:
+    data = require_object(data)
+    inputs = data.get("inputs")
+    if not isinstance(inputs, dict):
+        raise ApiError(
+            "invalid", "inputs must be an object {source_sentence, sentences}", param="inputs"
+        )
+    source = check_text(inputs.get("source_sentence"), "inputs.source_sentence", limits)
+    sentences = text_list(inputs.get("sentences"), "inputs.sentences", limits)
+    params = _params(data)
+    prompt = params.get("prompt_name")
+    if prompt is not None and not isinstance(prompt, str):
+        raise ApiError("invalid", f"prompt_name must be a string, got {prompt!r}", "prompt_name")
+    return TaskRequest(
+        model=None,
+        items=[source, *sentences],
+        truncate=_truncate(data, params),
+        options={"prompt_name": prompt},
+    )
+
+
+def _answer_similarity(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> bytes:
+    vectors = np.asarray(outputs, dtype=np.float64)
+    norms = np.linalg.norm(vectors, axis=1)
+    norms[norms == 0] = 1.0
+    unit = vectors / norms[:, None]
+    return json_bytes([float(v) for v in unit[1:] @ unit[0]])
+
+
+SIMILARITY = Task(
+    route="POST /similarity",
+    kinds=frozenset({"embedding"}),
+    parse=_parse_similarity,
+    answer=_answer_similarity,
+)
+
+
+def choose_root(data: Any, kind: str) -> Task:
+    """The task ``POST /`` runs for a model of ``kind`` (and, for an embedder, the body)."""
+    if kind == "reranker":
+        return RERANK
+    if kind == "classifier":
+        return ROOT_CLASSIFY
+    if isinstance(data, dict) and isinstance(data.get("inputs"), dict):
+        return SIMILARITY
+    return EMBED
+
+
+# -- GET /info ----------------------------------------------------------------------------
+
+
+def info(model: ServedModel, limits: RequestLimits) -> dict[str, Any]:
+    """TEI's ``/info`` for ``model``."""
+    loaded = model.loaded
+    kind = loaded.kind if loaded is not None else "embedding"
+    labels = loaded.labels if loaded is not None else ()
+    model_type: dict[str, Any]
+    if kind in ("reranker", "classifier"):
+        model_type = {
+            kind: {
+                "id2label": {str(i): label for i, label in enumerate(labels)},
+                "label2id": {label: i for i, label in enumerate(labels)},
+            }
+        }
+    else:
+        model_type = {"embedding": {"pooling": "mean"}}
+    engine = (loaded.engine if loaded is not None else None) or {}
+    config = model.config
+    return {
+        "model_id": model.name,
+        "model_sha": None,
+        "model_dtype": engine.get("precision", "float32"),
+        "served_model_name": model.name,
+        "model_type": model_type,
+        "max_concurrent_requests": config.queue_size,
+        "max_input_length": loaded.max_input_tokens if loaded is not None else None,
+        "max_batch_tokens": config.max_batch_tokens,
+        "max_batch_requests": config.max_batch_size,
+        "max_client_batch_size": min(limits.max_inputs, config.queue_size),
+        "auto_truncate": True,
+        "tokenization_workers": 1,
+        "version": __version__,
+        "sha": None,
+        "docker_label": None,
+        "kind": kind,
+    }
+
+
+# -- POST /tokenize and /decode: not batched (no forward pass) -----------------------------
+
+
+class Tokenizing:
+    """A model's tokenizer for ``/tokenize`` and ``/decode``: its own copy, behind a lock.
+
+    The engines' tokenizer is used by their passes under their own lock; a copy here keeps
+    these routes from ever waiting on a pass (a fast tokenizer must not be called from two
+    threads at once, so calls to the copy hold this lock).
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        import copy
+        import threading
+
+        self._tokenizer = copy.deepcopy(tokenizer)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, fn: Any) -> Tokenizing | None:
+        """The tokenizer of a model's engine, if it has one (torch, ONNX, OpenVINO)."""
+        tokenizer = getattr(fn, "tokenizer", None)
+        if tokenizer is None:
+            st = getattr(fn, "sentence_transformer", None)
+            tokenizer = getattr(st, "tokenizer", None) if st is not None else None
+        if tokenizer is None:
+            tokenizer = getattr(fn, "_tokenizer", None)
+        return cls(tokenizer) if tokenizer is not None else None
+
+    def tokenize(self, data: Any, limits: RequestLimits) -> list[list[dict[str, Any]]]:
+        """TEI's ``/tokenize``: one list of ``{id, text, special, start, stop}`` per input.
+
+        Raises:
+            ApiError: the body breaks a rule (naming the field).
+        """
+        data = require_object(data)
+        if "inputs" not in data:
+            raise ApiError("invalid", "inputs is required", param="inputs")
+        value = data["inputs"]
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            value = [[v] for v in value]  # TEI: a list of strings is a batch of texts
+        items, _ = parse_predict_inputs(value, limits)
+        special = optional_bool(data, "add_special_tokens", True)
+        out = []
+        with self._lock:
+            for item in items:
+                pair = (item,) if isinstance(item, str) else item
+                enc = self._tokenizer(
+                    *pair, add_special_tokens=special, return_offsets_mapping=True
+                )
+                ids = enc["input_ids"]
+                tokens = self._tokenizer.convert_ids_to_tokens(ids)
+                mask = self._tokenizer.get_special_tokens_mask(ids, already_has_special_tokens=True)
+                row = []
+                for tid, tok, (start, stop), is_special in zip(
+                    ids, tokens, enc["offset_mapping"], mask, strict=True
+                ):
+                    row.append(
+                        {
+                            "id": tid,
+                            "text": tok,
+                            "special": bool(is_special),
+                            "start": None if is_special else start,
+                            "stop": None if is_special else stop,
+                        }
+                    )
+                out.append(row)
+        return out
+
+    def decode(self, data: Any) -> list[str]:
+        """TEI's ``/decode``: ``ids`` (a list, or a list of lists) to texts.
+
+        Raises:
+            ApiError: ``ids`` is not a list of integers (or of lists of them).
+        """
+        data = require_object(data)
+        ids = data.get("ids")
+        if isinstance(ids, list) and ids and all(isinstance(i, int) for i in ids):
+            batch = [ids]
+        elif isinstance(ids, list) and ids and all(isinstance(i, list) for i in ids):
+            batch = ids
+        else:
+            raise ApiError(
+                "invalid", "ids must be a list of integers or a list of such lists", "ids"
+            )
+        for i, row in enumerate(batch):
+            if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in row):
+                raise ApiError("invalid", f"ids[{i}] must hold integers >= 0", param="ids")
+        skip = optional_bool(data, "skip_special_tokens", True)
+        with self._lock:
+            return [self._tokenizer.decode(row, skip_special_tokens=skip) for row in batch]

@@ -1,0 +1,197 @@
+"""Rerankers and classifiers: the kind read from a folder, and the torch engine's passes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from batchserve.engines.embeddings import builtin_path
+from batchserve.engines.loader import load_model
+from batchserve.engines.ranking_gate import gate_sequence, spearman
+from batchserve.engines.runtime import Runtime
+from batchserve.engines.sequence import SequenceClassifier, max_sequence_length
+from batchserve.errors import ConfigError
+from batchserve.models.kinds import folder_kind, wrong_kind
+
+pytest.importorskip("transformers")
+
+
+def test_the_kind_comes_from_the_folder(reranker_folder: Path, classifier_folder: Path) -> None:
+    assert folder_kind(reranker_folder).kind == "reranker"
+    assert folder_kind(reranker_folder).labels == ("LABEL_0",)
+    found = folder_kind(classifier_folder)
+    assert found.kind == "classifier"
+    assert found.labels == ("negative", "neutral", "positive")
+    assert found.architecture == "BertForSequenceClassification"
+    assert folder_kind(builtin_path()).kind == "embedding"
+
+
+def test_a_folder_without_labels_counts_num_labels(tmp_path: Path) -> None:
+    config = {"architectures": ["XForSequenceClassification"], "num_labels": 4}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert folder_kind(tmp_path).labels == ("LABEL_0", "LABEL_1", "LABEL_2", "LABEL_3")
+    config = {"architectures": ["XForSequenceClassification"], "id2label": {"0": "a", "2": "b"}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=r"0\.\.N-1"):
+        folder_kind(tmp_path)
+    (tmp_path / "config.json").write_text("[1]")
+    with pytest.raises(ConfigError, match="JSON object"):
+        folder_kind(tmp_path)
+
+
+def test_wrong_kind_names_the_kind_and_the_route() -> None:
+    message = wrong_kind("ce", "reranker", "POST /v1/embeddings")
+    assert message == (
+        "model 'ce' is a reranker model and does not answer POST /v1/embeddings; use POST /rerank"
+    )
+
+
+def test_the_window_is_what_the_folder_states_bounded_by_positions(tmp_path: Path) -> None:
+    assert max_sequence_length(tmp_path, 10**30, 512) == 512
+    assert max_sequence_length(tmp_path, 128, 512) == 128
+    assert max_sequence_length(tmp_path, 4096, 512) == 512
+    (tmp_path / "sentence_bert_config.json").write_text('{"max_seq_length": 64}')
+    assert max_sequence_length(tmp_path, 512, 512) == 64
+
+
+def test_a_reranker_scores_pairs_as_the_model_does_alone(reranker_folder: Path) -> None:
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    engine = SequenceClassifier.from_path(reranker_folder, Runtime(backend="torch", threads=1))
+    assert engine.kind == "reranker"
+    assert engine.num_labels == 1
+    pairs = [
+        ("what is a cat", "A cat is a small domesticated carnivorous mammal."),
+        ("what is a cat", "Paris is the capital of France."),
+        ("q", "word " * 600),  # over the window: truncated, not refused
+    ]
+    scores = engine(pairs)
+    assert scores.shape == (3, 1)
+    assert scores.dtype == np.float32
+    tok = AutoTokenizer.from_pretrained(str(reranker_folder))
+    model = AutoModelForSequenceClassification.from_pretrained(str(reranker_folder)).eval()
+    for pair, got in zip(pairs, scores, strict=True):
+        enc = tok(*pair, truncation=True, max_length=512, return_tensors="pt")
+        with torch.inference_mode():
+            want = model(**enc).logits[0].numpy()
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    # Batch invariance: the same pair alone and among others.
+    alone = engine([pairs[1]])
+    np.testing.assert_allclose(alone[0], scores[1], atol=1e-5)
+    counts = engine.measure(pairs)
+    assert counts[2] == (512, True)
+    assert counts[0][1] is False
+    assert engine.measure([("fresh query", "word " * 600)]) == [(512, True)]
+
+
+def test_a_classifier_answers_one_logit_per_label(classifier_folder: Path) -> None:
+    engine = SequenceClassifier.from_path(classifier_folder, Runtime(backend="torch", threads=1))
+    assert engine.kind == "classifier"
+    assert engine.labels == ("negative", "neutral", "positive")
+    out = engine(["I love it", ("premise", "hypothesis"), "I hate it"])
+    assert out.shape == (3, 3)
+    np.testing.assert_allclose(engine(["I hate it"])[0], out[2], atol=1e-5)
+    with pytest.raises(TypeError, match="input 0 must be a string or a pair"):
+        engine([3])  # type: ignore[list-item]
+
+
+def test_load_model_serves_a_folder_by_its_kind(
+    reranker_folder: Path, classifier_folder: Path
+) -> None:
+    loaded = load_model(f"{reranker_folder}:backend=torch,threads=1")
+    assert loaded.kind == "reranker"
+    assert loaded.labels == ("LABEL_0",)
+    assert loaded.max_input_tokens == 512
+    assert loaded.engine is not None
+    assert loaded.engine["backend"] == "torch"
+    assert load_model(str(classifier_folder)).kind == "classifier"  # auto: torch for now
+    with pytest.raises(ConfigError, match="openvino-int8 is not offered for rerankers"):
+        load_model(f"{reranker_folder}:backend=openvino-int8,cache_dir={reranker_folder}-cache")
+
+
+def test_a_pass_runs_as_length_sorted_sub_passes(reranker_folder: Path) -> None:
+    engine = SequenceClassifier.from_path(reranker_folder, Runtime(backend="torch", threads=1))
+    model = engine._model
+    shapes: list[tuple[int, int]] = []
+
+    class Recording:
+        device = model.device
+
+        def __call__(self, **features: Any) -> Any:
+            shapes.append(tuple(features["input_ids"].shape))
+            return model(**features)
+
+    pairs = [("q", "short")] * 6 + [("q", "word " * 300)] * 2 + [("q", "a b c")] * 6
+    whole = engine(pairs)
+    engine._model = Recording()
+    shapes.clear()
+    split = engine(pairs)
+    np.testing.assert_allclose(split, whole, atol=1e-5)
+    # The two long pairs run apart from the twelve short ones (answers in the original order).
+    assert len(shapes) >= 2
+    assert any(length >= 300 and n == 2 for n, length in shapes)
+    assert sum(n * length for n, length in shapes) < 14 * 305 / 3
+
+
+def test_spearman_and_the_gate_s_thresholds_with_plain_numbers() -> None:
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0
+    assert spearman([1, 2, 3, 4], [1, 2, 4, 3]) == pytest.approx(0.8)
+
+    def ref(items: Sequence[Any]) -> Any:
+        return np.asarray([[float(len(p))] for _, p in items], dtype=np.float32)
+
+    def swapped(items: Sequence[Any]) -> Any:  # the two longest passages change places
+        out = ref(items)
+        return np.where(out == 5.0, 4.0, np.where(out == 4.0, 5.0, out))
+
+    passages = ["a", "bb", "ccc", "dddd", "eeeee"]
+    same = gate_sequence(ref, ref, "reranker", queries=["q"], passages=passages, texts=[])
+    assert same.passed
+    assert same.spearman_mean == 1.0
+    moved = gate_sequence(ref, swapped, "reranker", queries=["q"], passages=passages, texts=[])
+    assert not moved.passed
+    assert moved.top_kept == 0.0
+    assert "FAIL" in moved.summary()
+
+    def labels(texts: Sequence[Any]) -> Any:
+        return np.asarray([[len(t) % 2, 1 - len(t) % 2] for t in texts], dtype=np.float32)
+
+    texts = ["a", "bb", "ccc"]
+    assert gate_sequence(labels, labels, "classifier", queries=[], passages=[], texts=texts).passed
+
+
+@pytest.mark.parametrize("backend", ["onnx", "openvino"])
+def test_an_exported_reranker_keeps_the_ranking_and_is_gated(
+    reranker_folder: Path, engine_cache: Path, backend: str
+) -> None:
+    pytest.importorskip("onnxruntime")
+    if backend == "openvino":
+        pytest.importorskip("openvino")
+    loaded = load_model(f"{reranker_folder}:backend={backend},threads=1,cache_dir={engine_cache}")
+    assert loaded.kind == "reranker"
+    assert loaded.engine is not None
+    assert loaded.engine["backend"] == backend
+    gate = loaded.engine["gate"]
+    assert gate["passed"]
+    assert gate["spearman_mean"] >= 0.99
+    torch_engine = SequenceClassifier.from_path(reranker_folder, Runtime(backend="torch"))
+    pairs = [("what is a cat", "A cat is a mammal."), ("q", "word " * 600), ("q", "x")]
+    assert isinstance(loaded.fn, SequenceClassifier)
+    np.testing.assert_allclose(loaded.fn(pairs), torch_engine(pairs), atol=1e-4)
+
+
+def test_an_exported_classifier_keeps_the_labels(
+    classifier_folder: Path, engine_cache: Path
+) -> None:
+    pytest.importorskip("onnxruntime")
+    loaded = load_model(f"{classifier_folder}:backend=onnx-int8,threads=1,cache_dir={engine_cache}")
+    assert loaded.kind == "classifier"
+    assert loaded.engine is not None
+    assert loaded.engine["gate"]["label_kept"] >= 0.99
