@@ -220,7 +220,7 @@ def main() -> int:
         )
     for spec in specs:
         try:
-            fn = load_model(spec).fn
+            fn: Any = load_model(spec).fn
         except ConfigError as exc:  # e.g. an int8 engine refused by its quality gate
             print(f"{spec}: not loaded: {exc}", file=sys.stderr)
             continue
