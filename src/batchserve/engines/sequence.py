@@ -9,9 +9,10 @@ Theory of operation: one call is one pass. An item is a text (``str``) or a pair
 of ``str``: a reranker's ``(query, passage)``, or a classifier's two texts). The pass
 tokenizes its items together, truncated to the model's window (``longest_first`` for a pair:
 the longer side loses tokens first, as ``CrossEncoder.predict`` does), cuts them into
-length-sorted sub-passes (:func:`batchserve.subpasses.plan`, by their token counts and the
-device's cost shape: on a CPU nearly only real tokens are computed, on a GPU fewer, fuller
-sub-passes), pads each sub-pass to its own longest, runs the model on each, and answers one
+length-sorted sub-passes through the embedders' runner (:mod:`batchserve.engines.passes`:
+the pass is padded once, each sub-pass gets its rows and its columns cut to its own longest,
+and the runner learns this engine's cost; on a CPU nearly only real tokens are computed, on
+a GPU fewer, fuller sub-passes), runs the model on each, and answers one
 row of raw logits per item, in the original order: one value
 for a reranker, one per label for a classifier. The activation (sigmoid for a reranker,
 softmax for a classifier, or none for ``raw_scores``) is the protocol's to apply, so one
@@ -41,10 +42,10 @@ import numpy as np
 import numpy.typing as npt
 
 from batchserve.engines.hardware import Machine
+from batchserve.engines.passes import PassStatistics, SubPasses, prior
 from batchserve.engines.runtime import Runtime, default_threads, resolve_device, resolve_dtype
 from batchserve.models.kinds import FolderKind, Kind, folder_kind
 from batchserve.models.token_counts import estimate_tokens
-from batchserve.subpasses import PassCost, plan
 
 __all__ = ["EXTRA_HINT", "Pair", "SequenceClassifier", "item_key", "max_sequence_length"]
 
@@ -57,13 +58,6 @@ Pair = tuple[str, str]
 
 #: Token counts remembered, as for the embedder's (the most recent items).
 _CAPACITY = 16_384
-
-#: The shape of a sub-pass's cost, in units of one padded token (only the ratios matter to
-#: the planner): on a CPU a sub-pass's fixed cost is worth a few dozen tokens, on a GPU
-#: thousands (a kernel launch per layer); attention's square term doubles a token's cost
-#: near 512 tokens. Until measured per engine (issue 31's cost model), these priors.
-CPU_PASS_COST = PassCost(fixed_s=32.0, per_token_s=1.0, attention_s=1.0 / 512)
-GPU_PASS_COST = PassCost(fixed_s=4096.0, per_token_s=1.0, attention_s=1.0 / 512)
 
 
 def item_key(item: str | Pair) -> str:
@@ -155,8 +149,12 @@ class SequenceClassifier:
             self.threads = torch.get_num_threads()
         else:  # an exported engine (ONNX Runtime, OpenVINO) on the CPU
             self.device, self.dtype, self.threads = "cpu", dtype, threads
-        #: What a sub-pass costs, for cutting a pass into length-sorted sub-passes.
-        self.pass_cost = CPU_PASS_COST if self.device == "cpu" else GPU_PASS_COST
+        #: Runs each pass as length-sorted sub-passes and learns what one costs (as the
+        #: embedders do: :mod:`batchserve.engines.passes`).
+        self.passes = SubPasses(
+            prior(self.device, self.threads),
+            left_padded=getattr(tokenizer, "padding_side", "right") == "left",
+        )
 
     @classmethod
     def from_path(
@@ -303,42 +301,54 @@ class SequenceClassifier:
         return out
 
     def _pass(self, items: list[Any]) -> npt.NDArray[np.float32]:
-        torch = self._torch
+        # Tokenized once, padded; the shared runner cuts the pass into length-sorted
+        # sub-passes (columns cut to each one's longest) and answers in the pass's order.
         tokenizer = self._tokenizer
+        tensors = "np" if self._run is not None else "pt"
         with self._tokenize_lock:
             if isinstance(items[0], str):
-                enc = tokenizer(items, truncation=True, max_length=self.max_seq_length)
+                enc = tokenizer(
+                    items,
+                    truncation=True,
+                    max_length=self.max_seq_length,
+                    padding=True,
+                    return_tensors=tensors,
+                )
             else:
                 enc = tokenizer(
                     [p[0] for p in items],
                     [p[1] for p in items],
                     truncation="longest_first",
                     max_length=self.max_seq_length,
+                    padding=True,
+                    return_tensors=tensors,
                 )
         truncated = [bool(e.overflowing) for e in enc.encodings] if enc.encodings else None
-        counts = [len(ids) for ids in enc["input_ids"]]
-        out = np.zeros((len(items), self.num_labels), dtype=np.float32)
-        keys = list(enc.keys())
-        run = self._run
-        if run is not None:
-            names = self._input_names
-            for group in plan(counts, self.pass_cost):
-                padded = tokenizer.pad({k: [enc[k][i] for i in group] for k in keys})
-                feeds = {n: np.asarray(padded[n], dtype=np.int64) for n in names}
-                out[group] = run(feeds)
-            self._remember(items, counts, truncated or [False] * len(items))
-            return out
-        device = self._model.device
-        for group in plan(counts, self.pass_cost):
-            features = tokenizer.pad(
-                {k: [enc[k][i] for i in group] for k in keys}, return_tensors="pt"
-            )
-            features = {k: v.to(device) for k, v in features.items()}
-            with torch.inference_mode(), self._precision():
-                logits = self._model(**features).logits
-            out[group] = logits.float().cpu().numpy()
+        counts = [int(c) for c in np.asarray(enc["attention_mask"]).sum(axis=1)]
+        forward = self._forward_exported if self._run is not None else self._forward_torch
+        out = self.passes.run(dict(enc), counts, forward)
         self._remember(items, counts, truncated or [False] * len(items))
         return out
+
+    def _forward_exported(self, features: dict[str, Any]) -> npt.NDArray[np.float32]:
+        # One sub-pass on ONNX Runtime or OpenVINO (rows sliced, columns cut: made contiguous).
+        assert self._run is not None
+        feeds = {n: np.ascontiguousarray(features[n], dtype=np.int64) for n in self._input_names}
+        return np.asarray(self._run(feeds), dtype=np.float32)
+
+    def _forward_torch(self, features: dict[str, Any]) -> npt.NDArray[np.float32]:
+        # One sub-pass: its features sliced on the CPU, moved to the device here.
+        torch = self._torch
+        device = self._model.device
+        features = {k: v.to(device) for k, v in features.items()}
+        with torch.inference_mode(), self._precision():
+            logits = self._model(**features).logits
+        out: npt.NDArray[np.float32] = logits.float().cpu().numpy()
+        return out
+
+    def statistics(self) -> PassStatistics:
+        """What this engine's passes computed (sub-passes, tokens) and the cost it learned."""
+        return self.passes.statistics()
 
     def _precision(self) -> Any:
         if self._autocast is None:
