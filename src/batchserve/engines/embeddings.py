@@ -46,9 +46,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from batchserve.engines.hardware import Machine
 from batchserve.engines.passes import PassStatistics, SubPasses, prior
-from batchserve.engines.runtime import Runtime, default_threads, resolve_device, resolve_dtype
+from batchserve.engines.runtime import Runtime, place_torch
 from batchserve.models.token_counts import TokenCounts, estimate_tokens
 
 __all__ = ["EXTRA_HINT", "SentenceEmbedder", "builtin_path", "load_sentence_transformer"]
@@ -178,18 +177,7 @@ class SentenceEmbedder:
             import torch
         except ImportError as exc:
             raise ImportError(EXTRA_HINT) from exc
-        mps = getattr(torch.backends, "mps", None)
-        device = resolve_device(
-            runtime.device,
-            cuda_devices=torch.cuda.device_count() if torch.cuda.is_available() else 0,
-            mps=bool(mps is not None and mps.is_available()),
-        )
-        machine = Machine.here(gpus=False) if device == "cpu" else Machine.here()
-        dtype = resolve_dtype(
-            runtime.dtype, device=device, requested_device=runtime.device, machine=machine
-        )
-        if device == "cpu":
-            torch.set_num_threads(runtime.threads or default_threads())
+        device, dtype = place_torch(runtime)
         model = load_sentence_transformer(path, device=device)
         if dtype in ("float16", "bfloat16"):
             model = model.to(getattr(torch, dtype))

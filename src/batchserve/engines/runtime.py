@@ -48,6 +48,7 @@ __all__ = [
     "default_cache_dir",
     "default_threads",
     "default_workers",
+    "place_torch",
     "resolve_device",
     "resolve_dtype",
 ]
@@ -277,3 +278,34 @@ def default_workers(device: str, threads: int, cpu_count: int | None = None) -> 
     if cpu_count is None:
         cpu_count = _cores()
     return max(1, cpu_count // max(1, threads))
+
+
+def place_torch(runtime: Runtime) -> tuple[str, str]:
+    """Where a torch model of ``runtime`` runs here, and at what precision.
+
+    Resolves the device (:func:`resolve_device`, from what torch sees) and the precision
+    (:func:`resolve_dtype`, from the machine's facts), and on the CPU sets torch's threads
+    (process-wide) to the runtime's (:func:`default_threads` when unset). The caller has
+    imported torch already (and said which extra it needs if it could not).
+
+    Returns:
+        The device (``cpu``, ``cuda:N``, ``mps``) and the precision.
+
+    Raises:
+        ConfigError: the device or the precision is not to be had here.
+    """
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    device = resolve_device(
+        runtime.device,
+        cuda_devices=torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        mps=bool(mps is not None and mps.is_available()),
+    )
+    machine = Machine.here(gpus=False) if device == "cpu" else Machine.here()
+    dtype = resolve_dtype(
+        runtime.dtype, device=device, requested_device=runtime.device, machine=machine
+    )
+    if device == "cpu":
+        torch.set_num_threads(runtime.threads or default_threads())
+    return device, dtype

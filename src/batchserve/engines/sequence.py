@@ -41,9 +41,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from batchserve.engines.hardware import Machine
 from batchserve.engines.passes import PassStatistics, SubPasses, prior
-from batchserve.engines.runtime import Runtime, default_threads, resolve_device, resolve_dtype
+from batchserve.engines.runtime import Runtime, default_threads, place_torch
 from batchserve.models.kinds import FolderKind, Kind, folder_kind
 from batchserve.models.token_counts import estimate_tokens
 
@@ -192,18 +191,7 @@ class SequenceClassifier:
         except ImportError as exc:
             raise ImportError(EXTRA_HINT) from exc
         hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-        mps = getattr(torch.backends, "mps", None)
-        device = resolve_device(
-            runtime.device,
-            cuda_devices=torch.cuda.device_count() if torch.cuda.is_available() else 0,
-            mps=bool(mps is not None and mps.is_available()),
-        )
-        machine = Machine.here(gpus=False) if device == "cpu" else Machine.here()
-        dtype = resolve_dtype(
-            runtime.dtype, device=device, requested_device=runtime.device, machine=machine
-        )
-        if device == "cpu":
-            torch.set_num_threads(runtime.threads or default_threads())
+        device, dtype = place_torch(runtime)
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         model = AutoModelForSequenceClassification.from_pretrained(str(path), local_files_only=True)
         model.eval()
