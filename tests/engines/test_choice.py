@@ -22,20 +22,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from batchserve.engines.choice import (
-    SPEED_REQUESTS,
     Trial,
     Verdict,
     choose,
     gate_order,
     pick,
-    speed_texts,
 )
-from batchserve.engines.corpus import reference_paragraphs
 from batchserve.engines.export import model_folder
 from batchserve.engines.gate import set_digest
 from batchserve.engines.hardware import REFERENCE, Engine, Machine
-from batchserve.engines.quality import Quality
+from batchserve.engines.quality import MIN_INVARIANCE, Quality
 from batchserve.engines.quality_set import QualitySet
+from batchserve.engines.ranking_gate import SequenceJudge, SequenceVerdict, score_similarity
 
 EPYC = Machine(cpu_model="AMD EPYC", cpu_flags=frozenset({"avx2", "fma"}), cores=2)
 ALL = {"torch", "onnx", "onnx-int8", "openvino", "openvino-int8"}
@@ -119,21 +117,6 @@ def test_auto_never_serves_an_engine_measured_slower_than_torch_fp32(
     assert chosen == REFERENCE or next(t for t in trials if t.engine == chosen).gated
 
 
-def test_speed_texts_are_requests_of_real_text_of_mixed_lengths() -> None:
-    batches = speed_texts(batch_size=32, workers=2)
-    assert [len(b) for b in batches] == [32] * 2 * SPEED_REQUESTS
-    assert batches == speed_texts(batch_size=32, workers=2)  # the same every time
-    flat = [t for b in batches for t in b]
-    assert len(set(flat)) == len(flat)
-    assert set(flat) <= set(reference_paragraphs())
-    # Mixed as an indexer's requests are: each holds short and long paragraphs, so the
-    # engines' sub-passes show in their times.
-    for b in batches:
-        lengths = sorted(len(t) for t in b)
-        assert lengths[-1] > 2.5 * lengths[len(b) // 2] > 10 * lengths[0]
-    assert len(speed_texts(batch_size=4, workers=1, requests=3)) == 3
-
-
 class Fake:
     """An engine whose pass costs ``per_item_s`` per text (a sleep: the GIL is free)."""
 
@@ -208,7 +191,7 @@ def test_choose_measures_gates_fastest_first_and_caches(source: Path, tmp_path: 
     assert by["torch/float32"].gated is True
     # the reference is gated against itself: only its invariance is measured
     ref_quality = by["torch/float32"].quality
-    assert ref_quality is not None
+    assert isinstance(ref_quality, Quality)
     assert (ref_quality.invariance, ref_quality.probes) == (1.0, len(QS.texts))
     rates = {k: t.items_per_s for k, t in by.items() if t.items_per_s}
     assert rates["onnx-int8/int8"] > rates["openvino/float32"] > rates["torch/float32"]
@@ -318,3 +301,80 @@ def test_a_cache_that_cannot_be_written_costs_a_warning_not_the_start(
     assert fn is not None
     assert "could not keep" in caplog.text
     assert not choose(source, **kwargs)[0].cached  # measured again, as the warning says
+
+
+class Scorer(Fake):
+    """A reranker engine: a pair's logit is its passage's length over 10 (``sign`` -1 reverses
+    the ranking), plus ``drift`` times the batch's size (its scores depend on the batch)."""
+
+    def __init__(self, per_item_s: float, *, sign: float = 1.0, drift: float = 0.0) -> None:
+        super().__init__(per_item_s)
+        self.sign, self.drift = sign, drift
+
+    def __call__(self, items: Sequence[Any]) -> Any:
+        super().__call__(items)
+        return np.asarray(
+            [[self.sign * len(p) / 10 + self.drift * len(items)] for _, p in items],
+            dtype=np.float32,
+        )
+
+
+RANKED = QualitySet(
+    texts=QS.texts,
+    queries=("a query", "another query"),
+    passages=tuple("passage " + "word " * i for i in range(12)),
+)
+
+
+def test_a_rerankers_engines_are_timed_on_pairs_and_gated_by_the_ranking_they_keep(
+    source: Path, tmp_path: Path
+) -> None:
+    fakes = {
+        Engine("torch", "float32"): Scorer(0.010),
+        Engine("onnx-int8", "int8"): Scorer(0.001, drift=0.01),  # fastest, batch-dependent
+        Engine("openvino", "float32"): Scorer(0.002, sign=-1.0),  # second, ranking reversed
+        Engine("onnx", "float32"): Scorer(0.004),  # third, keeps the ranking
+    }
+    kwargs = torch_only(tmp_path / "cache") | {
+        "load": fakes.__getitem__,
+        "installed": {"torch", "onnx", "onnx-int8", "openvino"},
+        "quality_set": RANKED,
+        "judge": SequenceJudge("reranker", RANKED),
+        "machine": EPYC,
+    }
+    verdict, fn = choose(source, **kwargs)
+    assert (verdict.kind, verdict.chosen) == ("reranker", Engine("onnx", "float32"))
+    assert fn is fakes[Engine("onnx", "float32")]
+    # every engine was timed on (query, passage) pairs of the reference manual's paragraphs
+    timed = fakes[Engine("torch", "float32")]
+    assert timed.calls > 0
+    by = {str(t.engine): t for t in verdict.trials}
+    assert by["onnx-int8/int8"].screened_out
+    assert by["onnx-int8/int8"].quality is None
+    reversed_ = by["openvino/float32"].quality
+    assert isinstance(reversed_, SequenceVerdict)
+    assert reversed_.failed_bounds() == ["Spearman", "top", "score"]
+    assert by["onnx/float32"].gated is True
+    assert by["torch/float32"].invariance == pytest.approx(1.0)
+    table = verdict.table()
+    assert table.splitlines()[0].split()[:2] == ["engine", "pairs/s"]
+    assert "FAIL: Spearman, top, score" in table
+    assert "onnx/float32 *" in table
+    # the verdict and its figures are read back from the cache as they were written
+    again, fn = choose(source, **kwargs)
+    assert (again.cached, again.kind, fn) == (True, "reranker", None)
+    assert again.trials == verdict.trials
+    # a classifier's verdict of the same folder would be another
+    assert SequenceJudge("classifier", RANKED).key() != SequenceJudge("reranker", RANKED).key()
+
+
+def test_a_score_that_moves_with_its_batch_mates_fails_the_invariance_screen() -> None:
+    judge = SequenceJudge("reranker", RANKED)
+    assert judge.screen(Scorer(0.0), batch_size=4) == pytest.approx(1.0)
+    assert judge.screen(Scorer(0.0, drift=0.001), batch_size=4) < MIN_INVARIANCE
+    similarity = score_similarity("classifier")
+    alone = np.array([[0.0, 0.0], [2.0, 0.0]], dtype=np.float32)
+    assert similarity(alone, alone).tolist() == [1.0, 1.0]
+    moved = similarity(alone, alone + np.array([[0.0, 0.01], [0.0, 0.0]], dtype=np.float32))
+    assert moved[0] == pytest.approx(1 - 0.0025, abs=1e-4)
+    assert moved[1] == 1.0

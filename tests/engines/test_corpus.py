@@ -1,6 +1,6 @@
 import statistics
 
-from batchserve.engines.corpus import digest, reference_paragraphs
+from batchserve.engines.corpus import SPEED_REQUESTS, digest, reference_paragraphs, speed_texts
 from batchserve.loadgen.texts import reference_paragraphs as from_loadgen
 
 
@@ -27,3 +27,18 @@ def test_the_order_is_fixed_and_the_loaders_agree() -> None:
     assert reference_paragraphs() is from_loadgen()
     assert len(digest()) == 16
     assert digest() == digest()
+
+
+def test_speed_texts_are_requests_of_real_text_of_mixed_lengths() -> None:
+    batches = speed_texts(batch_size=32, workers=2)
+    assert [len(b) for b in batches] == [32] * 2 * SPEED_REQUESTS
+    assert batches == speed_texts(batch_size=32, workers=2)  # the same every time
+    flat = [t for b in batches for t in b]
+    assert len(set(flat)) == len(flat)
+    assert set(flat) <= set(reference_paragraphs())
+    # Mixed as an indexer's requests are: each holds short and long paragraphs, so the
+    # engines' sub-passes show in their times.
+    for b in batches:
+        lengths = sorted(len(t) for t in b)
+        assert lengths[-1] > 2.5 * lengths[len(b) // 2] > 10 * lengths[0]
+    assert len(speed_texts(batch_size=4, workers=1, requests=3)) == 3

@@ -110,9 +110,41 @@ def test_load_model_serves_a_folder_by_its_kind(
     assert loaded.max_input_tokens == 512
     assert loaded.engine is not None
     assert loaded.engine["backend"] == "torch"
-    assert load_model(str(classifier_folder)).kind == "classifier"  # auto: torch for now
+    assert load_model(f"{classifier_folder}:backend=torch").kind == "classifier"
     with pytest.raises(ConfigError, match="openvino-int8 is not offered for rerankers"):
         load_model(f"{reranker_folder}:backend=openvino-int8,cache_dir={reranker_folder}-cache")
+
+
+def test_auto_measures_a_rerankers_engines_gates_them_and_caches_the_choice(
+    reranker_folder: Path, tmp_path: Path
+) -> None:
+    spec = f"{reranker_folder}:threads=1,cache_dir={tmp_path}"
+    loaded = load_model(spec)
+    assert loaded.kind == "reranker"
+    assert loaded.engine is not None
+    choice = loaded.engine["choice"]
+    assert choice["kind"] == "reranker"
+    assert not choice["cached"]
+    chosen = choice["chosen"]
+    assert (loaded.engine["backend"], loaded.engine["precision"]) == (
+        chosen["backend"],
+        chosen["precision"],
+    )
+    trials = {f"{t['backend']}/{t['precision']}": t for t in choice["trials"]}
+    assert trials["torch/float32"]["items_per_s"] > 0
+    served = trials[f"{chosen['backend']}/{chosen['precision']}"]
+    assert served["gated"] is True
+    if chosen["backend"] != "torch" or chosen["precision"] != "float32":
+        # an engine other than the reference was gated on the ranking it keeps
+        assert served["quality"]["kind"] == "reranker"
+        assert served["quality"]["spearman_mean"] >= 0.99
+        assert served["invariance"] >= 0.9999
+    again = load_model(spec)
+    assert again.engine is not None
+    assert again.engine["choice"]["cached"]
+    assert again.engine["choice"]["chosen"] == chosen
+    assert isinstance(again.fn, SequenceClassifier)
+    assert again.fn([("q", "a passage"), ("q", "another one")]).shape == (2, 1)
 
 
 def test_a_pass_runs_as_length_sorted_sub_passes(reranker_folder: Path) -> None:
@@ -174,7 +206,9 @@ def test_an_exported_reranker_keeps_the_ranking_and_is_gated(
     pytest.importorskip("onnxruntime")
     if backend == "openvino":
         pytest.importorskip("openvino")
-    loaded = load_model(f"{reranker_folder}:backend={backend},threads=1,cache_dir={engine_cache}")
+    # float32: the tiny random reranker's scores are near ties, which bfloat16 reorders
+    options = f"backend={backend},dtype=float32,threads=1,cache_dir={engine_cache}"
+    loaded = load_model(f"{reranker_folder}:{options}")
     assert loaded.kind == "reranker"
     assert loaded.engine is not None
     assert loaded.engine["backend"] == backend

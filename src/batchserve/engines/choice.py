@@ -44,17 +44,16 @@ import hashlib
 import importlib.metadata
 import json
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from batchserve.engines.corpus import digest as corpus_digest
-from batchserve.engines.corpus import reference_paragraphs
+from batchserve.engines.corpus import speed_texts
 from batchserve.engines.hardware import (
     REFERENCE,
     Engine,
@@ -73,16 +72,25 @@ from batchserve.engines.quality import (
     invariance,
 )
 from batchserve.engines.quality_set import QualitySet
+from batchserve.engines.ranking_gate import SequenceVerdict
 
-__all__ = ["Trial", "Verdict", "choose", "gate_order", "pick", "speed_texts"]
+__all__ = [
+    "EmbeddingJudge",
+    "Figures",
+    "Judge",
+    "Trial",
+    "Verdict",
+    "choose",
+    "gate_order",
+    "pick",
+    "speed_texts",
+]
 
 _log = logging.getLogger(__name__)
 
 #: Format of the cached verdict; a file of another format is measured again (3: timed on
 #: the reference manual's paragraphs, each engine in sub-passes).
 FORMAT = 3
-#: Requests each worker times per round (of the batch size each).
-SPEED_REQUESTS = 2
 #: Timed rounds per engine (the best counts).
 ROUNDS = 2
 #: After the first round, engines below this fraction of the best rate are not timed again.
@@ -96,6 +104,9 @@ _PACKAGES = (
     "openvino",
     "nncf",
 )
+
+#: A candidate's quality figures: an embedder's, or a reranker's or classifier's.
+Figures = Quality | SequenceVerdict
 
 #: Loads an engine's batch function: (engine) -> fn. Raises ConfigError/ImportError.
 EngineLoader = Callable[[Engine], Callable[[Sequence[str]], Any]]
@@ -119,7 +130,7 @@ class Trial:
 
     engine: Engine
     items_per_s: float | None = None
-    quality: Quality | None = None
+    quality: Figures | None = None
     unavailable: str | None = None
     invariance: float | None = None
 
@@ -157,10 +168,17 @@ class Trial:
         return cls(
             engine=Engine(str(data["backend"]), str(data["precision"])),
             items_per_s=None if rate is None else float(rate),
-            quality=Quality.from_dict(quality) if quality else None,
+            quality=_figures_from_dict(quality) if quality else None,
             unavailable=data.get("unavailable"),
             invariance=None if data.get("invariance") is None else float(data["invariance"]),
         )
+
+
+def _figures_from_dict(data: dict[str, Any]) -> Figures:
+    # A reranker's or classifier's figures say their kind; an embedder's do not.
+    if data.get("kind") in ("reranker", "classifier"):
+        return SequenceVerdict.from_dict(data)
+    return Quality.from_dict(data)
 
 
 def pick(trials: Sequence[Trial]) -> Engine:
@@ -205,6 +223,8 @@ class Verdict:
         seconds: what measuring cost (loads and exports included).
         created: when it was measured (ISO 8601, UTC).
         cached: whether this start read it from the cache.
+        kind: the kind of model measured (``embedding``, ``reranker``, ``classifier``):
+            what its items were and which gate it went through.
     """
 
     chosen: Engine
@@ -219,6 +239,7 @@ class Verdict:
     seconds: float
     created: str
     cached: bool = False
+    kind: str = "embedding"
 
     def trial(self, engine: Engine) -> Trial | None:
         """The figures of ``engine``, if it was a candidate."""
@@ -245,17 +266,35 @@ class Verdict:
         """The candidates side by side: rate, speed-up, every quality figure, gate, choice."""
         ref = self.trial(REFERENCE)
         base = ref.items_per_s if ref is not None else None
-        lines = [
-            f"{'engine':24} {'texts/s':>8} {'vs fp32':>7} {'mean cos':>8} {'min cos':>8} "
-            f"{'QA kept':>7} {'NN kept':>7} {'top-10':>6} {'invariant':>9}  gate"
-        ]
+        sequence = self.kind in ("reranker", "classifier")
+        unit = "pairs/s" if self.kind == "reranker" else "texts/s"
+        head = _SEQUENCE_HEAD if sequence else _EMBEDDING_HEAD
+        lines = [f"{'engine':24} {unit:>8} {'vs fp32':>7} {head}  gate"]
         for t in self.trials:
             name = str(t.engine) + (" *" if t.engine == self.chosen else "")
             if t.items_per_s is None:
                 lines.append(f"{name:24} {'-':>8} {'-':>7}  {t.unavailable or 'not run'}")
                 continue
             up = f"{t.items_per_s / base:6.2f}x" if base else f"{'-':>7}"
-            lines.append(f"{name:24} {t.items_per_s:8.1f} {up} {_figures(t)}  {_verdict(t)}")
+            figures = _sequence_figures(t) if sequence else _figures(t)
+            lines.append(f"{name:24} {t.items_per_s:8.1f} {up} {figures}  {_verdict(t)}")
+        if sequence:
+            from batchserve.engines.ranking_gate import (
+                MIN_LABEL_KEPT,
+                MIN_SPEARMAN,
+                MIN_TOP_KEPT,
+                SCORE_TOLERANCE,
+            )
+
+            lines += [
+                "* served. Gated against torch/float32 (engines slower than it are not): a "
+                f"reranker's Spearman >= {MIN_SPEARMAN},",
+                f"  top passage kept >= {MIN_TOP_KEPT:.0%} and scores within {SCORE_TOLERANCE}; "
+                f"a classifier's label kept >= {MIN_LABEL_KEPT:.0%};",
+                f"  and an item's score alone vs in a batch: 1 - its change >= {MIN_INVARIANCE}"
+                " (invariant).",
+            ]
+            return "\n".join(lines)
         lines += [
             "* served. Gated against torch/float32 (engines slower than it are not): mean "
             f"cosine >= {MIN_MEAN_COSINE},",
@@ -271,6 +310,7 @@ class Verdict:
         """JSON-ready values (what the cache file, ``/status`` and profile --json hold)."""
         return {
             "format": FORMAT,
+            "kind": self.kind,
             "chosen": {"backend": self.chosen.backend, "precision": self.chosen.dtype},
             "speedup_vs_torch_fp32": None if (up := self.speedup()) is None else round(up, 3),
             "device": self.device,
@@ -310,12 +350,34 @@ class Verdict:
             seconds=float(data["seconds"]),
             created=str(data["created"]),
             cached=bool(data.get("cached", False)),
+            kind=str(data.get("kind", "embedding")),
         )
+
+
+_EMBEDDING_HEAD = (
+    f"{'mean cos':>8} {'min cos':>8} {'QA kept':>7} {'NN kept':>7} {'top-10':>6} {'invariant':>9}"
+)
+_SEQUENCE_HEAD = f"{'Spearman':>8} {'top kept':>8} {'score':>7} {'label':>7} {'invariant':>9}"
+
+
+def _sequence_figures(t: Trial) -> str:
+    q = t.quality
+    invariant = f"{t.invariance:9.6f}" if t.invariance is not None else f"{'-':>9}"
+    if not isinstance(q, SequenceVerdict):
+        return f"{'-':>8} {'-':>8} {'-':>7} {'-':>7} {invariant}"
+
+    def cell(value: float | None, width: int, fmt: str) -> str:
+        return f"{value:{width}{fmt}}" if value is not None else f"{'-':>{width}}"
+
+    return (
+        f"{cell(q.spearman_mean, 8, '.4f')} {cell(q.top_kept, 8, '.1%')} "
+        f"{cell(q.max_score_diff, 7, '.4f')} {cell(q.label_kept, 7, '.1%')} {invariant}"
+    )
 
 
 def _figures(t: Trial) -> str:
     q = t.quality
-    if q is None:
+    if not isinstance(q, Quality):
         screened = f"{t.invariance:9.6f}" if t.invariance is not None else f"{'-':>9}"
         return f"{'-':>8} {'-':>8} {'-':>7} {'-':>7} {'-':>6} {screened}"
     qa = f"{q.ranking_agreement:7.1%}" if q.queries else f"{'-':>7}"
@@ -347,24 +409,6 @@ def versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return out
-
-
-def speed_texts(
-    batch_size: int, workers: int, *, requests: int = SPEED_REQUESTS
-) -> list[list[str]]:
-    """The requests the engines are timed on: ``requests`` per worker, ``batch_size`` texts each.
-
-    A seeded sample of the reference manual's paragraphs
-    (:func:`~batchserve.engines.corpus.reference_paragraphs`), each request of mixed
-    lengths as an indexer's are (a long tail: 48 tokens mean, 101 at the 90th percentile),
-    so that an engine's time includes what its sub-passes save of the padding. The same
-    arguments give the same requests.
-    """
-    paragraphs = list(reference_paragraphs())
-    random.Random(0).shuffle(paragraphs)
-    count = batch_size * max(1, workers) * max(1, requests)
-    sample = [paragraphs[i % len(paragraphs)] for i in range(count)]
-    return [sample[i : i + batch_size] for i in range(0, count, batch_size)]
 
 
 def _rate(fn: Callable[[Sequence[str]], Any], batches: list[list[str]], workers: int) -> float:
@@ -412,6 +456,98 @@ def _read_cached(path: Path) -> Verdict | None:
         return None
 
 
+class Judge(Protocol):
+    """What ``choose`` needs of a kind of model: what to time it on, and how to gate it.
+
+    :class:`EmbeddingJudge` for an embedder;
+    :class:`~batchserve.engines.ranking_gate.SequenceJudge` for a reranker or classifier.
+    """
+
+    kind: str
+
+    def key(self) -> dict[str, Any]:
+        """What the verdict depends on besides the engines, machine and settings."""
+        ...
+
+    def batches(self, batch_size: int, workers: int) -> list[list[Any]]:
+        """The requests the engines are timed on."""
+        ...
+
+    def screen(self, fn: Callable[[Sequence[Any]], Any], batch_size: int) -> float:
+        """The batch invariance of ``fn`` (seconds): refused below ``MIN_INVARIANCE``."""
+        ...
+
+    def reference(
+        self, fn: Callable[[Sequence[Any]], Any], batch_size: int
+    ) -> tuple[Figures | None, float | None]:
+        """The reference's own figures, for the table: (gate figures, invariance)."""
+        ...
+
+    def gate(
+        self,
+        engine: Engine,
+        fn: Callable[[Sequence[Any]], Any],
+        reference: Callable[[Sequence[Any]], Any],
+    ) -> Figures:
+        """``engine``'s quality figures against the reference."""
+        ...
+
+
+class EmbeddingJudge:
+    """How ``auto`` times and gates an embedder's engines.
+
+    Timed on the reference manual's paragraphs, gated by cosine, retrieval and neighbours
+    (:func:`batchserve.engines.gate.gate`, cached per engine).
+
+    Args:
+        source: the model folder.
+        cache_dir: the cache folder (the gate's figures and reference vectors).
+        quality_set: the gate's texts.
+        workers: passes at once.
+    """
+
+    kind = "embedding"
+
+    def __init__(
+        self, source: Path, cache_dir: Path, quality_set: QualitySet, workers: int
+    ) -> None:
+        self._source, self._cache, self._qs, self._workers = source, cache_dir, quality_set, workers
+
+    def key(self) -> dict[str, Any]:
+        """The gate's set and the timed paragraphs (as verdicts before kinds were keyed)."""
+        from batchserve.engines.gate import set_digest
+
+        return {"set": set_digest(self._qs), "speed_texts": corpus_digest()}
+
+    def batches(self, batch_size: int, workers: int) -> list[list[Any]]:
+        """:func:`~batchserve.engines.corpus.speed_texts`."""
+        return [list(b) for b in speed_texts(batch_size, workers)]
+
+    def screen(self, fn: Callable[[Sequence[Any]], Any], batch_size: int) -> float:
+        """The smallest cosine of a text alone to it in a batch."""
+        worst, _ = invariance(fn, self._qs.texts, batch_size=batch_size)
+        return worst
+
+    def reference(
+        self, fn: Callable[[Sequence[Any]], Any], batch_size: int
+    ) -> tuple[Quality, None]:
+        """The reference gated against itself: its invariance (seconds)."""
+        return self.gate(REFERENCE, fn, fn), None
+
+    def gate(
+        self,
+        engine: Engine,
+        fn: Callable[[Sequence[Any]], Any],
+        reference: Callable[[Sequence[Any]], Any],
+    ) -> Quality:
+        """:func:`batchserve.engines.gate.gate` (the reference's vectors are cached)."""
+        from batchserve.engines.gate import gate
+
+        return gate(
+            self._source, engine, fn, self._cache, quality_set=self._qs, workers=self._workers
+        )
+
+
 def choose(
     source: Path,
     *,
@@ -425,9 +561,10 @@ def choose(
     machine: Machine | None = None,
     installed: set[str] | None = None,
     quality_set: QualitySet | None = None,
+    judge: Judge | None = None,
     refresh: bool = False,
     rounds: int = ROUNDS,
-) -> tuple[Verdict, Callable[[Sequence[str]], Any] | None]:
+) -> tuple[Verdict, Callable[[Sequence[Any]], Any] | None]:
     """The engine to serve ``source`` on, measured here or read from the cache.
 
     Blocks while measuring: on the first start on a machine, every engine is exported,
@@ -447,6 +584,8 @@ def choose(
         machine: the facts; None reads them.
         installed: the installed backends; None looks them up.
         quality_set: the gate's texts; None is the shipped set (or $BATCHSERVE_QUALITY_SET).
+        judge: what the engines are timed on and gated by (the kind of model); None: an
+            embedder's (:class:`EmbeddingJudge`).
         refresh: measure even when a verdict is cached.
         rounds: timed rounds per engine.
 
@@ -455,10 +594,11 @@ def choose(
         measuring (None on a cached verdict: load it).
     """
     from batchserve.engines.export import model_folder, write_cached
-    from batchserve.engines.gate import default_quality_set, gate, set_digest
+    from batchserve.engines.gate import default_quality_set
 
     facts = machine or Machine.here()
     qs = quality_set if quality_set is not None else default_quality_set()
+    judge = judge if judge is not None else EmbeddingJudge(source, cache_dir, qs, workers)
     folder = model_folder(source, cache_dir)
     versions_now = versions()
     key = _cache_key(
@@ -471,8 +611,7 @@ def choose(
             "batch_size": batch_size,
             "threads": threads,
             "workers": workers,
-            "set": set_digest(qs),
-            "speed_texts": corpus_digest(),
+            **judge.key(),
             "format": FORMAT,
         }
     )
@@ -486,7 +625,7 @@ def choose(
     )
     # The reference must load (it is what the others are gated against): its error is the
     # caller's. Any other engine that cannot load is reported in the table, not fatal.
-    fns: dict[Engine, Callable[[Sequence[str]], Any]] = {REFERENCE: load(REFERENCE)}
+    fns: dict[Engine, Callable[[Sequence[Any]], Any]] = {REFERENCE: load(REFERENCE)}
     unavailable: dict[Engine, str] = {}
     for option in options:
         if option.engine == REFERENCE:
@@ -499,7 +638,7 @@ def choose(
         except Exception as exc:
             unavailable[option.engine] = f"failed to load: {exc}"
             _log.warning("backend auto: %s failed to load: %s", option.engine, exc)
-    batches = speed_texts(batch_size, workers)
+    batches = judge.batches(batch_size, workers)
     rates: dict[Engine, float] = {}
     for fn in fns.values():  # a first pass of each shape, untimed
         fn(batches[0][:2])
@@ -521,29 +660,30 @@ def choose(
     # faster than it, fastest first, until one passes. The invariance screen (seconds) goes
     # first: an engine whose answers depend on the batch (dynamic int8) is refused without
     # the minute its full gate would cost.
+    ref_quality, ref_invariance = judge.reference(fns[REFERENCE], batch_size)
     trials[REFERENCE] = dataclasses.replace(
-        trials[REFERENCE],
-        quality=gate(source, REFERENCE, fns[REFERENCE], cache_dir, quality_set=qs, workers=workers),
+        trials[REFERENCE], quality=ref_quality, invariance=ref_invariance
     )
     for engine in gate_order(list(trials.values())):
-        screen, _ = invariance(fns[engine], qs.texts, batch_size=batch_size)
+        screen = judge.screen(fns[engine], batch_size)
         trials[engine] = dataclasses.replace(trials[engine], invariance=screen)
         if screen < MIN_INVARIANCE:
             _log.warning(
-                "backend auto: %s refused: a text's vector alone and in a batch differ "
-                "(cosine %.6f, must be >= %s); not gated further",
+                "backend auto: %s refused: an item's answer alone and in a batch differ "
+                "(invariance %.6f, must be >= %s); not gated further",
                 engine,
                 screen,
                 MIN_INVARIANCE,
             )
             continue
-        quality = gate(source, engine, fns[engine], cache_dir, quality_set=qs, workers=workers)
+        quality = judge.gate(engine, fns[engine], fns[REFERENCE])
         trials[engine] = dataclasses.replace(trials[engine], quality=quality)
         if quality.passes:
             break
     chosen = pick(list(trials.values()))
     verdict = Verdict(
         chosen=chosen,
+        kind=judge.kind,
         device=device,
         batch_size=batch_size,
         threads=threads,

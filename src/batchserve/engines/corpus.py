@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import random
 import re
 
-__all__ = ["digest", "reference_paragraphs"]
+__all__ = ["SPEED_REQUESTS", "digest", "reference_paragraphs", "speed_texts"]
 
 _BLANK = re.compile(r"\n[ \t]*\n")
 _UNDERLINE = frozenset("*=-~^")
+#: Requests each worker times per round (of the batch size each).
+SPEED_REQUESTS = 2
 
 
 @functools.cache
@@ -60,3 +63,21 @@ def digest() -> str:
         h.update(text.encode())
         h.update(b"\0")
     return h.hexdigest()[:16]
+
+
+def speed_texts(
+    batch_size: int, workers: int, *, requests: int = SPEED_REQUESTS
+) -> list[list[str]]:
+    """The requests the engines are timed on: ``requests`` per worker, ``batch_size`` texts each.
+
+    A seeded sample of the reference manual's paragraphs
+    (:func:`~batchserve.engines.corpus.reference_paragraphs`), each request of mixed
+    lengths as an indexer's are (a long tail: 48 tokens mean, 101 at the 90th percentile),
+    so that an engine's time includes what its sub-passes save of the padding. The same
+    arguments give the same requests.
+    """
+    paragraphs = list(reference_paragraphs())
+    random.Random(0).shuffle(paragraphs)
+    count = batch_size * max(1, workers) * max(1, requests)
+    sample = [paragraphs[i % len(paragraphs)] for i in range(count)]
+    return [sample[i : i + batch_size] for i in range(0, count, batch_size)]

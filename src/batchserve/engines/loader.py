@@ -1,12 +1,14 @@
 """Loading any model SPEC, the ones that run on an engine included.
 
 ``minilm``, a sentence-transformers model folder and a sequence classification folder (a
-reranker or a classifier, :mod:`batchserve.models.kinds`; ``auto`` is torch for those) run on an
-engine: PyTorch, ONNX Runtime or OpenVINO, at a precision, on a device, with a number of
-CPU threads (a :class:`~batchserve.engines.runtime.Runtime`, from the command line and the
-SPEC's own options, ``minilm:backend=onnx-int8,threads=1``). With the default backend ``auto`` every
+reranker or a classifier, :mod:`batchserve.models.kinds`) run on an engine: PyTorch, ONNX
+Runtime or OpenVINO, at a precision, on a device, with a number of CPU threads (a
+:class:`~batchserve.engines.runtime.Runtime`, from the command line and the SPEC's own
+options, ``minilm:backend=onnx-int8,threads=1``). With the default backend ``auto`` every
 engine the machine offers is measured once and the fastest that passes the quality gate is
-served (:mod:`batchserve.engines.choice`); the verdict is cached.
+served (:mod:`batchserve.engines.choice`; a reranker's or classifier's engines are timed on
+pairs or texts and gated by the ranking or labels they keep,
+:class:`~batchserve.engines.ranking_gate.SequenceJudge`); the verdict is cached.
 
 Every other SPEC (the synthetic model, ``package.module:attr``) is handed to the core's
 :func:`batchserve.models.loader.load_model`, which also holds the SPEC grammar and
@@ -85,14 +87,17 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
 
 
 def _load_sequence(spec: str, path: Path, rt: Runtime) -> LoadedModel:
-    # A reranker or classifier folder runs on torch: ``auto`` means torch for these kinds
-    # until their exported engines are measured and gated like the embedder's.
+    # A reranker or classifier folder: under ``auto`` its engines are measured and gated as
+    # the embedder's are (on pairs or texts, by ranking_gate's judge); an exported engine
+    # named on purpose is gated by the ranking or labels it keeps, and refused if it fails.
     from batchserve.engines.sequence import SequenceClassifier
 
-    if rt.backend == "auto":
-        rt = dataclasses.replace(rt, backend="torch")
     gate: dict[str, Any] | None = None
-    if rt.exported:
+    choice: dict[str, Any] | None = None
+    if rt.backend == "auto":
+        fn, verdict = choose_engine(path, rt)
+        choice = verdict.to_dict()
+    elif rt.exported:
         fn = SequenceClassifier.exported(path, rt)
         gate = _gate_sequence(path, fn, rt)
     else:
@@ -109,24 +114,18 @@ def _load_sequence(spec: str, path: Path, rt: Runtime) -> LoadedModel:
             "precision": fn.dtype,
             "device": fn.device,
             "threads": fn.threads,
-            "choice": None,
+            "choice": choice,
             "gate": gate,
         },
         labels=fn.labels,
     )
 
 
-#: The gate's slice of the quality set for a reranker: these many queries, each against
-#: every passage (a MiniLM-L6 reranker scores them twice in about a minute on one core).
-_GATE_QUERIES = 16
-_GATE_TEXTS = 256
-
-
 def _gate_sequence(path: Path, fn: Any, rt: Runtime) -> dict[str, Any]:
     # An exported reranker or classifier is served only if it keeps the torch engine's
     # ranking or labels on the shipped set (engines.ranking_gate); else the load fails.
     from batchserve.engines.quality_set import load as load_quality_set
-    from batchserve.engines.ranking_gate import gate_sequence
+    from batchserve.engines.ranking_gate import GATE_QUERIES, GATE_TEXTS, gate_sequence
     from batchserve.engines.sequence import SequenceClassifier
 
     reference = SequenceClassifier.from_path(
@@ -137,9 +136,9 @@ def _gate_sequence(path: Path, fn: Any, rt: Runtime) -> dict[str, Any]:
         reference,
         fn,
         fn.kind,
-        queries=qs.queries[:_GATE_QUERIES],
+        queries=qs.queries[:GATE_QUERIES],
         passages=qs.passages,
-        texts=qs.texts[:_GATE_TEXTS],
+        texts=qs.texts[:GATE_TEXTS],
     )
     _log.warning("%s %s gate: %s", path.name, rt.backend, verdict.summary())
     if not verdict.passed:
@@ -147,7 +146,7 @@ def _gate_sequence(path: Path, fn: Any, rt: Runtime) -> dict[str, Any]:
             f"backend {rt.backend} fails the quality gate for {path.name}: "
             f"{verdict.summary()}; serve it with backend=torch"
         )
-    return dataclasses.asdict(verdict)
+    return verdict.to_dict()
 
 
 def _runtime(options: dict[str, str], base: Runtime | None) -> Runtime:
@@ -162,7 +161,13 @@ def _runtime(options: dict[str, str], base: Runtime | None) -> Runtime:
     return dataclasses.replace(base or Runtime(), **fields)  # type: ignore[arg-type]
 
 
-def _load_engine(path: Path, rt: Runtime, *, gated: bool = True) -> Any:
+def _load_engine(path: Path, rt: Runtime, *, gated: bool = True, kind: str = "embedding") -> Any:
+    if kind in ("reranker", "classifier"):
+        from batchserve.engines.sequence import SequenceClassifier
+
+        if rt.exported:
+            return SequenceClassifier.exported(path, rt)
+        return SequenceClassifier.from_path(path, rt)
     if rt.exported:
         from batchserve.engines.exported import ExportedEmbedder
 
@@ -182,9 +187,17 @@ def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[An
     Raises:
         ConfigError: the device asked for is not here.
     """
-    from batchserve.engines.choice import choose
+    from batchserve.engines.choice import Judge, choose
     from batchserve.engines.hardware import Engine, Machine
     from batchserve.engines.runtime import default_threads, resolve_device
+
+    kind = folder_kind(path).kind
+    judge: Judge | None = None
+    if kind in ("reranker", "classifier"):
+        from batchserve.engines.quality_set import load as load_quality_set
+        from batchserve.engines.ranking_gate import SequenceJudge
+
+        judge = SequenceJudge(kind, load_quality_set())
 
     machine = Machine.here()
     device = resolve_device(rt.device, cuda_devices=len(machine.cuda_devices), mps=machine.mps)
@@ -198,6 +211,7 @@ def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[An
                 rt, backend=engine.backend, dtype=engine.dtype, device=on, threads=threads
             ),
             gated=False,
+            kind=kind,
         )
 
     verdict, fn = choose(
@@ -210,6 +224,7 @@ def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[An
         load=load,
         dtype=rt.dtype,
         machine=machine,
+        judge=judge,
         refresh=refresh,
     )
     if not verdict.cached:

@@ -62,6 +62,7 @@ __all__ = [
     "against",
     "all_texts",
     "compare",
+    "cosine_rows",
     "embed_all",
     "invariance",
     "itself",
@@ -309,30 +310,49 @@ def neighbour_agreement(
     return kept, float(np.mean(shared) / k)
 
 
+def cosine_rows(
+    alone: npt.NDArray[np.float32], together: npt.NDArray[np.float32]
+) -> npt.NDArray[np.float32]:
+    """Each row's cosine between its two answers (the embedder's invariance measure)."""
+    out: npt.NDArray[np.float32] = np.sum(_unit(alone) * _unit(together), axis=1)
+    return out
+
+
+#: Compares rows answered alone with the same rows answered in a batch: one figure per row,
+#: 1 when identical, lower the further apart.
+Similarity = Callable[[npt.NDArray[np.float32], npt.NDArray[np.float32]], npt.NDArray[Any]]
+
+
 def invariance(
-    embed: Embed,
-    texts: Sequence[str],
+    embed: Callable[[Sequence[Any]], Any],
+    texts: Sequence[Any],
     *,
     probes: int = INVARIANCE_PROBES,
     batch_size: int = 32,
     rounds: int = INVARIANCE_ROUNDS,
     seed: int = _SEED,
+    similarity: Similarity = cosine_rows,
+    size: Callable[[Any], int] = len,
 ) -> tuple[float, int]:
-    """The smallest cosine between a text embedded alone and the same text in a batch.
+    """The smallest similarity between an item answered alone and the same item in a batch.
 
-    ``probes`` texts spread over the length range of ``texts`` (every k-th by length, so
-    the longest and the shortest are among them) are each embedded alone, then shuffled
-    (seeded) into batches of ``batch_size`` and embedded again, ``rounds`` times: each probe
-    meets other batch-mates, padded to another length, in each round. An engine whose
-    arithmetic does not depend on the batch scores 1 up to rounding (torch float32: 1 -
-    1e-7); dynamic int8 scores far lower, as its activation scales are taken per pass.
+    ``probes`` items spread over the length range of ``texts`` (every k-th by ``size``, so
+    the longest and the shortest are among them) are each answered alone, then shuffled
+    (seeded) into batches of ``batch_size`` and answered again, ``rounds`` times: each probe
+    meets other batch-mates, padded to another length, in each round. For an embedder the
+    figure is the cosine of the two vectors (``similarity``; a reranker's or classifier's
+    is one minus its scores' largest change,
+    :func:`batchserve.engines.ranking_gate.score_similarity`).
+    An engine whose arithmetic does not depend on the batch scores 1 up to rounding (torch
+    float32: 1 - 1e-7); dynamic int8 scores far lower, as its activation scales are taken
+    per pass.
 
-    Blocks for ``probes`` one-text passes and ``rounds * probes / batch_size`` batches.
+    Blocks for ``probes`` one-item passes and ``rounds * probes / batch_size`` batches.
 
     Returns:
-        ``(the smallest cosine, how many probes)``; ``(1.0, 0)`` when ``texts`` is empty.
+        ``(the smallest similarity, how many probes)``; ``(1.0, 0)`` when ``texts`` is empty.
     """
-    ordered = sorted(texts, key=len)
+    ordered = sorted(texts, key=size)
     count = min(probes, len(ordered))
     if count == 0:
         return 1.0, 0
@@ -340,7 +360,7 @@ def invariance(
     picked = [ordered[int(i * step)] for i in range(count)]
     if len(ordered) > count:
         picked[-1] = ordered[-1]
-    alone = _unit(np.concatenate([np.asarray(embed([t]), dtype=np.float32) for t in picked]))
+    alone = np.concatenate([np.asarray(embed([t]), dtype=np.float32) for t in picked])
     rng = random.Random(seed)
     worst = 1.0
     for _ in range(max(1, rounds)):
@@ -348,8 +368,8 @@ def invariance(
         rng.shuffle(index)
         for start in range(0, count, batch_size):
             chunk = index[start : start + batch_size]
-            together = _unit(np.asarray(embed([picked[i] for i in chunk]), dtype=np.float32))
-            worst = min(worst, float(np.min(np.sum(together * alone[chunk], axis=1))))
+            together = np.asarray(embed([picked[i] for i in chunk]), dtype=np.float32)
+            worst = min(worst, float(np.min(similarity(alone[chunk], together))))
     return worst, count
 
 

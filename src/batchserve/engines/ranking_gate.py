@@ -15,10 +15,20 @@ gate runs the candidate and the torch reference on the shipped quality set
 
 A pure function of the two engines' answers (:func:`gate_sequence`), so the thresholds are
 tested with plain numbers.
+
+**Batch invariance** holds a reranker to what it holds an embedder to: a pair scored alone
+and the same pair scored among random batch-mates must get the same score.
+:func:`score_similarity` is the figure :func:`batchserve.engines.quality.invariance`
+measures for these kinds: one minus the largest change of an item's score (the sigmoid of
+a reranker's logit, a classifier's softmax probabilities), so that the embedder's bound
+(:data:`~batchserve.engines.quality.MIN_INVARIANCE`, 0.9999) reads the same for every kind:
+a score may move by at most 1e-4 with its batch-mates. ``--backend auto`` screens it before
+the gate (:class:`SequenceJudge`), as it does for an embedder.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,12 +37,17 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "GATE_QUERIES",
+    "GATE_TEXTS",
     "MIN_LABEL_KEPT",
     "MIN_SPEARMAN",
     "MIN_TOP_KEPT",
     "SCORE_TOLERANCE",
+    "SequenceJudge",
     "SequenceVerdict",
     "gate_sequence",
+    "probabilities",
+    "score_similarity",
     "spearman",
 ]
 
@@ -41,6 +56,11 @@ MIN_TOP_KEPT = 0.95
 MIN_LABEL_KEPT = 0.99
 #: The largest difference of a reranker's sigmoid score to the reference's that passes.
 SCORE_TOLERANCE = 0.05
+#: The gate's slice of the quality set for a reranker: these many queries, each against
+#: every passage (a MiniLM-L6 reranker scores them twice in about a minute on one core),
+#: and a classifier's texts.
+GATE_QUERIES = 16
+GATE_TEXTS = 256
 
 Scorer = Callable[[Sequence[Any]], npt.NDArray[np.float32]]
 
@@ -67,6 +87,34 @@ class SequenceVerdict:
     max_score_diff: float | None = None
     label_kept: float | None = None
     items: int = 0
+
+    @property
+    def passes(self) -> bool:
+        """Whether every threshold holds (read as an embedder's ``Quality.passes`` is)."""
+        return self.passed
+
+    def failed_bounds(self) -> list[str]:
+        """The short names of the thresholds missed (``Spearman``, ``top``, ``score``...)."""
+        names = []
+        if self.spearman_mean is not None and self.spearman_mean < MIN_SPEARMAN:
+            names.append("Spearman")
+        if self.top_kept is not None and self.top_kept < MIN_TOP_KEPT:
+            names.append("top")
+        if self.max_score_diff is not None and self.max_score_diff > SCORE_TOLERANCE:
+            names.append("score")
+        if self.label_kept is not None and self.label_kept < MIN_LABEL_KEPT:
+            names.append("label")
+        return names
+
+    def to_dict(self) -> dict[str, Any]:
+        """The figures as JSON-ready values (``kind`` tells them from an embedder's)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SequenceVerdict:
+        """Read back what :meth:`to_dict` wrote."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
 
     def summary(self) -> str:
         """One line: the figures and the verdict."""
@@ -134,3 +182,109 @@ def gate_sequence(
     return SequenceVerdict(
         kind=kind, passed=kept >= MIN_LABEL_KEPT, label_kept=kept, items=len(texts)
     )
+
+
+def probabilities(kind: str, logits: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+    """A reranker's scores (the sigmoid of its logit) or a classifier's softmax, per row."""
+    rows = np.asarray(logits, dtype=np.float64)
+    if kind == "reranker":
+        out: npt.NDArray[np.float64] = 1.0 / (1.0 + np.exp(-rows))
+        return out
+    shifted = np.exp(rows - rows.max(axis=1, keepdims=True))
+    soft: npt.NDArray[np.float64] = shifted / shifted.sum(axis=1, keepdims=True)
+    return soft
+
+
+def score_similarity(kind: str) -> Callable[[npt.NDArray[Any], npt.NDArray[Any]], npt.NDArray[Any]]:
+    """The invariance figure of a ``kind``: one minus each row's largest score change."""
+
+    def similarity(alone: npt.NDArray[Any], together: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        change = np.abs(probabilities(kind, alone) - probabilities(kind, together))
+        out: npt.NDArray[Any] = 1.0 - change.max(axis=1)
+        return out
+
+    return similarity
+
+
+def _item_size(item: str | tuple[str, str]) -> int:
+    return len(item) if isinstance(item, str) else len(item[0]) + len(item[1])
+
+
+class SequenceJudge:
+    """How ``--backend auto`` times and gates a reranker's or classifier's engines.
+
+    The counterpart of the embedder's judge in :mod:`batchserve.engines.choice`: the engines
+    are timed on what the kind serves (a reranker: one short query against the reference
+    manual's paragraphs, as a search ranks its candidates; a classifier: the paragraphs),
+    screened for batch invariance (:func:`score_similarity`) and gated by
+    :func:`gate_sequence` against the torch float32 reference on the shipped set.
+
+    Args:
+        kind: ``reranker`` or ``classifier``.
+        quality_set: the gate's queries, passages and texts.
+    """
+
+    def __init__(self, kind: str, quality_set: Any) -> None:
+        self.kind = kind
+        self._qs = quality_set
+        queries = list(quality_set.queries[:GATE_QUERIES])
+        passages = list(quality_set.passages)
+        self._probe_items: list[Any] = (
+            [(queries[i % len(queries)], p) for i, p in enumerate(passages)]
+            if kind == "reranker"
+            else list(quality_set.texts[:GATE_TEXTS])
+        )
+
+    def key(self) -> dict[str, Any]:
+        """What the verdict depends on besides the engines and the machine."""
+        import hashlib
+        import json
+
+        from batchserve.engines.corpus import digest as corpus_digest
+
+        qs = self._qs
+        blob = json.dumps([qs.queries[:GATE_QUERIES], qs.passages, qs.texts[:GATE_TEXTS]])
+        return {
+            "kind": self.kind,
+            "set": hashlib.sha256(blob.encode()).hexdigest()[:16],
+            "speed_texts": corpus_digest(),
+        }
+
+    def batches(self, batch_size: int, workers: int) -> list[list[Any]]:
+        """The requests the engines are timed on (see the class docstring)."""
+        from batchserve.engines.corpus import speed_texts
+
+        texts = speed_texts(batch_size, workers)
+        if self.kind != "reranker":
+            return [list(b) for b in texts]
+        queries = self._qs.queries
+        return [[(queries[i % len(queries)], t) for t in b] for i, b in enumerate(texts)]
+
+    def screen(self, fn: Scorer, batch_size: int) -> float:
+        """The batch invariance of ``fn`` (1 - the largest score change; seconds)."""
+        from batchserve.engines.quality import invariance
+
+        worst, _ = invariance(
+            fn,
+            self._probe_items,
+            batch_size=batch_size,
+            similarity=score_similarity(self.kind),
+            size=_item_size,
+        )
+        return worst
+
+    def reference(self, fn: Scorer, batch_size: int) -> tuple[None, float]:
+        """The reference's own figures: no gate (it is the reference), its invariance."""
+        return None, self.screen(fn, batch_size)
+
+    def gate(self, engine: Any, fn: Scorer, reference: Scorer) -> SequenceVerdict:
+        """``fn``'s ranking or labels against the reference's (a minute or so on a CPU)."""
+        qs = self._qs
+        return gate_sequence(
+            reference,
+            fn,
+            self.kind,
+            queries=qs.queries[:GATE_QUERIES],
+            passages=qs.passages,
+            texts=qs.texts[:GATE_TEXTS],
+        )

@@ -41,8 +41,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from batchserve.engines.hardware import Machine
 from batchserve.engines.passes import PassStatistics, SubPasses, prior
-from batchserve.engines.runtime import Runtime, default_threads, place_torch
+from batchserve.engines.runtime import (
+    Runtime,
+    default_threads,
+    place_torch,
+    resolve_device,
+    resolve_dtype,
+)
 from batchserve.models.kinds import FolderKind, Kind, folder_kind
 from batchserve.models.token_counts import estimate_tokens
 
@@ -232,9 +239,16 @@ class SequenceClassifier:
         kind = kind or folder_kind(path)
         if kind.kind not in ("reranker", "classifier"):
             raise ConfigError(f"{path} is not a sequence classification model ({kind.kind})")
+        resolve_device(runtime.device, cuda_devices=0, mps=False, backend=runtime.backend)
+        dtype = resolve_dtype(
+            runtime.dtype,
+            device="cpu",
+            requested_device=runtime.device,
+            backend=runtime.backend,
+            machine=Machine.here(gpus=False),
+        )
         done = ensure_exported(Path(path), runtime.backend, runtime.cache_path())
         threads = runtime.threads or default_threads()
-        dtype = "int8" if runtime.backend.endswith("-int8") else "float32"
         runner = _onnx_runner if runtime.backend.startswith("onnx") else _openvino_runner
         run, names = runner(done.model_file, threads, dtype, 1)
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
