@@ -37,6 +37,7 @@ from typing import Literal, TypeAlias
 from batchserve.errors import ConfigError
 
 __all__ = [
+    "ITEMS",
     "KINDS",
     "ROUTES",
     "FolderKind",
@@ -64,6 +65,9 @@ ROUTES: dict[str, tuple[str, ...]] = {
 
 #: What one item of each kind is (a kind not listed, ``generic``, has items of no known unit).
 _ITEMS: dict[str, str] = {"embedding": "text", "reranker": "pair", "classifier": "text"}
+
+#: Every unit :func:`item_of` names.
+ITEMS: tuple[str, ...] = ("pair", "text")
 
 
 def item_of(kind: str | None) -> str | None:
