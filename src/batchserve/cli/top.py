@@ -4,8 +4,11 @@ It polls the server's ``/status`` (:mod:`batchserve.server.ops.live`) every ``--
 and redraws, per model, what ``/dashboard`` shows: requests by outcome with their rates
 (the difference of two readings), the queue against its size, queue wait and forward p50
 and p99, the batch size distribution, refusals and other errors by reason, and the cost
-model's fit beside the measured passes. ``--once`` prints one reading and exits (rates need
-two readings, so they show as ``-``). It needs ``rich`` (``pip install 'batchserve[top]'``).
+model's fit beside the measured passes. Items are named in the model's unit (``/status``'s
+``item``): a reranker's queue, batch sizes, throughput and cost are in (query, passage)
+pairs, an embedder's and a classifier's in texts. ``--once`` prints one reading and exits
+(rates need two readings, so they show as ``-``). It needs ``rich`` (``pip install
+'batchserve[top]'``).
 """
 
 from __future__ import annotations
@@ -62,13 +65,22 @@ def _histogram(sizes: dict[str, int], max_batch: int, width: int = 64) -> str:
     return "".join(_BLOCKS[0 if c == 0 else max(1, round(c / top * 8))] for c in cells)
 
 
-def _model(name: str, m: dict[str, Any], rates: dict[str, float] | None) -> Any:
+def _unit(m: dict[str, Any]) -> str:
+    """The model's items, plural: ``pairs``, ``texts``, or ``items`` (no known unit)."""
+    item = m.get("item")
+    return f"{item}s" if item else "items"
+
+
+def _model(
+    name: str, m: dict[str, Any], rates: dict[str, float] | None, items_per_s: float | None
+) -> Any:
     from rich.console import Group
     from rich.rule import Rule
     from rich.table import Table
     from rich.text import Text
 
     s = m["settings"]
+    unit = _unit(m)
     requests = Table(box=None, pad_edge=False, show_edge=False)
     for col in ("outcome", "total", "per s"):
         requests.add_column(col, justify="left" if col == "outcome" else "right")
@@ -90,7 +102,7 @@ def _model(name: str, m: dict[str, Any], rates: dict[str, float] | None) -> Any:
     fit = (
         "not fitted yet"
         if cost["fixed_s"] is None
-        else f"{_ms(cost['fixed_s'])} ms + {_ms(cost['per_item_s'])} ms/item"
+        else f"{_ms(cost['fixed_s'])} ms + {_ms(cost['per_item_s'])} ms/{unit[:-1]}"
     )
     measured = sorted(cost["measured"], key=lambda p: -p["passes"])[:6]
     tokens = m.get("tokens")
@@ -103,12 +115,24 @@ def _model(name: str, m: dict[str, Any], rates: dict[str, float] | None) -> Any:
         else Text("")
     )
     right = Group(
-        Text(f"queue {queue['depth']} / {queue['size']} waiting, {queue['running_items']} running"),
+        Text(
+            f"queue {queue['depth']} / {queue['size']} {unit} waiting, "
+            f"{queue['running_items']} running"
+        ),
         Text(""),
         latency,
         Text(""),
-        Text(f"batch sizes 1..{s['max_batch_size']}: mean {b['mean_size']:.2f} over {b['passes']}"),
+        Text(
+            f"batch sizes in {unit} 1..{s['max_batch_size']}: mean {b['mean_size']:.2f} "
+            f"over {b['passes']} passes"
+        ),
         Text(_histogram(b["sizes"], s["max_batch_size"]), style="blue"),
+        Text(""),
+        Text(
+            f"{b['items']} {unit} in passes, "
+            + ("-" if items_per_s is None else f"{items_per_s:.1f}")
+            + f" {unit}/s"
+        ),
         Text(""),
         Text(f"cost fit {fit} ({cost['samples']} passes)"),
         Text(
@@ -127,6 +151,10 @@ def _model(name: str, m: dict[str, Any], rates: dict[str, float] | None) -> Any:
         f"by {s.get('batch_by', 'count')}"
     )
     kind = m.get("kind") or "loading"
+    if m.get("item") == "pair":
+        kind += " · items are (query, passage) pairs"
+    elif m.get("item"):
+        kind += f" · items are {unit}"
     return Group(Rule(f"[bold]{name}[/] {kind} · {m['state']}"), Text(settings, style="dim"), grid)
 
 
@@ -146,11 +174,12 @@ def render(status: dict[str, Any], previous: dict[str, Any] | None, url: str) ->
         )
     ]
     for name, m in status["models"].items():
-        rates = None
+        rates = items_per_s = None
         if previous is not None and dt > 0 and name in previous["models"]:
-            before = previous["models"][name]["requests"]
-            rates = {o: (m["requests"][o] - before[o]) / dt for o in _OUTCOMES}
-        parts.append(_model(name, m, rates))
+            before = previous["models"][name]
+            rates = {o: (m["requests"][o] - before["requests"][o]) / dt for o in _OUTCOMES}
+            items_per_s = (m["batches"]["items"] - before["batches"]["items"]) / dt
+        parts.append(_model(name, m, rates, items_per_s))
     return Group(*parts)
 
 

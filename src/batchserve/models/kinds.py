@@ -17,6 +17,14 @@ classifier by its number of labels; every other folder is an embedding model, as
 
 :data:`ROUTES` names, per kind, the route a client should use: a route asked of the wrong
 kind answers 400 with :func:`wrong_kind`'s message.
+
+:func:`item_of` names what one of a kind's items is, the unit every count of items and
+every rate of the operations views (``/status``, ``/metrics``, the dashboard, ``top``,
+Triton's configuration and statistics) is in: a reranker's item is a ``pair`` (one query
+and one passage: a request of one query and N passages is N items); an embedder's and a
+classifier's a ``text``. A classifier may be sent a pair (TEI's ``/predict``): it is one
+item like a text, one sequence through the model, and is counted as a ``text`` (the unit
+names the kind's usual input; a pass may mix both).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from typing import Literal, TypeAlias
 from batchserve.errors import ConfigError
 
 __all__ = [
+    "ITEMS",
     "KINDS",
     "ROUTES",
     "FolderKind",
@@ -37,6 +46,7 @@ __all__ = [
     "apply_prompt",
     "folder_kind",
     "folder_prompts",
+    "item_of",
     "wrong_kind",
 ]
 
@@ -52,6 +62,21 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "classifier": ("POST /predict", "POST /classify"),
     "generic": ("POST /v2/models/{name}/infer",),
 }
+
+#: What one item of each kind is (a kind not listed, ``generic``, has items of no known unit).
+_ITEMS: dict[str, str] = {"embedding": "text", "reranker": "pair", "classifier": "text"}
+
+#: Every unit :func:`item_of` names.
+ITEMS: tuple[str, ...] = ("pair", "text")
+
+
+def item_of(kind: str | None) -> str | None:
+    """What one item of a model of ``kind`` is: ``pair``, ``text``, or None (see above).
+
+    None for a ``generic`` model (its items are whatever its function takes) and for no
+    kind (a model still loading).
+    """
+    return _ITEMS.get(kind) if kind is not None else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

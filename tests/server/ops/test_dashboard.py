@@ -5,7 +5,8 @@ that is refused ``queue_full``); the server's ``/status`` must count exactly tha
 dashboard, opened in Debian's Chromium (installed by the test set-up when missing), must
 load with no console error and no request leaving the server, and show the same numbers as
 ``/status``; a screenshot is saved under ``artifacts/`` (git-ignored). ``batchserve top
---once`` renders the same figures in the terminal.
+--once`` renders the same figures in the terminal. A second server, of a reranker folder
+built at test time, must have every view count its items as (query, passage) pairs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -133,6 +135,8 @@ def test_dashboard_in_a_real_browser(loaded: tuple[ServerProcess, dict[int, int]
         "models.synthetic.requests.invalid",
         "models.synthetic.refusals.queue_full",
         "models.synthetic.batches.passes",
+        "models.synthetic.batches.items",
+        "models.synthetic.item",
         "models.synthetic.queue.depth",
         "models.synthetic.queue_wait_s.p99",
         "models.synthetic.forward_s.p50",
@@ -142,6 +146,9 @@ def test_dashboard_in_a_real_browser(loaded: tuple[ServerProcess, dict[int, int]
         assert field in shown, sorted(shown)
     for field, (text, value) in shown.items():
         if field in ("uptime_s", "models.synthetic.state", "models.synthetic.kind"):
+            continue
+        if field == "models.synthetic.item":
+            assert (text, value) == ("· items are texts", "text")  # an embedder's unit
             continue
         want = _resolve(status, field)
         assert float(value) == pytest.approx(want, rel=1e-9), field
@@ -178,6 +185,11 @@ def test_top_renders_the_same_figures_once(loaded: tuple[ServerProcess, dict[int
     assert full.group(1) == str(m["refusals"]["queue_full"])
     assert f"{m['forward_s']['p50'] * 1e3:.2f}" in out
     assert f"{m['queue_wait_s']['p99'] * 1e3:.2f}" in out
+    # An embedder's items are texts.
+    assert m["item"] == "text"
+    assert "embedding · items are texts · ready" in out
+    assert f"{m['batches']['items']} texts in passes, - texts/s" in out
+    assert "batch sizes in texts 1..2" in out
 
 
 def test_top_shows_the_padding_of_passes_by_tokens(
@@ -219,3 +231,81 @@ def test_the_docs_page_reads_at_1280_px_without_scrolling_sideways() -> None:
         page.screenshot(ARTIFACTS / "docs.png")
     assert widths[0] <= widths[1], widths
     assert backticks is False
+
+
+PASSAGES = (["a cat sleeps", "Paris is in France", "cats hunt at dawn"], ["a dog", "a mat"])
+
+
+@pytest.fixture(scope="module")
+def reranked(reranker_folder: Path) -> Iterator[ServerProcess]:
+    """A reranker's server after two reranks: 3 and 2 passages, five pairs."""
+    spec = f"{reranker_folder}:backend=torch,threads=1"
+    with server_process(["--model", spec, "--max-wait", "1ms"]) as server:
+        for passages in PASSAGES:
+            r = httpx.post(server.url + "/rerank", json={"query": "q", "texts": passages})
+            assert r.status_code == 200, r.text
+        yield server
+        server.stop()
+
+
+def test_a_reranker_s_views_count_pairs(reranked: ServerProcess) -> None:
+    from rich.console import Console
+
+    from batchserve.cli.top import render
+
+    status = httpx.get(reranked.url + "/status").json()
+    ((name, m),) = status["models"].items()
+    assert (m["kind"], m["item"]) == ("reranker", "pair")
+    assert m["requests"]["ok"] == 2
+    assert m["batches"]["items"] == sum(map(len, PASSAGES)) == 5
+    done = subprocess.run(
+        [sys.executable, "-m", "batchserve", "top", reranked.url, "--once", "--width", "160"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "reranker · items are (query, passage) pairs · ready" in out
+    assert "5 pairs in passes, - pairs/s" in out
+    assert f"batch sizes in pairs 1..{m['settings']['max_batch_size']}" in out
+    assert " pairs waiting" in out
+    assert "ms/pair" in out
+    # Two readings make a rate: five pairs in the two seconds between them.
+    before = {**status, "time_unix": status["time_unix"] - 2.0}
+    before["models"] = {name: {**m, "batches": {**m["batches"], "items": 0}}}
+    console = Console(width=160, record=True, file=io.StringIO())
+    console.print(render(status, before, reranked.url))
+    assert "5 pairs in passes, 2.5 pairs/s" in console.export_text()
+
+
+def test_a_reranker_s_dashboard_counts_pairs(reranked: ServerProcess) -> None:
+    with open_browser() as page:
+        page.goto(reranked.url + "/dashboard")
+        page.wait_for("document.body.dataset.updated")
+        first = page.evaluate("document.body.dataset.updated")
+        page.wait_for(f"document.body.dataset.updated !== '{first}'")  # a second poll: rates
+        card = page.evaluate("document.querySelector('[data-model]').innerText")
+        item = page.evaluate(
+            "[...document.querySelectorAll('[data-field$=\\'.item\\']')].map("
+            "e => [e.textContent, e.dataset.value])"
+        )
+        items = page.evaluate(
+            "document.querySelector('[data-field$=\\'.batches.items\\']').dataset.value"
+        )
+        rate = page.evaluate("document.querySelector('[data-rate=items]').textContent")
+        titles = page.evaluate(
+            "[...document.querySelectorAll('rect[data-size] title')].map(t => t.textContent)"
+        )
+        page.screenshot(ARTIFACTS / "dashboard-reranker.png")
+        errors = page.errors
+    assert errors == []
+    assert item == [["· items are (query, passage) pairs", "pair"]]
+    assert items == "5"
+    assert rate == "0.0"  # no pairs between the two polls
+    assert "BATCH SIZES IN PAIRS" in card.upper()
+    assert "5 pairs in passes" in card
+    assert "pairs/s" in card
+    assert titles
+    assert all(re.fullmatch(r"\d+ pairs: \d+ passes", t) for t in titles), titles

@@ -114,6 +114,10 @@ def test_tritonclient_grpc_reranks(reranker_server: ServerProcess, reranker_fold
     try:
         meta = client.get_model_metadata(reranker_folder.name)
         assert [i.name for i in meta.inputs] == ["query", "passage"]
+        # Triton's configuration says what the model is and that its items are pairs.
+        params = client.get_model_config(reranker_folder.name).config.parameters
+        assert params["kind"].string_value == "reranker"
+        assert params["item"].string_value == "pair"
         query = grpcclient.InferInput("query", [1, 1], "BYTES")
         query.set_data_from_numpy(np.array([[QUERY.encode()]], dtype=object))
         passage = grpcclient.InferInput("passage", [len(DOCS), 1], "BYTES")

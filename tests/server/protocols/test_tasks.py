@@ -15,7 +15,7 @@ from server_helpers import build_app, client_for, embedding_model
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.engines.loader import load_model
 from batchserve.errors import ConfigError
-from batchserve.models.kinds import Prompts, folder_prompts
+from batchserve.models.kinds import ITEMS, KINDS, Prompts, folder_prompts, item_of
 from batchserve.models.loader import LoadedModel
 from batchserve.server import RequestLimits
 
@@ -338,15 +338,33 @@ async def test_kserve_v2_serves_rerankers_and_classifiers(
         assert meta["outputs"][0]["shape"] == [-1, 3]
 
 
-async def test_status_and_metrics_show_each_model_s_kind(
+async def test_status_and_metrics_show_each_model_s_kind_and_item(
     reranker: LoadedModel, classifier: LoadedModel
 ) -> None:
-    app = build_app({"ce": reranker, "clf": classifier})
+    emb = embedding_model(lambda texts: [[1.0, 0.0]] * len(texts), dim=2)
+    gen = LoadedModel(spec="g", fn=lambda items: list(items))
+    app = build_app({"ce": reranker, "clf": classifier, "emb": emb, "gen": gen})
     async with client_for(app) as c:
-        await c.post("/rerank", json={"model": "ce", "query": "q", "texts": ["a", "b"]})
+        await c.post("/rerank", json={"model": "ce", "query": "q", "texts": ["a", "b", "c"]})
+        # A classifier's pair is one item, as a text is.
+        await c.post("/predict", json={"model": "clf", "inputs": [["a"], ["q", "p"]]})
         status = (await c.get("/status")).json()
         metrics = (await c.get("/metrics")).text
-    assert status["models"]["ce"]["kind"] == "reranker"
-    assert status["models"]["clf"]["labels"] == ["negative", "neutral", "positive"]
-    assert 'batchserve_model_info{kind="reranker",model="ce"} 1.0' in metrics
-    assert 'batchserve_model_info{kind="classifier",model="clf"} 1.0' in metrics
+    models = status["models"]
+    assert models["ce"]["kind"] == "reranker"
+    assert models["clf"]["labels"] == ["negative", "neutral", "positive"]
+    assert {n: (m["kind"], m["item"]) for n, m in models.items()} == {
+        "ce": ("reranker", "pair"),
+        "clf": ("classifier", "text"),
+        "emb": ("embedding", "text"),
+        "gen": ("generic", None),
+    }
+    # One rerank of three passages: three pairs in the passes.
+    assert models["ce"]["batches"]["items"] == 3
+    assert models["clf"]["batches"]["items"] == 2
+    assert 'batchserve_model_info{item="pair",kind="reranker",model="ce"} 1.0' in metrics
+    assert 'batchserve_model_info{item="text",kind="classifier",model="clf"} 1.0' in metrics
+    assert 'batchserve_model_info{item="text",kind="embedding",model="emb"} 1.0' in metrics
+    assert 'batchserve_model_info{item="item",kind="generic",model="gen"} 1.0' in metrics
+    assert set(ITEMS) == {item_of(k) for k in KINDS} - {None}
+    assert item_of(None) is None  # a model still loading

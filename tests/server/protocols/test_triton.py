@@ -19,6 +19,7 @@ from batchserve_testmodels import double, poisoned
 from server_helpers import build_app, client_for, embedding_model, server_process
 
 from batchserve.config import BatchConfig
+from batchserve.engines.loader import load_model
 from batchserve.models.loader import LoadedModel
 from batchserve.server import App, ModelSettings, ServerSettings
 from batchserve_testing.tools import find_perf_analyzer
@@ -148,6 +149,47 @@ async def test_statistics_add_up_what_each_client_was_told() -> None:
         assert fail["count"] == 1
         assert fail["ns"] > 0
         assert (await c.get("/v2/models/emb/versions/9/stats")).status_code == 404
+
+
+async def test_config_and_statistics_name_the_kind_and_count_a_reranker_s_pairs(
+    reranker_folder: pathlib.Path, classifier_folder: pathlib.Path
+) -> None:
+    pytest.importorskip("transformers")
+    kserve_grpc = pytest.importorskip("batchserve.server.protocols.kserve_grpc")
+    app = build_app(
+        {
+            "ce": load_model(f"{reranker_folder}:backend=torch,threads=1"),
+            "clf": load_model(f"{classifier_folder}:backend=torch,threads=1"),
+            "emb": embedding_model(poisoned, dim=4),
+            "gen": LoadedModel(spec="g", fn=double),
+        }
+    )
+    want = {
+        "ce": ("reranker", "pair"),
+        "clf": ("classifier", "text"),
+        "emb": ("embedding", "text"),
+        "gen": ("generic", None),
+    }
+    async with client_for(app) as c:
+        for name, (kind, item) in want.items():
+            params = (await c.get(f"/v2/models/{name}/config")).json()["parameters"]
+            assert params["kind"] == {"string_value": kind}, name
+            assert params.get("item") == (None if item is None else {"string_value": item})
+            # gRPC's ModelConfig carries the same parameters.
+            grpc_params = kserve_grpc.model_config(app.registry.models[name]).config.parameters
+            assert grpc_params["kind"].string_value == kind, name
+            assert (grpc_params["item"].string_value if "item" in grpc_params else None) == item
+        # The engine's parameters stay beside them.
+        assert "engine" in (await c.get("/v2/models/ce/config")).json()["parameters"]
+        # Two requests of one query and 3 and 2 passages: five pairs, counted as items.
+        for docs in (["a", "b", "c"], ["d", "e"]):
+            r = await c.post("/rerank", json={"model": "ce", "query": "q", "texts": docs})
+            assert r.status_code == 200, r.text
+        (s,) = (await c.get("/v2/models/ce/stats")).json()["model_stats"]
+    inf = s["inference_stats"]
+    assert inf["success"]["count"] == 2
+    assert s["inference_count"] == inf["queue"]["count"] == inf["compute_infer"]["count"] == 5
+    assert sum(b["batch_size"] * b["compute_infer"]["count"] for b in s["batch_stats"]) == 5
 
 
 async def test_repository_index_and_its_body() -> None:

@@ -22,6 +22,12 @@ nothing: the request counters and pass accounting of :class:`~batchserve.server.
   x length * attention_s``;
 * ``kind``: ``embedding``, ``reranker``, ``classifier`` or ``generic`` (None while it
   loads), and ``labels``: a reranker's or classifier's labels, in order;
+* ``item``: what one item is, the unit of every count of items here (``queue``,
+  ``batches``, ``cost.per_item_s``, ``passes``): ``pair`` for a reranker (one query and
+  one passage: a rerank of N passages is N items), ``text`` for an embedder or a
+  classifier (a pair sent to a classifier's ``/predict`` is one item too, counted as a
+  text), None for a generic model and while the model loads
+  (:func:`~batchserve.models.kinds.item_of`);
 * ``engine`` (None for a model that is not ``minilm`` or a folder, or not loaded yet): the
   backend, precision, device and threads it runs on and, under ``--backend auto``,
   ``choice``: the chosen engine and every candidate's measured rate and quality figures;
@@ -41,6 +47,7 @@ from typing import Any
 
 from batchserve import __version__
 from batchserve.engines.passes import SubPasses
+from batchserve.models.kinds import item_of
 from batchserve.policy import PolicyStats
 from batchserve.server.account import quantile
 from batchserve.server.ops.metrics import (
@@ -81,9 +88,11 @@ def model_status(model: ServedModel, metrics: Metrics) -> dict[str, Any]:
         elif outcome != "ok":
             errors[reason] = errors.get(reason, 0) + n
     sizes = dict(sorted(stats.batch_sizes.items())) if stats is not None else {}
+    kind = model.loaded.kind if model.loaded is not None else None
     return {
         "state": model.state,
-        "kind": model.loaded.kind if model.loaded is not None else None,
+        "kind": kind,
+        "item": item_of(kind),
         "labels": list(model.loaded.labels) if model.loaded is not None else [],
         "engine": model.loaded.engine if model.loaded is not None else None,
         "passes": _passes(model),

@@ -51,7 +51,7 @@ batchserve_running_items                   gauge      items dispatched: in passe
 batchserve_cost_fixed_seconds              gauge      fitted fixed cost per pass
 batchserve_cost_per_item_seconds           gauge      fitted cost per item
 batchserve_cost_samples                    gauge      passes the cost model learned from
-batchserve_model_info                      gauge      1 per model, labelled with its ``kind``
+batchserve_model_info                      gauge      1 per model, with its ``kind`` and ``item``
 batchserve_model_ready                     gauge      1 when the model serves
 batchserve_batch_tokens_total              counter    tokens of passes, ``kind``: padded or real
 batchserve_padding_waste_ratio             gauge      padded tokens / real tokens, since start
@@ -87,6 +87,7 @@ from prometheus_client.utils import floatToGoString
 
 from batchserve.batcher import BatchRecord
 from batchserve.config import BatchConfig
+from batchserve.models.kinds import item_of
 from batchserve.policy import Counters, PolicyStats
 from batchserve.server.account import Account, Passes
 
@@ -215,7 +216,8 @@ class Metrics:
         ``config`` and ``timeout_s`` (its batcher's settings and default deadline) are
         exported too, so alerts can compare the queue with its size and latency with the
         deadline; ``kind()`` (``embedding``, ``reranker``...; None until loaded) as
-        ``batchserve_model_info``.
+        ``batchserve_model_info``, with what one item is
+        (:func:`~batchserve.models.kinds.item_of`).
         """
         if kind is not None:
             self._kinds[name] = kind
@@ -455,11 +457,16 @@ class Metrics:
         info = GaugeMetricFamily(
             "batchserve_model_info",
             "1 per served model, labelled with its kind (embedding, reranker, classifier, "
-            "generic) once loaded.",
-            labels=["model", "kind"],
+            "generic) once loaded, and what one of its items is (pair, text; item for a "
+            "generic model): the unit of its item and batch size metrics.",
+            labels=["model", "kind", "item"],
         )
         for name, kind_fn in self._kinds.items():
-            info.add_metric([name, kind_fn() or "loading"], 1.0)
+            kind = kind_fn()
+            if kind is None:
+                info.add_metric([name, "loading", "loading"], 1.0)
+            else:
+                info.add_metric([name, kind, item_of(kind) or "item"], 1.0)
         yield info
         for name, (stats_fn, ready_fn) in self._sources.items():
             ready.add_metric([name], 1.0 if ready_fn() else 0.0)

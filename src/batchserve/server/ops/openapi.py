@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from batchserve import __version__
+from batchserve.models.kinds import ITEMS, KINDS
 from batchserve.server.deadlines import GRPC_TIMEOUT_PATTERN, TIMEOUT_HEADER, WHEN_HEADER
 from batchserve.server.exchange import SERVER_TIMING, TIMING_HEADERS
 from batchserve.server.protocols.kserve import MAX_TENSORS
@@ -485,6 +486,9 @@ def _operation_schemas() -> dict[str, Any]:
     model_status = _object(
         {
             "state": {"enum": ["loading", "ready", "failed"]},
+            # None while the model loads; item: what one item, the unit of every count, is.
+            "kind": {"enum": [*KINDS, None]},
+            "item": {"enum": [*ITEMS, None]},
             "settings": {"type": "object"},
             "requests": _COUNTS,
             "refusals": _COUNTS,

@@ -11,7 +11,11 @@ force: the batcher's ``max_batch_size``, ``max_wait`` as ``max_queue_delay_micro
 the queue's size and the default deadline as the queue policy, the workers as the instance
 count, and the inputs and outputs the model's KServe metadata declares (the batch axis left
 out of ``dims``, as Triton writes it when ``max_batch_size > 0``: the texts of an embedding
-model, ``[-1, 1]``, are ``dims [1]``).
+model, ``[-1, 1]``, are ``dims [1]``). Its ``parameters`` (strings, as Triton's are) say
+what the model is and how it runs: ``kind`` (``embedding``, ``reranker``, ``classifier``,
+``generic``) and ``item``, what one item is (``pair`` for a reranker, ``text`` for an
+embedder or a classifier; :func:`~batchserve.models.kinds.item_of`), once it is loaded;
+``engine``, ``device``, ``threads`` and ``engine_choice`` for a model on an engine.
 
 The statistics come from the server's own accounting (:meth:`Metrics.account
 <batchserve.server.ops.metrics.Metrics.account>`), in Triton's units (counts, nanoseconds):
@@ -28,6 +32,11 @@ The statistics come from the server's own accounting (:meth:`Metrics.account
   parsing and encoding fall in what ``perf_analyzer`` calls overhead;
 * ``batch_stats``: per batch size, the passes and their forward time;
 * ``inference_count`` and ``execution_count``: items run, and passes.
+
+Items are in the model's unit (the configuration's ``item``): a reranker's
+``inference_count``, ``queue`` and ``compute_infer`` count **pairs**, one per (query,
+passage) pair, so a rerank request of one query and N passages adds N to each; an
+embedder's and a classifier's count texts.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from batchserve.models.kinds import item_of
 from batchserve.server.account import Account
 from batchserve.server.protocols.kserve import model_metadata
 from batchserve.server.registry import ServedModel
@@ -141,10 +151,22 @@ def model_config(model: ServedModel) -> dict[str, Any]:
         "parameters": {
             "spec": {"string_value": model.settings.spec},
             "admission": {"string_value": "on" if batch.admission else "off"},
+            **_kind_parameters(model),
             **_engine_parameters(model),
         },
         "model_warmup": [],
     }
+
+
+def _kind_parameters(model: ServedModel) -> dict[str, dict[str, str]]:
+    # What the model is, and the unit its items (and so the statistics) are counted in.
+    if model.loaded is None:
+        return {}
+    out: dict[str, dict[str, str]] = {"kind": {"string_value": model.loaded.kind}}
+    item = item_of(model.loaded.kind)
+    if item is not None:
+        out["item"] = {"string_value": item}
+    return out
 
 
 def _engine_parameters(model: ServedModel) -> dict[str, dict[str, str]]:
