@@ -1,5 +1,6 @@
 """The tuner: its grid, its ranking rule on plain numbers, and searches on the simulator."""
 
+import asyncio
 import json
 
 import pytest
@@ -133,20 +134,48 @@ def test_cli_tune_json_and_exit_status(capsys: pytest.CaptureFixture[str]) -> No
     assert "one pass of one item takes 8.25ms" in capsys.readouterr().out
 
 
+async def _longest_stall(stop: asyncio.Event) -> float:
+    # How late a 1 ms sleep wakes, at worst, while the run lasts: the time the process (the
+    # event loop that drives the batcher and the load) did not run.
+    loop = asyncio.get_running_loop()
+    worst = 0.0
+    while not stop.is_set():
+        t0 = loop.time()
+        await asyncio.sleep(0.001)
+        worst = max(worst, loop.time() - t0 - 0.001)
+    return worst
+
+
+#: A run in which the event loop stalled longer than this is no evidence about the setting
+#: (the machine took the CPU away: every item in flight waited), so it is run again.
+_STALL_S = 0.02
+
+
 @pytest.mark.slow
 async def test_the_setting_tune_picks_is_measured_within_the_target() -> None:
     # Real time: 1.5 s of the seed's load on the in-process Batcher with the tuned setting.
-    # The prediction is ~20 ms; the 50 ms target leaves room for a busy machine.
+    # The prediction is ~20 ms; the 50 ms target leaves room for a busy machine. A run the
+    # process was stalled in for over 20 ms (measured beside it) is run again, up to three.
     scenario = Scenario(rate=600, p99_target_s=0.05, cost=SEED)
     best = tune(scenario, max_workers=1).best
     assert best is not None
-    row = await run_open_loop(
-        name="tuned",
-        model=SyntheticModel(SEED.fixed_s, SEED.per_item_s),
-        config=scenario.config(best.setting),
-        schedule=arrival_times(rate=600, duration_s=1.5),
-        timeout_s=scenario.timeout_s,
-        duration_s=1.5,
-    )
-    assert row.p99_ms <= 50.0
+    stalls = []
+    for _ in range(3):
+        stop = asyncio.Event()
+        watch = asyncio.create_task(_longest_stall(stop))
+        row = await run_open_loop(
+            name="tuned",
+            model=SyntheticModel(SEED.fixed_s, SEED.per_item_s),
+            config=scenario.config(best.setting),
+            schedule=arrival_times(rate=600, duration_s=1.5),
+            timeout_s=scenario.timeout_s,
+            duration_s=1.5,
+        )
+        stop.set()
+        stalls.append(await watch)
+        if stalls[-1] <= _STALL_S:
+            break
+    else:
+        pytest.fail(f"the event loop stalled in every run: {stalls} s; the machine is too busy")
+    assert row.p99_ms <= 50.0, f"p99 {row.p99_ms:.1f} ms; stalls {stalls}"
     assert row.ok >= 0.95 * row.sent
