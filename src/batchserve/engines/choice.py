@@ -473,6 +473,10 @@ class Judge(Protocol):
         """The requests the engines are timed on."""
         ...
 
+    def unavailable(self, engine: Engine) -> str | None:
+        """Why ``engine`` is not offered for this kind of model (None: it is)."""
+        ...
+
     def screen(self, fn: Callable[[Sequence[Any]], Any], batch_size: int) -> float:
         """The batch invariance of ``fn`` (seconds): refused below ``MIN_INVARIANCE``."""
         ...
@@ -522,6 +526,11 @@ class EmbeddingJudge:
     def batches(self, batch_size: int, workers: int) -> list[list[Any]]:
         """:func:`~batchserve.engines.corpus.speed_texts`."""
         return [list(b) for b in speed_texts(batch_size, workers)]
+
+    def unavailable(self, engine: Engine) -> str | None:
+        """Every engine is offered for an embedder: None."""
+        del engine
+        return None
 
     def screen(self, fn: Callable[[Sequence[Any]], Any], batch_size: int) -> float:
         """The smallest cosine of a text alone to it in a batch."""
@@ -630,8 +639,9 @@ def choose(
     for option in options:
         if option.engine == REFERENCE:
             continue
-        if option.unavailable is not None:
-            unavailable[option.engine] = option.unavailable
+        reason = option.unavailable or judge.unavailable(option.engine)
+        if reason is not None:
+            unavailable[option.engine] = reason
             continue
         try:
             fns[option.engine] = load(option.engine)

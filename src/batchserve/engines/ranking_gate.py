@@ -260,6 +260,12 @@ class SequenceJudge:
         queries = self._qs.queries
         return [[(queries[i % len(queries)], t) for t in b] for i, b in enumerate(texts)]
 
+    def unavailable(self, engine: Any) -> str | None:
+        """OpenVINO's int8 is not offered: its calibration embeds texts."""
+        if engine.backend == "openvino-int8":
+            return f"not offered for a {self.kind} (its int8 calibration embeds texts)"
+        return None
+
     def screen(self, fn: Scorer, batch_size: int) -> float:
         """The batch invariance of ``fn`` (1 - the largest score change; seconds)."""
         from batchserve.engines.quality import invariance
