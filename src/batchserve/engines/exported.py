@@ -42,15 +42,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from batchserve.engines.hardware import Engine, Machine
+from batchserve.engines.hardware import Engine
 from batchserve.engines.passes import PassStatistics, SubPasses, prior
-from batchserve.engines.runtime import (
-    Runtime,
-    default_threads,
-    default_workers,
-    resolve_device,
-    resolve_dtype,
-)
+from batchserve.engines.runtime import Runtime, default_threads, default_workers, place_exported
 from batchserve.errors import ConfigError
 from batchserve.models.token_counts import TokenCounts, estimate_tokens
 
@@ -248,14 +242,7 @@ class ExportedEmbedder:
         from batchserve.engines.export import ensure_exported
         from batchserve.engines.gate import gate
 
-        resolve_device(runtime.device, cuda_devices=0, mps=False, backend=runtime.backend)
-        dtype = resolve_dtype(
-            runtime.dtype,
-            device="cpu",
-            requested_device=runtime.device,
-            backend=runtime.backend,
-            machine=Machine.here(gpus=False),
-        )
+        dtype = place_exported(runtime)
         threads = runtime.threads or default_threads()
         workers = default_workers("cpu", threads)
         exported = ensure_exported(Path(source), runtime.backend, runtime.cache_path())

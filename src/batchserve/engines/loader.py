@@ -124,21 +124,16 @@ def _load_sequence(spec: str, path: Path, rt: Runtime) -> LoadedModel:
 def _gate_sequence(path: Path, fn: Any, rt: Runtime) -> dict[str, Any]:
     # An exported reranker or classifier is served only if it keeps the torch engine's
     # ranking or labels on the shipped set (engines.ranking_gate); else the load fails.
+    from batchserve.engines.hardware import Engine
     from batchserve.engines.quality_set import load as load_quality_set
-    from batchserve.engines.ranking_gate import GATE_QUERIES, GATE_TEXTS, gate_sequence
+    from batchserve.engines.ranking_gate import SequenceJudge
     from batchserve.engines.sequence import SequenceClassifier
 
     reference = SequenceClassifier.from_path(
         path, dataclasses.replace(rt, backend="torch", device="cpu", dtype="auto")
     )
-    qs = load_quality_set()
-    verdict = gate_sequence(
-        reference,
-        fn,
-        fn.kind,
-        queries=qs.queries[:GATE_QUERIES],
-        passages=qs.passages,
-        texts=qs.texts[:GATE_TEXTS],
+    verdict = SequenceJudge(fn.kind, load_quality_set()).gate(
+        Engine(rt.backend, fn.dtype), fn, reference
     )
     _log.warning("%s %s gate: %s", path.name, rt.backend, verdict.summary())
     if not verdict.passed:

@@ -48,6 +48,7 @@ __all__ = [
     "default_cache_dir",
     "default_threads",
     "default_workers",
+    "place_exported",
     "place_torch",
     "resolve_device",
     "resolve_dtype",
@@ -309,3 +310,22 @@ def place_torch(runtime: Runtime) -> tuple[str, str]:
     if device == "cpu":
         torch.set_num_threads(runtime.threads or default_threads())
     return device, dtype
+
+
+def place_exported(runtime: Runtime) -> str:
+    """The precision an exported engine (ONNX Runtime, OpenVINO) of ``runtime`` runs at.
+
+    Both run on the CPU only: a GPU asked for by name is refused. ``auto`` is the backend's
+    rule (:func:`resolve_dtype`: bfloat16 for OpenVINO where the CPU computes in it).
+
+    Raises:
+        ConfigError: the device or the precision is not to be had here.
+    """
+    resolve_device(runtime.device, cuda_devices=0, mps=False, backend=runtime.backend)
+    return resolve_dtype(
+        runtime.dtype,
+        device="cpu",
+        requested_device=runtime.device,
+        backend=runtime.backend,
+        machine=Machine.here(gpus=False),
+    )

@@ -41,15 +41,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from batchserve.engines.hardware import Machine
 from batchserve.engines.passes import PassStatistics, SubPasses, prior
-from batchserve.engines.runtime import (
-    Runtime,
-    default_threads,
-    place_torch,
-    resolve_device,
-    resolve_dtype,
-)
+from batchserve.engines.runtime import Runtime, default_threads, place_exported, place_torch
 from batchserve.models.kinds import FolderKind, Kind, folder_kind
 from batchserve.models.token_counts import estimate_tokens
 
@@ -239,14 +232,7 @@ class SequenceClassifier:
         kind = kind or folder_kind(path)
         if kind.kind not in ("reranker", "classifier"):
             raise ConfigError(f"{path} is not a sequence classification model ({kind.kind})")
-        resolve_device(runtime.device, cuda_devices=0, mps=False, backend=runtime.backend)
-        dtype = resolve_dtype(
-            runtime.dtype,
-            device="cpu",
-            requested_device=runtime.device,
-            backend=runtime.backend,
-            machine=Machine.here(gpus=False),
-        )
+        dtype = place_exported(runtime)
         done = ensure_exported(Path(path), runtime.backend, runtime.cache_path())
         threads = runtime.threads or default_threads()
         runner = _onnx_runner if runtime.backend.startswith("onnx") else _openvino_runner
