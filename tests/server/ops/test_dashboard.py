@@ -163,17 +163,22 @@ def test_dashboard_in_a_real_browser(loaded: tuple[ServerProcess, dict[int, int]
     assert shot.stat().st_size > 10_000
 
 
-def test_top_renders_the_same_figures_once(loaded: tuple[ServerProcess, dict[int, int]]) -> None:
-    server, seen = loaded
+def top_once(url: str, *, width: int) -> str:
+    """What ``batchserve top URL --once`` prints (it must exit 0)."""
     done = subprocess.run(
-        [sys.executable, "-m", "batchserve", "top", server.url, "--once", "--width", "120"],
+        [sys.executable, "-m", "batchserve", "top", url, "--once", "--width", str(width)],
         capture_output=True,
         text=True,
         timeout=30,
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    out = done.stdout
+    return done.stdout
+
+
+def test_top_renders_the_same_figures_once(loaded: tuple[ServerProcess, dict[int, int]]) -> None:
+    server, seen = loaded
+    out = top_once(server.url, width=120)
     status = httpx.get(server.url + "/status").json()
     m = status["models"][MODEL]
     assert MODEL in out
@@ -258,15 +263,7 @@ def test_a_reranker_s_views_count_pairs(reranked: ServerProcess) -> None:
     assert (m["kind"], m["item"]) == ("reranker", "pair")
     assert m["requests"]["ok"] == 2
     assert m["batches"]["items"] == sum(map(len, PASSAGES)) == 5
-    done = subprocess.run(
-        [sys.executable, "-m", "batchserve", "top", reranked.url, "--once", "--width", "160"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+    out = top_once(reranked.url, width=160)
     assert "reranker · items are (query, passage) pairs · ready" in out
     assert "5 pairs in passes, - pairs/s" in out
     assert f"batch sizes in pairs 1..{m['settings']['max_batch_size']}" in out
