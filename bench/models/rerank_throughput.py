@@ -21,17 +21,28 @@ rank the same requests' pairs:
 * **Infinity** (unless ``--no-infinity``; skipped, saying so, where ``--infinity-venv``,
   by default ``bench/.venvs/infinity``, is missing): ``infinity_emb v2`` on the same
   folder, its ``POST /rerank`` (``query``, ``documents``) sent the same requests by the
-  same clients. It is tried at each engine (``torch`` on the folder; ``optimum``: ONNX
-  Runtime on optimum's export of the folder, made once into a temporary folder by the
-  venv's optimum) and batch size of ``--infinity-batch-sizes``; each is measured once
-  and the fastest is kept for the rounds (its best engine). A configuration that does not
-  start is reported with the error from its log. Infinity keeps its own thread defaults
-  (torch's and ONNX Runtime's: every core).
+  same clients. It is tried at each engine of ``--infinity-engines`` (``torch`` on the
+  folder; ``optimum``: ONNX Runtime on optimum's export of the folder, made once into a
+  temporary folder by the venv's optimum; ``optimum-int8``: that export quantized to int8
+  by ONNX Runtime, as Infinity's ONNX engine prefers on a CPU) and batch size of
+  ``--infinity-batch-sizes`` (32, Infinity's default, and 64); each is measured once
+  and the fastest is kept for the rounds (its best engine; ``--infinity-min-spearman``
+  keeps only one whose order agrees that well with ``predict``'s). A configuration that
+  does not start is reported with the error from its log. Infinity keeps its own thread
+  defaults (torch's and ONNX Runtime's: every core).
 
-Every answer is checked whole (one score per passage, every index once). The machine is
-noisy (two shared cores), so each server is started once and the three are measured in
-alternating rounds (``--rounds``: yardstick, served, Infinity, yardstick, ...); the
-report gives each one's median and the ratios of the medians, and every round's figures.
+Every answer is checked whole (one score per passage, every index once), and the first
+request's scores from the server and from each Infinity configuration are compared with
+``predict``'s (Spearman's rank correlation, the top passage kept): an engine that ranks
+differently (Infinity's int8 is not gated) is visible beside its rate. The random head
+gives scores close together, so small numeric differences reorder them more than a
+trained reranker's would.
+
+The machine is noisy (two shared cores), so each server is started once (Infinity's
+configurations are swept before, one at a time; an idle server costs no CPU) and the
+three are measured in alternating rounds (``--rounds``: yardstick, served, Infinity,
+yardstick, ...); the report gives each one's median, the ratios of the medians, and
+every round's figures.
 
 ``--saturation`` then drives the server open loop with rerank requests at
 ``--overload`` (1.5) times the measured capacity (the served median) for
@@ -117,6 +128,12 @@ class Yardstick:
         self._model = CrossEncoder(str(folder), device="cpu")
         self._model.predict([("warm", "up")] * 8, show_progress_bar=False)
 
+    def scores(self, request: Request) -> list[float]:
+        """The request's passages' scores, in their order."""
+        query, docs = request
+        out = self._model.predict([(query, d) for d in docs], show_progress_bar=False)
+        return [float(x) for x in out]
+
     def rate(self, requests: list[Request], threads: int) -> float:
         """Pairs per second at ``threads`` torch threads, one padded batch per request."""
         import torch
@@ -163,6 +180,39 @@ def infinity_route(port: int) -> Route:
         "/rerank",
         lambda r: json.dumps({"query": r[0], "documents": r[1], "model": "bench"}).encode(),
     )
+
+
+def scores_of(route: Route, request: Request) -> list[float]:
+    """The scores one rerank answer gives the request's passages, in their order."""
+    conn = http.client.HTTPConnection("127.0.0.1", route.port, timeout=300)
+    try:
+        conn.request("POST", route.path, route.body(request), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = resp.read()
+    finally:
+        conn.close()
+    if resp.status != 200:
+        raise RuntimeError(f"HTTP {resp.status}: {data[:300]!r}")
+    answer = json.loads(data)
+    rows = answer["results"] if isinstance(answer, dict) else answer
+    by_index = {int(r["index"]): float(r.get("score", r.get("relevance_score"))) for r in rows}
+    return [by_index[i] for i in range(len(request[1]))]
+
+
+def agreement(reference: list[float], scores: list[float]) -> dict[str, Any]:
+    """How well ``scores`` keep the order ``reference`` gives the same passages.
+
+    Spearman's rank correlation, and whether the top passage is the same. Scores may be
+    on another monotone scale (a sigmoid of the logit): only orders are compared.
+    """
+    import numpy as np
+
+    def ranks(xs: list[float]) -> Any:
+        return np.argsort(np.argsort(np.asarray(xs)))
+
+    rho = float(np.corrcoef(ranks(reference), ranks(scores))[0, 1])
+    top = int(np.argmax(reference)) == int(np.argmax(scores))
+    return {"spearman": round(rho, 4), "top_passage_kept": top}
 
 
 def closed_loop(route: Route, requests: list[Request], concurrency: int) -> float:
@@ -213,27 +263,53 @@ def get_json(port: int, path: str) -> Any:
 # --- Infinity ------------------------------------------------------------------------
 
 
-def infinity_onnx_folder(venv: Path, folder: Path, out: Path) -> Path:
-    """optimum's ONNX export of the folder (text classification), made by the venv's optimum.
+def _venv_python(venv: Path, code: str, *argv: str) -> None:
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip()[-800:])
 
-    Infinity's optimum engine needs a ``*.onnx`` in the folder and exports none itself.
+
+def infinity_model(venv: Path, folder: Path, tmp: Path, config: str) -> tuple[str, Path]:
+    """Infinity's ``--engine`` and the folder it serves for ``config``, made once into ``tmp``.
+
+    ``torch`` serves the folder as it is. ``optimum`` needs a ``*.onnx`` in the folder and
+    exports none itself: optimum's export (text classification) made by the venv's
+    optimum. ``optimum-int8``: that export plus ``model_quantized.onnx`` (ONNX Runtime's
+    dynamic int8 quantization), which Infinity's optimum engine prefers on a CPU.
+
+    Raises:
+        RuntimeError: an unknown config, or the export failed (its error).
     """
-    if not (out / "model.onnx").is_file():
+    if config == "torch":
+        return "torch", folder
+    if config not in ("optimum", "optimum-int8"):
+        raise RuntimeError(f"engine must be torch, optimum or optimum-int8, got {config!r}")
+    onnx = tmp / "onnx"
+    if not (onnx / "model.onnx").is_file():
         code = (
             "import sys; from optimum.exporters.onnx import main_export; "
             "main_export(sys.argv[1], output=sys.argv[2], task='text-classification', "
             "library_name='transformers')"
         )
-        done = subprocess.run(
-            [str(venv / "bin" / "python"), "-c", code, str(folder), str(out)],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-            check=False,
+        _venv_python(venv, code, str(folder), str(onnx))
+    if config == "optimum":
+        return "optimum", onnx
+    int8 = tmp / "onnx-int8"
+    if not (int8 / "model_quantized.onnx").is_file():
+        code = (
+            "import shutil, sys; from onnxruntime.quantization import QuantType, "
+            "quantize_dynamic; shutil.copytree(sys.argv[1], sys.argv[2]); "
+            "quantize_dynamic(sys.argv[1] + '/model.onnx', sys.argv[2] + "
+            "'/model_quantized.onnx', weight_type=QuantType.QInt8)"
         )
-        if done.returncode != 0:
-            raise RuntimeError(f"optimum's export failed: {done.stderr.strip()[-800:]}")
-    return out
+        _venv_python(venv, code, str(onnx), str(int8))
+    return "optimum", int8
 
 
 @contextlib.contextmanager
@@ -385,34 +461,44 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def sweep_infinity(
-    args: argparse.Namespace, folder: Path, tmp: Path, requests: list[Request]
+    args: argparse.Namespace,
+    folder: Path,
+    tmp: Path,
+    requests: list[Request],
+    reference: list[float],
 ) -> tuple[dict[str, Any], tuple[str, int] | None]:
-    """Each Infinity engine and batch size, measured once; the fastest configuration."""
+    """Each Infinity engine and batch size, measured once; the fastest configuration.
+
+    ``reference`` is the yardstick's scores of the first request: each configuration's
+    agreement with it is reported beside its rate.
+    """
     venv = Path(args.infinity_venv)
     report: dict[str, Any] = {"venv": str(venv), "configurations": {}}
     best: tuple[str, int] | None = None
     best_rate = 0.0
-    for engine in args.infinity_engines.split(","):
+    for config in args.infinity_engines.split(","):
         try:
-            where = folder if engine != "optimum" else infinity_onnx_folder(venv, folder, tmp)
+            engine, where = infinity_model(venv, folder, tmp, config)
         except RuntimeError as exc:
-            report["configurations"][engine] = f"not run: {exc}"
+            report["configurations"][config] = f"not run: {exc}"
+            print(f"  Infinity {config}: not run: {exc}", file=sys.stderr)
             continue
         for size in (int(s) for s in args.infinity_batch_sizes.split(",")):
-            name = f"{engine} batch {size}"
+            name = f"{config} batch {size}"
             try:
-                with infinity(venv, where, engine, size, tmp.parent / "infinity.log") as port:
+                with infinity(venv, where, engine, size, tmp / "infinity.log") as port:
                     route = infinity_route(port)
-                    closed_loop(route, requests[:1], 1)  # its first passes are slower
+                    # The first passes are slower; this one's scores say what it ranks.
+                    kept = agreement(reference, scores_of(route, requests[0]))
                     rate = closed_loop(route, requests, args.concurrency)
-            except RuntimeError as exc:
+            except (RuntimeError, OSError, http.client.HTTPException) as exc:
                 report["configurations"][name] = f"failed: {exc}"
                 print(f"  Infinity {name}: failed: {exc}", file=sys.stderr)
                 continue
-            report["configurations"][name] = round(rate, 1)
+            report["configurations"][name] = {"pairs_per_s": round(rate, 1), **kept}
             print(f"  Infinity {name}: {rate:.1f} pairs/s", file=sys.stderr)
-            if rate > best_rate:
-                best, best_rate = (engine, size), rate
+            if rate > best_rate and kept["spearman"] >= args.infinity_min_spearman:
+                best, best_rate = (config, size), rate
     return report, best
 
 
@@ -437,11 +523,12 @@ def measure(args: argparse.Namespace, folder: Path, tmp: Path) -> dict[str, Any]
             f"not run: no {venv / 'bin' / 'infinity_emb'} (python bench/peers/setup.py "
             "--peers infinity makes it)"
         )
+    yardstick = Yardstick(folder)
+    reference = yardstick.scores(requests[0])
     best: tuple[str, int] | None = None
     if run_infinity:
         print("Infinity, each engine and batch size once:", file=sys.stderr)
-        figures["infinity"], best = sweep_infinity(args, folder, tmp / "onnx", requests)
-    yardstick = Yardstick(folder)
+        figures["infinity"], best = sweep_infinity(args, folder, tmp, requests, reference)
     # A long deadline: the rounds measure throughput, and on a busy machine 4 x 100 pairs
     # at once may be predicted past the default 30 s (refused as infeasible).
     with batchserve(flags) as server, contextlib.ExitStack() as stack:
@@ -456,12 +543,14 @@ def measure(args: argparse.Namespace, folder: Path, tmp: Path) -> dict[str, Any]
         }
         figures["yardstick_threads"] = threads
         route = tei_route(server.port)
-        closed_loop(route, requests[:1], 1)  # the server's first passes at a shape are slower
+        # The server's first passes at a shape are slower; this one's scores are checked.
+        figures["served"]["agreement"] = agreement(reference, scores_of(route, requests[0]))
         inf_route = None
         if best is not None:
             log = tmp / "infinity.log"
-            where = folder if best[0] != "optimum" else tmp / "onnx"
-            inf_route = infinity_route(stack.enter_context(infinity(venv, where, *best, log)))
+            inf_engine, where = infinity_model(venv, folder, tmp, best[0])
+            served_by = infinity(venv, where, inf_engine, best[1], log)
+            inf_route = infinity_route(stack.enter_context(served_by))
             closed_loop(inf_route, requests[:1], 1)
             figures["infinity"]["best"] = f"{best[0]} batch {best[1]}"
         rounds: dict[str, list[float]] = {"yardstick": [], "yardstick_1_thread": [], "served": []}
@@ -502,6 +591,17 @@ def measure(args: argparse.Namespace, folder: Path, tmp: Path) -> dict[str, Any]
     return figures
 
 
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def _brief(figure: Any) -> str:
+    if not isinstance(figure, dict):
+        return str(figure)
+    top = "kept" if figure["top_passage_kept"] else "NOT kept"
+    return f"{figure['pairs_per_s']} pairs/s (Spearman {figure['spearman']}, top passage {top})"
+
+
 def _print(figures: dict[str, Any], args: argparse.Namespace) -> None:
     med = figures["median_pairs_per_s"]
     served = figures["served"]
@@ -523,11 +623,16 @@ def _print(figures: dict[str, Any], args: argparse.Namespace) -> None:
         f"  = {figures['served_over_yardstick']}x predict "
         f"({figures['served_over_yardstick_1_thread']}x at 1 thread)"
     )
+    kept = served["agreement"]
+    print(
+        f"    its order of the first request's passages vs predict's: Spearman "
+        f"{kept['spearman']}, top passage kept: {kept['top_passage_kept']}"
+    )
     inf = figures["infinity"]
     if isinstance(inf, str):
         print(f"  Infinity: {inf}")
     else:
-        tried = ", ".join(f"{k}: {v}" for k, v in inf["configurations"].items())
+        tried = "; ".join(f"{k}: {_brief(v)}" for k, v in inf["configurations"].items())
         if "infinity" in med:
             print(
                 f"  Infinity /rerank at its fastest ({inf['best']}), {args.concurrency} "
@@ -548,7 +653,7 @@ def _print(figures: dict[str, Any], args: argparse.Namespace) -> None:
             f"every one whole: {sat['every_ok_answer_whole']}, "
             f"{sat['ok_past_deadline']} past the deadline; refused {sat['refused']} "
             f"in p50 {refusals['p50']} s, p99 {refusals['p99']} s (server pass p50 "
-            f"{sat['server_forward_s']['p50']} s); other {sat['other']}; "
+            f"{_round(sat['server_forward_s']['p50'])} s); other {sat['other']}; "
             f"send lag p99 {sat['send_lag_s']['p99']} s"
         )
 
@@ -569,8 +674,15 @@ def main() -> int:
         help="do not run Infinity beside (by default it runs where its venv is)",
     )
     parser.add_argument("--infinity-venv", default=str(INFINITY_VENV))
-    parser.add_argument("--infinity-engines", default="torch,optimum")
+    parser.add_argument("--infinity-engines", default="torch,optimum,optimum-int8")
     parser.add_argument("--infinity-batch-sizes", default="32,64")
+    parser.add_argument(
+        "--infinity-min-spearman",
+        type=float,
+        default=-1.0,
+        help="keep for the rounds only an Infinity configuration whose order agrees this well"
+        " with predict's (default: any)",
+    )
     parser.add_argument("--saturation", action="store_true", help="then drive it open loop")
     parser.add_argument("--overload", type=float, default=1.5, help="x capacity, open loop")
     parser.add_argument("--saturation-s", type=float, default=15.0)
