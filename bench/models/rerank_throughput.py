@@ -14,7 +14,8 @@ rank the same requests' pairs:
   request in-process: one padded batch per request, torch, given the CPU the server uses
   (torch threads = the server's threads per pass x its workers, as ``/status`` reports
   them), so the ratio is what the server adds, not what more cores add; its figure at one
-  thread is measured too;
+  thread is measured too (on a busy machine two threads can lose to one, so the ratio to
+  the better of the two is given as well);
 * **served**: ``batchserve serve --model FOLDER`` (its defaults, or ``--backend``; the
   engine it served is read back from ``/status``), sent the requests' ``POST /rerank`` by
   ``--concurrency`` clients (4) on kept-alive connections; pairs/s over wall time;
@@ -127,6 +128,7 @@ class Yardstick:
 
         self._model = CrossEncoder(str(folder), device="cpu")
         self._model.predict([("warm", "up")] * 8, show_progress_bar=False)
+        self._model.predict([("a query", "a passage " * 40)] * 100, show_progress_bar=False)
 
     def scores(self, request: Request) -> list[float]:
         """The request's passages' scores, in their order."""
@@ -574,6 +576,10 @@ def measure(args: argparse.Namespace, folder: Path, tmp: Path) -> dict[str, Any]
         figures["served_over_yardstick_1_thread"] = _ratio(
             medians["served"], medians["yardstick_1_thread"]
         )
+        # On a busy machine two threads can lose to one: the ratio to the better of the two.
+        figures["served_over_best_yardstick"] = _ratio(
+            medians["served"], max(medians["yardstick"], medians["yardstick_1_thread"])
+        )
         if "infinity" in medians:
             figures["served_over_infinity"] = _ratio(medians["served"], medians["infinity"])
         stack.close()  # Infinity idles no longer while the server is driven past saturation
@@ -621,7 +627,8 @@ def _print(figures: dict[str, Any], args: argparse.Namespace) -> None:
         f"{served['workers']} workers x {engine['threads']} threads; --backend "
         f"{served['backend_flag']}), {args.concurrency} clients: {med['served']:.1f}"
         f"  = {figures['served_over_yardstick']}x predict "
-        f"({figures['served_over_yardstick_1_thread']}x at 1 thread)"
+        f"({figures['served_over_yardstick_1_thread']}x at 1 thread; "
+        f"{figures['served_over_best_yardstick']}x the better of the two)"
     )
     kept = served["agreement"]
     print(
