@@ -515,6 +515,8 @@ def measure(args: argparse.Namespace, folder: Path, tmp: Path) -> dict[str, Any]
         "requests_per_round": args.requests,
         "rounds": args.rounds,
         "concurrency": args.concurrency,
+        # Other work on the machine: the 1-minute load average before the run and after.
+        "load_average_1m": [round(os.getloadavg()[0], 2)],
     }
     venv = Path(args.infinity_venv)
     run_infinity = args.infinity and (venv / "bin" / "infinity_emb").is_file()
@@ -594,6 +596,7 @@ def measure(args: argparse.Namespace, folder: Path, tmp: Path) -> dict[str, Any]
             sat["server_forward_s"] = status["forward_s"]
             sat["server_refusals"] = status["refusals"]
             figures["saturation"] = sat
+    figures["load_average_1m"].append(round(os.getloadavg()[0], 2))
     return figures
 
 
@@ -616,7 +619,8 @@ def _print(figures: dict[str, Any], args: argparse.Namespace) -> None:
     rounds = figures["rounds"]
     print(
         f"{figures['requests_per_round']} requests of 1 query x "
-        f"{figures['passages_per_request']} passages, {rounds} rounds, medians (pairs/s):"
+        f"{figures['passages_per_request']} passages, {rounds} rounds, medians (pairs/s; "
+        f"load average before and after: {figures['load_average_1m']}):"
     )
     print(
         f"  CrossEncoder.predict, a padded batch per request, {threads} threads: "
