@@ -117,8 +117,12 @@ def require_object(data: Any) -> dict[str, Any]:
     return data
 
 
-def check_text(value: Any, where: str, limits: RequestLimits) -> str:
-    """``value`` if it is a non-empty string within ``--max-input-chars``.
+def check_text(value: Any, where: str, limits: RequestLimits, *, allow_empty: bool = False) -> str:
+    """``value`` if it is a string within ``--max-input-chars`` (non-empty unless allowed).
+
+    ``allow_empty`` is for a reranker's passages: a pipeline's document may have no text
+    (LangChain's and Haystack's rerankers send ``content or ""``), and TEI, Jina and
+    Cohere score such a pair rather than refuse the whole request.
 
     Raises:
         ApiError: ``invalid`` or ``too_large``, naming ``where``.
@@ -127,7 +131,7 @@ def check_text(value: Any, where: str, limits: RequestLimits) -> str:
         raise ApiError(
             "invalid", f"{where} must be a string, got {type(value).__name__}", param=where
         )
-    if not value:
+    if not value and not allow_empty:
         raise ApiError("invalid", f"{where} must not be an empty string", param=where)
     if len(value) > limits.max_input_chars:
         raise ApiError(
@@ -146,8 +150,10 @@ def check_text(value: Any, where: str, limits: RequestLimits) -> str:
     return value
 
 
-def text_list(value: Any, where: str, limits: RequestLimits) -> list[str]:
-    """``value`` if it is a non-empty list of texts (each checked).
+def text_list(
+    value: Any, where: str, limits: RequestLimits, *, allow_empty: bool = False
+) -> list[str]:
+    """``value`` if it is a non-empty list of texts (each checked; see :func:`check_text`).
 
     Raises:
         ApiError: ``empty`` for an empty list, ``invalid`` or ``too_large`` otherwise.
@@ -161,7 +167,9 @@ def text_list(value: Any, where: str, limits: RequestLimits) -> list[str]:
     if not value:
         raise ApiError("empty", f"{where} must not be empty", param=where)
     _check_count(len(value), where, limits)
-    return [check_text(v, f"{where}[{i}]", limits) for i, v in enumerate(value)]
+    return [
+        check_text(v, f"{where}[{i}]", limits, allow_empty=allow_empty) for i, v in enumerate(value)
+    ]
 
 
 def _check_count(n: int, where: str, limits: RequestLimits) -> None:

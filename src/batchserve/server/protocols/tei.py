@@ -199,7 +199,7 @@ def _parse_rerank(data: Any, limits: RequestLimits) -> TaskRequest:
     query = check_text(data.get("query"), "query", limits)
     if "texts" not in data:
         raise ApiError("invalid", "texts is required: a list of strings", param="texts")
-    texts = text_list(data["texts"], "texts", limits)
+    texts = text_list(data["texts"], "texts", limits, allow_empty=True)
     return TaskRequest(
         model=None,
         items=[(query, t) for t in texts],
