@@ -266,11 +266,11 @@ class App:
         return {
             "/": endpoint(tei.choose_root, "tei", tei_error),
             "/embed": endpoint(fixed(tei.EMBED), "tei", tei_error),
-            "/rerank": endpoint(rerankers.choose_rerank, "tei", tei_error),
+            "/rerank": endpoint(rerankers.choose_rerank, "tei", rerankers.rerank_error_body),
             "/predict": endpoint(fixed(tei.PREDICT), "tei", tei_error),
             "/similarity": endpoint(fixed(tei.SIMILARITY), "tei", tei_error),
             "/v1/rerank": endpoint(
-                fixed(rerankers.COHERE_V1_RERANK), "cohere", rerankers.cohere_error_body
+                fixed(rerankers.COHERE_V1_RERANK), "cohere", rerankers.cohere_jina_error_body
             ),
             "/v2/rerank": endpoint(
                 fixed(rerankers.COHERE_V2_RERANK), "cohere", rerankers.cohere_error_body

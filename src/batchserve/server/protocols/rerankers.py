@@ -57,13 +57,43 @@ __all__ = [
     "INFINITY_RERANK",
     "choose_rerank",
     "cohere_error_body",
+    "cohere_jina_error_body",
     "infinity_error_body",
+    "rerank_error_body",
 ]
 
 
 def cohere_error_body(error: ApiError) -> bytes:
     """Cohere's error shape: ``{"message": ...}``."""
     return json_bytes({"message": error.message})
+
+
+def cohere_jina_error_body(error: ApiError) -> bytes:
+    """``POST /v1/rerank``'s errors: Cohere's ``message`` and Jina's ``detail``.
+
+    Jina's clients (LangChain's ``JinaRerank``, LlamaIndex's, Haystack's ``JinaRanker``)
+    raise ``RuntimeError(body["detail"])`` for any answer without ``results``; without the
+    field they fail on a ``KeyError`` that hides the message.
+    """
+    return json_bytes({"message": error.message, "detail": error.message})
+
+
+def rerank_error_body(error: ApiError) -> bytes:
+    """``POST /rerank``'s errors: TEI's ``{error, error_type}`` and FastAPI's ``detail``.
+
+    The path is TEI's and Infinity's: TEI's clients read ``error``; Infinity's generated
+    client parses a 422 as FastAPI's ``{"detail": [{loc, msg, type}]}``, and the Jina
+    clients pointed at an Infinity-style URL read ``detail``.
+    """
+    return json_bytes(
+        {
+            "error": error.message,
+            "error_type": tei.error_type(error.reason),
+            "detail": [
+                {"loc": ["body", error.param or "body"], "msg": error.message, "type": error.reason}
+            ],
+        }
+    )
 
 
 def infinity_error_body(error: ApiError) -> bytes:
@@ -80,12 +110,68 @@ def infinity_error_body(error: ApiError) -> bytes:
     )
 
 
-def _documents(value: Any, limits: RequestLimits, *, objects: bool) -> list[str]:
-    if isinstance(value, list) and objects:
-        value = [
-            v.get("text") if isinstance(v, dict) else v for v in value
-        ]  # Cohere v1's {"text": ...} documents
-    return text_list(value, "documents", limits)
+def _documents(
+    value: Any, limits: RequestLimits, *, objects: bool, rank_fields: list[str] | None
+) -> tuple[list[str], list[Any]]:
+    """The texts to score, and the documents as sent (what ``return_documents`` returns).
+
+    A document is a string or, where the shape takes ``objects`` (Cohere's and Jina's), an
+    object of strings: its ``text``, or with ``rank_fields`` those fields as ``key: value``
+    lines in that order (how Cohere ranks semi-structured documents).
+    """
+    if not objects or not isinstance(value, list):
+        texts = text_list(value, "documents", limits, allow_empty=True)
+        return texts, texts
+    texts = text_list(
+        [_document_text(d, i, rank_fields) for i, d in enumerate(value)],
+        "documents",
+        limits,
+        allow_empty=True,
+    )
+    return texts, value
+
+
+def _document_text(document: Any, i: int, rank_fields: list[str] | None) -> Any:
+    if not isinstance(document, dict):
+        return document  # a string, or refused by text_list naming its type
+    where = f"documents[{i}]"
+    for key, v in document.items():
+        if not isinstance(v, str):
+            raise ApiError(
+                "invalid",
+                f"{where}.{key} must be a string, got {type(v).__name__}",
+                param=f"{where}.{key}",
+            )
+    if rank_fields is None:
+        if "text" not in document:
+            raise ApiError(
+                "invalid",
+                f"{where} must be a string or an object with a 'text' field (or name the "
+                f"fields to rank in rank_fields), got the fields {sorted(document)}",
+                param=where,
+            )
+        return document["text"]
+    lines = [f"{key}: {document[key]}" for key in rank_fields if key in document]
+    if not lines:
+        raise ApiError(
+            "invalid",
+            f"{where} has none of the rank_fields {rank_fields}, got the fields {sorted(document)}",
+            param=where,
+        )
+    return "\n".join(lines)
+
+
+def _rank_fields(data: dict[str, Any]) -> list[str] | None:
+    value = data.get("rank_fields")
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise ApiError(
+            "invalid",
+            f"rank_fields must be a non-empty list of field names, got {value!r}",
+            param="rank_fields",
+        )
+    return value
 
 
 def _parse(data: Any, limits: RequestLimits, *, objects: bool, docs_default: bool) -> TaskRequest:
@@ -93,7 +179,10 @@ def _parse(data: Any, limits: RequestLimits, *, objects: bool, docs_default: boo
     query = check_text(data.get("query"), "query", limits)
     if "documents" not in data:
         raise ApiError("invalid", "documents is required: a list of strings", "documents")
-    documents = _documents(data["documents"], limits, objects=objects)
+    rank_fields = _rank_fields(data) if objects else None
+    texts, documents = _documents(
+        data["documents"], limits, objects=objects, rank_fields=rank_fields
+    )
     model = data.get("model")
     if model is not None and not isinstance(model, str):
         raise ApiError("invalid", f"model must be a string, got {model!r}", param="model")
@@ -101,11 +190,12 @@ def _parse(data: Any, limits: RequestLimits, *, objects: bool, docs_default: boo
     optional_int(data, "max_chunks_per_doc")
     return TaskRequest(
         model=model,
-        items=[(query, d) for d in documents],
+        items=[(query, t) for t in texts],
         options={
             "top_n": optional_int(data, "top_n"),
             "return_documents": optional_bool(data, "return_documents", docs_default),
             "raw_scores": optional_bool(data, "raw_scores", False),
+            "documents": documents,
         },
     )
 
@@ -132,7 +222,9 @@ def _answer_v1(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> byte
     for i, s in _ranked(req, outputs):
         result: dict[str, Any] = {"index": i, "relevance_score": s}
         if req.options["return_documents"]:
-            result["document"] = {"text": req.items[i][1]}
+            document = req.options["documents"][i]
+            # Cohere returns the document as sent: a string as {text}, an object whole.
+            result["document"] = document if isinstance(document, dict) else {"text": document}
         results.append(result)
     tokens = tokens_of(model, req.items)
     return json_bytes(
