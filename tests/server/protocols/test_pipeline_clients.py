@@ -1,0 +1,237 @@
+"""What the pipeline libraries send to a reranker or classifier, sent as they send it.
+
+LangChain, LlamaIndex, Haystack and Infinity's generated client are too heavy for the dev
+extra, so each test replays the exact request one of them makes (path, headers, body) over
+raw HTTP to the app in-process, and checks the fields that client reads. Each names the
+package, its version and the source line it mirrors; the versions are those installed and
+driven against a real ``batchserve serve --model FOLDER`` when the tests were written.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from server_helpers import build_app, client_for
+
+from batchserve.engines.loader import load_model
+from batchserve.models.loader import LoadedModel
+
+pytest.importorskip("transformers")
+
+QUERY = "what is a cat"
+DOCS = [
+    "A cat is a small domesticated carnivorous mammal.",
+    "Paris is the capital of France.",
+    "Cats sleep for most of the day.",
+]
+# What the Jina clients send besides the body (langchain-community's JinaRerank.session).
+JINA_HEADERS = {
+    "Authorization": "Bearer jina_unused",
+    "Accept-Encoding": "identity",
+    "Content-type": "application/json",
+    "user-agent": "langchain",
+}
+
+
+@pytest.fixture(scope="module")
+def reranker(reranker_folder: Path) -> LoadedModel:
+    return load_model(f"{reranker_folder}:backend=torch,threads=1")
+
+
+@pytest.fixture(scope="module")
+def classifier(classifier_folder: Path) -> LoadedModel:
+    return load_model(f"{classifier_folder}:backend=torch,threads=1")
+
+
+def _sigmoids(reranker: LoadedModel, docs: list[str]) -> list[float]:
+    logits = np.asarray(reranker.fn([(QUERY, d) for d in docs]))[:, 0]
+    return [1.0 / (1.0 + math.exp(-float(v))) for v in logits]
+
+
+def _order(scores: list[float]) -> list[int]:
+    return sorted(range(len(scores)), key=lambda i: -scores[i])
+
+
+async def test_jina_clients_rerank_documents_with_no_text(reranker: LoadedModel) -> None:
+    # langchain-community 0.4.2, document_compressors/jina_rerank.py, JinaRerank.rerank:
+    #   data = {"query", "documents", "model", "top_n"}; self.session.post(JINA_API_URL, ...)
+    # jina-haystack 1.2.0, rankers/jina/ranker.py, JinaRanker.run:
+    #   "documents": [doc.content or "" for doc in documents], "top_n": top_k (may be None)
+    # Both read results[].index and .relevance_score; Haystack also resp["model"], ["usage"].
+    docs = [*DOCS, ""]
+    expected = _sigmoids(reranker, docs)
+    app = build_app({"ce": reranker})
+    async with client_for(app) as c:
+        r = await c.post(
+            "/v1/rerank",
+            headers=JINA_HEADERS,
+            json={
+                "query": QUERY,
+                "documents": docs,
+                "model": "jina-reranker-v1-base-en",
+                "top_n": 3,
+            },
+        )
+        haystack = await c.post(
+            "/v1/rerank",
+            json={
+                "query": QUERY,
+                "documents": docs,
+                "model": "jina-reranker-v1-base-en",
+                "top_n": None,
+            },
+        )
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert [x["index"] for x in results] == _order(expected)[:3]
+    for x in results:
+        assert x["relevance_score"] == pytest.approx(expected[x["index"]], abs=1e-5)
+    body = haystack.json()
+    assert [x["index"] for x in body["results"]] == _order(expected)
+    assert body["model"] == "ce"
+    assert body["usage"]["total_tokens"] > 0
+
+
+async def test_jina_clients_read_the_error_from_detail(reranker: LoadedModel) -> None:
+    # The three Jina clients (langchain-community 0.4.2 JinaRerank, llama-index-postprocessor-
+    # jinaai-rerank 0.6.0 JinaRerank._postprocess_nodes, jina-haystack 1.2.0 JinaRanker.run):
+    #   if "results" not in resp: raise RuntimeError(resp["detail"])
+    # LlamaIndex posts to f"{base_url}/rerank": /v1/rerank with Jina's base URL, /rerank
+    # with a server's bare URL (Infinity's shape). Cohere's SDK reads "message".
+    app = build_app({"ce": reranker})
+    body = {"query": "", "documents": DOCS, "model": "jina-reranker-v1-base-en", "top_n": 2}
+    async with client_for(app) as c:
+        v1 = await c.post("/v1/rerank", headers=JINA_HEADERS, json=body)
+        bare = await c.post("/rerank", headers=JINA_HEADERS, json=body)
+    assert v1.status_code == 422
+    assert "results" not in v1.json()
+    assert v1.json()["detail"] == "query must not be an empty string"
+    assert v1.json()["message"] == v1.json()["detail"]
+    assert bare.status_code == 422
+    assert "query must not be an empty string" in str(bare.json()["detail"])
+    assert bare.json()["error_type"] == "validation"  # TEI's clients read error, error_type
+
+
+async def test_llama_index_tei_rerank_scores_every_node(reranker: LoadedModel) -> None:
+    # llama-index-postprocessor-tei-rerank 0.6.0, base.py, TextEmbeddingInference._call_api:
+    #   json_data = {"query": query, "texts": texts}; client.post(f"{base_url}/rerank")
+    # then `assert len(scores) == len(nodes)` and nodes[item["index"]].score = item["score"];
+    # a node's text may be empty (an image node, a blank chunk).
+    texts = [DOCS[0], "", DOCS[1]]
+    expected = _sigmoids(reranker, texts)
+    app = build_app({"ce": reranker})
+    async with client_for(app) as c:
+        r = await c.post(
+            "/rerank",
+            headers={"Content-Type": "application/json"},
+            json={"query": QUERY, "texts": texts},
+        )
+    assert r.status_code == 200, r.text
+    scores = r.json()
+    assert len(scores) == len(texts)
+    assert sorted(x["index"] for x in scores) == [0, 1, 2]
+    for x in scores:
+        assert float(x["score"]) == pytest.approx(expected[x["index"]], abs=1e-5)
+
+
+async def test_cohere_v2_clients_send_empty_documents_and_a_token_cap(
+    reranker: LoadedModel,
+) -> None:
+    # cohere-haystack 11.0.0, rankers/cohere/ranker.py, CohereRanker._prepare_cohere_input:
+    #   meta_data_separator.join([*meta_values_to_embed, doc.content or ""]), then
+    #   ClientV2.rerank(model, query, documents, max_tokens_per_doc=4096, top_n=top_k)
+    # (cohere 5.21.1 v2/raw_client.py: POST v2/rerank {model, query, documents, top_n,
+    # max_tokens_per_doc}); LangChain's CohereRerank and LlamaIndex's send the same body.
+    docs = [DOCS[0], "", DOCS[2]]
+    expected = _sigmoids(reranker, docs)
+    app = build_app({"ce": reranker})
+    body = {
+        "model": "rerank-v3.5",
+        "query": QUERY,
+        "documents": docs,
+        "top_n": 2,
+        "max_tokens_per_doc": 4096,
+    }
+    async with client_for(app) as c:
+        r = await c.post("/v2/rerank", json=body)
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert [x["index"] for x in results] == _order(expected)[:2]
+
+
+async def test_cohere_v1_ranks_the_fields_of_object_documents(reranker: LoadedModel) -> None:
+    # cohere 5.21.1, raw_base_client.py, RawBaseCohere.rerank: POST v1/rerank {model, query,
+    # documents (strings or objects of strings), top_n, rank_fields, return_documents,
+    # max_chunks_per_doc}. With rank_fields the named fields are ranked (as "key: value"
+    # lines); without, an object's "text". The answer's document is the object as sent.
+    docs = [{"title": "Cats", "text": DOCS[0]}, {"title": "France", "text": DOCS[1]}]
+    ranked = [f"title: {d['title']}\ntext: {d['text']}" for d in docs]
+    by_fields = _sigmoids(reranker, ranked)
+    by_text = _sigmoids(reranker, [d["text"] for d in docs])
+    app = build_app({"ce": reranker})
+    body: dict[str, Any] = {"query": QUERY, "documents": docs, "return_documents": True}
+    async with client_for(app) as c:
+        fields = await c.post("/v1/rerank", json={**body, "rank_fields": ["title", "text"]})
+        text = await c.post("/v1/rerank", json=body)
+        no_text = await c.post("/v1/rerank", json={**body, "documents": [{"body": "x"}]})
+        missing = await c.post(
+            "/v1/rerank", json={**body, "documents": [{"body": "x"}], "rank_fields": ["title"]}
+        )
+        not_str = await c.post("/v1/rerank", json={**body, "documents": [{"text": 3}]})
+    assert fields.status_code == 200, fields.text
+    for x in fields.json()["results"]:
+        assert x["relevance_score"] == pytest.approx(by_fields[x["index"]], abs=1e-5)
+        assert x["document"] == docs[x["index"]]
+    for x in text.json()["results"]:
+        assert x["relevance_score"] == pytest.approx(by_text[x["index"]], abs=1e-5)
+    assert no_text.status_code == 422
+    assert (
+        "documents[0] must be a string or an object with a 'text' field"
+        in (no_text.json()["message"])
+    )
+    assert missing.status_code == 422
+    assert "has none of the rank_fields ['title']" in missing.json()["message"]
+    assert not_str.json()["message"] == "documents[0].text must be a string, got int"
+
+
+async def test_infinity_client_reranks_classifies_and_parses_a_422(
+    reranker: LoadedModel, classifier: LoadedModel
+) -> None:
+    # infinity_client 0.0.78, api/default/rerank.py and classify.py: POST /rerank with
+    # RerankInput.to_dict() {query, documents, return_documents, raw_scores, model} and POST
+    # /classify with {input, model, raw_scores}; ReRankResult.from_dict pops results[]
+    # (relevance_score, index, document), model, usage (prompt_tokens, total_tokens);
+    # a 422 is parsed as HTTPValidationError: detail = [{loc, msg, type}].
+    expected = _sigmoids(reranker, DOCS)
+    app = build_app({"ce": reranker, "clf": classifier})
+    body = {
+        "query": QUERY,
+        "documents": DOCS,
+        "return_documents": True,
+        "raw_scores": False,
+        "model": "ce",
+    }
+    async with client_for(app) as c:
+        r = await c.post("/rerank", json=body)
+        k = await c.post("/classify", json={"input": ["I love it"], "model": "clf"})
+        bad = await c.post("/rerank", json={**body, "documents": [DOCS[0], 7]})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert [x["index"] for x in out["results"]] == _order(expected)
+    assert out["results"][0]["document"] == DOCS[_order(expected)[0]]
+    assert out["model"] == "ce"
+    assert set(out["usage"]) >= {"prompt_tokens", "total_tokens"}
+    assert k.status_code == 200, k.text
+    assert {x["label"] for x in k.json()["data"][0]} == {"negative", "neutral", "positive"}
+    assert set(k.json()["usage"]) >= {"prompt_tokens", "total_tokens"}
+    assert bad.status_code == 422
+    (detail,) = bad.json()["detail"]
+    assert detail == {
+        "loc": ["body", "documents[1]"],
+        "msg": "documents[1] must be a string, got int",
+        "type": "invalid",
+    }
