@@ -254,30 +254,36 @@ class App:
         # choice of task by body and model kind (see protocols.tasks).
         registry, limits = self.registry, self.limits
 
-        def fixed(task: Task) -> Any:
-            return lambda data, kind: task
-
-        def endpoint(choose: Any, protocol: str, error_body: Any) -> TaskEndpoint:
+        def endpoint(
+            choose: Any, protocol: str, error_body: Any, kinds: frozenset[str] | None
+        ) -> TaskEndpoint:
             return TaskEndpoint(
-                registry, limits, choose=choose, protocol=protocol, error_body=error_body
+                registry,
+                limits,
+                choose=choose,
+                protocol=protocol,
+                error_body=error_body,
+                kinds=kinds,
             )
 
+        def fixed(task: Task, protocol: str, error_body: Any) -> TaskEndpoint:
+            return endpoint(lambda data, kind: task, protocol, error_body, task.kinds)
+
         tei_error = tei.error_body
+        rerank_kinds = rerankers.INFINITY_RERANK.kinds | tei.RERANK.kinds
         return {
-            "/": endpoint(tei.choose_root, "tei", tei_error),
-            "/embed": endpoint(fixed(tei.EMBED), "tei", tei_error),
-            "/rerank": endpoint(rerankers.choose_rerank, "tei", rerankers.rerank_error_body),
-            "/predict": endpoint(fixed(tei.PREDICT), "tei", tei_error),
-            "/similarity": endpoint(fixed(tei.SIMILARITY), "tei", tei_error),
-            "/v1/rerank": endpoint(
-                fixed(rerankers.COHERE_V1_RERANK), "cohere", rerankers.cohere_jina_error_body
+            "/": endpoint(tei.choose_root, "tei", tei_error, None),
+            "/embed": fixed(tei.EMBED, "tei", tei_error),
+            "/rerank": endpoint(
+                rerankers.choose_rerank, "tei", rerankers.rerank_error_body, rerank_kinds
             ),
-            "/v2/rerank": endpoint(
-                fixed(rerankers.COHERE_V2_RERANK), "cohere", rerankers.cohere_error_body
+            "/predict": fixed(tei.PREDICT, "tei", tei_error),
+            "/similarity": fixed(tei.SIMILARITY, "tei", tei_error),
+            "/v1/rerank": fixed(
+                rerankers.COHERE_V1_RERANK, "cohere", rerankers.cohere_jina_error_body
             ),
-            "/classify": endpoint(
-                fixed(rerankers.CLASSIFY), "infinity", rerankers.infinity_error_body
-            ),
+            "/v2/rerank": fixed(rerankers.COHERE_V2_RERANK, "cohere", rerankers.cohere_error_body),
+            "/classify": fixed(rerankers.CLASSIFY, "infinity", rerankers.infinity_error_body),
         }
 
     def authorize(self, head: Head) -> str | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from server_helpers import build_app, client_for
+from server_helpers import build_app, client_for, embedding_model
 
 from batchserve.engines.loader import load_model
 from batchserve.models.loader import LoadedModel
@@ -235,3 +235,47 @@ async def test_infinity_client_reranks_classifies_and_parses_a_422(
         "msg": "documents[1] must be a string, got int",
         "type": "invalid",
     }
+
+
+def _embed(texts: list[str]) -> list[list[float]]:
+    return [[1.0, 0.0, 0.0, 0.0] for _ in texts]
+
+
+async def test_one_server_for_a_pipeline_routes_each_client_to_its_model(
+    reranker: LoadedModel, classifier: LoadedModel
+) -> None:
+    # A retrieval pipeline's server: `serve --model minilm --model ./ce --model ./clf`, the
+    # embedder first (the default). TEI's clients name no model (llama-index-postprocessor-
+    # tei-rerank 0.6.0 posts {"query", "texts"}); Cohere's and Jina's send their hosted
+    # names (cohere v2: "rerank-v3.5"; langchain-community JinaRerank:
+    # "jina-reranker-v1-base-en"); infinity_client sends none unless told.
+    expected = _sigmoids(reranker, DOCS)
+    app = build_app({"emb": embedding_model(_embed), "ce": reranker, "clf": classifier})
+    async with client_for(app) as c:
+        tei = await c.post("/rerank", json={"query": QUERY, "texts": DOCS})
+        cohere = await c.post(
+            "/v2/rerank", json={"model": "rerank-v3.5", "query": QUERY, "documents": DOCS}
+        )
+        jina = await c.post(
+            "/v1/rerank",
+            json={"model": "jina-reranker-v1-base-en", "query": QUERY, "documents": DOCS},
+        )
+        infinity = await c.post("/classify", json={"input": ["I love it"]})
+        embed = await c.post("/embed", json={"inputs": "a"})
+        # /predict answers a classifier or a reranker: two are served, the body names one.
+        ambiguous = await c.post("/predict", json={"inputs": "I love it"})
+        named = await c.post("/predict", json={"inputs": "I love it", "model": "clf"})
+        unknown = await c.post("/predict", json={"inputs": "I love it", "model": "nope"})
+    assert tei.status_code == 200, tei.text
+    assert [x["index"] for x in tei.json()] == _order(expected)
+    assert [x["index"] for x in cohere.json()["results"]] == _order(expected)
+    assert jina.json()["model"] == "ce"
+    assert infinity.json()["model"] == "clf"
+    assert embed.json() == [[1.0, 0.0, 0.0, 0.0]]
+    assert ambiguous.status_code == 422
+    assert ambiguous.json()["error"] == (
+        "several models answer this route (ce, clf); name one in the body's model"
+    )
+    assert {p["label"] for p in named.json()} == {"negative", "neutral", "positive"}
+    assert unknown.status_code == 404
+    assert "served: emb, ce, clf" in unknown.json()["error"]

@@ -231,13 +231,22 @@ def activate(kind: str, logits: npt.NDArray[np.float32], raw: bool) -> list[floa
 class TaskEndpoint:
     """A task route as an exchange's endpoint (see the module docstring).
 
+    Which model answers: the one the body's ``model`` names; else, with one model served,
+    that one (clients of hosted APIs send their own names, ``rerank-v3.5``, and TEI's
+    routes name none); else the default model if its kind answers the route, or the only
+    model whose kind does (TEI's ``/rerank`` reaches the reranker of a server that also
+    serves an embedder). A name that is not served, with several models and not one of the
+    route's kind, is 404 naming the models; several of its kind and none named, 400 asking
+    for one.
+
     Args:
-        registry: the served models (the body may name one; none named: the default model,
-            or the only one of a kind the task answers).
+        registry: the served models.
         limits: the request limits.
         choose: the task for a body and a model kind (one route, one task, except ``POST /``).
         protocol: the metrics label (``tei``, ``cohere``, ``jina``).
         error_body: the protocol's error body.
+        kinds: the model kinds the route answers (None: any, ``POST /`` answering each
+            model's own task).
     """
 
     body_types = frozenset({"application/json"})
@@ -250,12 +259,14 @@ class TaskEndpoint:
         choose: Callable[[Any, str], Task],
         protocol: str,
         error_body: Callable[[ApiError], bytes],
+        kinds: frozenset[str] | None = None,
     ) -> None:
         self.registry = registry
         self.limits = limits
         self.protocol = protocol
         self._choose = choose
         self._error_body = error_body
+        self._kinds = kinds
 
     def parse(self, exchange: Exchange, body: bytes) -> Parsed:
         """The model (the body's, else the default), the checked request and its items."""
@@ -297,13 +308,26 @@ class TaskEndpoint:
 
     def _model(self, name: str | None) -> ServedModel:
         registry = self.registry
-        if name is not None and name in registry.models:
-            return registry.models[name]
-        if name is not None and len(registry.models) > 1:
-            return registry.require(name)
-        # A name no model is served under, with one model served: clients of hosted APIs
-        # send their own model names (``rerank-v3.5``); the one model answers them.
-        return registry.default
+        models = registry.models
+        if name is not None and name in models:
+            return models[name]
+        default = registry.default
+        kinds = self._kinds
+        if len(models) == 1 or kinds is None or _kind(default) in kinds:
+            if name is not None and len(models) > 1:
+                return registry.require(name)  # 404, naming the models
+            return default
+        fits = [m for m in models.values() if _kind(m) in kinds]
+        if len(fits) == 1:
+            return fits[0]
+        if name is not None or not fits:
+            return registry.require(name)  # 404 naming the models; none: wrong_kind
+        raise ApiError(
+            "invalid",
+            f"several models answer this route ({', '.join(m.name for m in fits)}); "
+            "name one in the body's model",
+            param="model",
+        )
 
     def answer(self, exchange: Exchange, served: list[Served[Any]]) -> Reply:
         """The task's answer, with the timing headers and the truncation count."""
@@ -321,6 +345,11 @@ class TaskEndpoint:
     def error_body(self, error: ApiError) -> bytes:
         """The protocol's error body."""
         return self._error_body(error)
+
+
+def _kind(model: ServedModel) -> str | None:
+    loaded = model.loaded
+    return loaded.kind if loaded is not None else None
 
 
 def _refuse_over_window(fn: Any, window: int | None, items: Sequence[Any]) -> None:
