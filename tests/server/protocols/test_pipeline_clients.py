@@ -279,3 +279,28 @@ async def test_one_server_for_a_pipeline_routes_each_client_to_its_model(
     assert {p["label"] for p in named.json()} == {"negative", "neutral", "positive"}
     assert unknown.status_code == 404
     assert "served: emb, ce, clf" in unknown.json()["error"]
+
+
+async def test_inference_client_s_other_tasks_are_refused_not_misread(
+    classifier: LoadedModel,
+) -> None:
+    # huggingface_hub 2.4.0, inference/_client.py, InferenceClient.zero_shot_classification
+    # posts to the model's URL, as text_classification does, with
+    # {"inputs": text, "parameters": {"candidate_labels", "multi_label", ...}} (None values
+    # dropped by filter_none). A classifier answering it as text classification would lose
+    # the candidate labels: it is refused, naming them.
+    app = build_app({"clf": classifier})
+    async with client_for(app) as c:
+        zero = await c.post(
+            "/",
+            json={
+                "inputs": "I love it",
+                "parameters": {"candidate_labels": ["a", "b"], "multi_label": False},
+            },
+        )
+        text = await c.post("/", json={"inputs": "I love it", "parameters": {"top_k": 1}})
+    assert zero.status_code == 422
+    assert zero.json()["error"].startswith(
+        "parameters.candidate_labels is not a parameter of text classification"
+    )
+    assert len(text.json()[0]) == 1

@@ -314,9 +314,23 @@ PREDICT = Task(
 # -- POST / for a classifier: Hugging Face's text-classification shape --------------------
 
 
+#: The parameters of Hugging Face's text classification, and TEI's truncation.
+_CLASSIFY_PARAMETERS = ("top_k", "function_to_apply", "truncate", "truncation_direction")
+
+
 def _parse_root_classify(data: Any, limits: RequestLimits) -> TaskRequest:
     data = require_object(data)
     params = _params(data)
+    for key in params:
+        if key not in _CLASSIFY_PARAMETERS:
+            # huggingface_hub's other tasks post here too (zero_shot_classification sends
+            # candidate_labels): answering them as text classification would lose them.
+            raise ApiError(
+                "invalid",
+                f"parameters.{key} is not a parameter of text classification, which is "
+                f"what this model answers at POST / (it takes {', '.join(_CLASSIFY_PARAMETERS)})",
+                param=f"parameters.{key}",
+            )
     value = data.get("inputs")
     if isinstance(value, str):
         items = [check_text(value, "inputs", limits)]
