@@ -70,6 +70,23 @@ def test_cohere_sdk_reranks(reranker_server: ServerProcess) -> None:
     assert old.results[0].document.text == DOCS[order[0]]
 
 
+def test_cohere_sdk_ranks_object_documents_by_their_fields(reranker_server: ServerProcess) -> None:
+    cohere = pytest.importorskip("cohere")
+    docs = [{"title": "Cats", "text": DOCS[0]}, {"title": "France", "text": DOCS[1]}]
+    with httpx.Client() as http:
+        v1 = cohere.Client(api_key="unused", base_url=reranker_server.url, httpx_client=http)
+        out = v1.rerank(
+            query=QUERY, documents=docs, rank_fields=["title", "text"], return_documents=True
+        )
+    # The documents come back whole, their extra fields included.
+    assert {(r.document.title, r.document.text) for r in out.results} == {
+        (d["title"], d["text"]) for d in docs
+    }
+    assert [r.relevance_score for r in out.results] == sorted(
+        (r.relevance_score for r in out.results), reverse=True
+    )
+
+
 def test_cohere_sdk_reads_the_errors(
     reranker_server: ServerProcess, classifier_server: ServerProcess
 ) -> None:
