@@ -8,9 +8,11 @@ Jina's reranker API as the Cohere-style clients call it); the manual lists the d
 * ``POST /v2/rerank`` (Cohere v2): ``model``, ``query``, ``documents`` (strings),
   ``top_n``, ``max_tokens_per_doc`` -> ``{id, results: [{index, relevance_score}], meta}``.
 * ``POST /v1/rerank`` (Cohere v1 and Jina, one request shape): ``documents`` are strings or
-  ``{"text": ...}`` objects; ``top_n``, ``return_documents`` (default true, as Jina's) ->
-  ``{id, model, results: [{index, relevance_score, document: {text}}], usage, meta}``: the
-  fields of both answers, so each client finds its own.
+  objects of strings (their ``text``, or with ``rank_fields`` those fields as ``key: value``
+  lines, as Cohere ranks them); ``top_n``, ``return_documents`` (default true, as Jina's)
+  -> ``{id, model, results: [{index, relevance_score, document}], usage, meta}``, each
+  document as sent (a string as ``{text}``): the fields of both answers, so each client
+  finds its own.
 * ``POST /rerank`` with ``documents`` (Infinity): ``query``, ``documents``,
   ``return_documents``, ``raw_scores``, ``top_n`` -> ``{object: "rerank", results:
   [{relevance_score, index, document}], model, usage, id, created}`` (the document a plain
@@ -20,8 +22,11 @@ Jina's reranker API as the Cohere-style clients call it); the manual lists the d
   data: [[{score, label}, ...]], model, usage, id, created}``.
 
 Results are sorted by score, highest first, and cut to ``top_n``. Scores are the sigmoid of
-the reranker's logit (``raw_scores`` where the shape has it). Errors: Cohere's routes answer
-``{"message": ...}``; ``/classify`` answers Infinity's (OpenAI-style) ``{"error": {...}}``.
+the reranker's logit (``raw_scores`` where the shape has it). A passage may be empty (the
+pipelines send ``content or ""``); the query may not. Errors: ``/v2/rerank`` answers
+Cohere's ``{"message": ...}``, ``/v1/rerank`` adds Jina's ``detail``, ``/rerank`` TEI's
+``{error, error_type}`` with FastAPI's ``detail`` list (Infinity's 422), and ``/classify``
+Infinity's (OpenAI-style) ``{"error": {...}}``.
 """
 
 from __future__ import annotations

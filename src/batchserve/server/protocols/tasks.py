@@ -13,8 +13,9 @@ refused whole.
 
 Checks common to every task, done before anything is queued:
 
-* the model's kind answers the route (else 400 ``wrong_kind``, naming the kind and the
-  route to use);
+* the model: the one the body names, else the one of the route's kind (see
+  :class:`TaskEndpoint`), and its kind answers the route (else 400 ``wrong_kind``, naming
+  the kind and the route to use);
 * the items fit: at most ``--max-inputs`` per request and never more than the model's queue
   holds (a request that could never be admitted whole is refused at once, 413, saying
   which limit); a rerank of 1,000 passages under those limits is served in passes;

@@ -7,8 +7,10 @@ listed in the manual (``docs/serving/rerank.md``). Each route is a
 * ``POST /embed``: ``inputs`` (a text or a list), ``truncate``, ``truncation_direction``,
   ``normalize``, ``prompt_name``, ``dimensions`` -> a list of vectors (a single text gets a
   list of one, as TEI answers). ``dimensions`` keeps the first N values and renormalises.
-* ``POST /rerank``: ``query``, ``texts``, ``raw_scores``, ``return_text``, ``truncate`` ->
-  ``[{index, score, text?}]`` sorted by score, highest first. A body with ``documents``
+  An empty text is embedded, as TEI does.
+* ``POST /rerank``: ``query``, ``texts`` (an empty one is scored), ``raw_scores``,
+  ``return_text``, ``truncate`` -> ``[{index, score, text?}]`` sorted by score, highest
+  first. A body with ``documents``
   instead of ``texts`` is Jina's and Infinity's shape
   (:mod:`~batchserve.server.protocols.rerankers`), answered in theirs.
 * ``POST /predict``: ``inputs`` a text, a pair ``[a, b]``, or a batch ``[[a], [a, b], ...]``;
@@ -19,7 +21,8 @@ listed in the manual (``docs/serving/rerank.md``). Each route is a
   ``feature_extraction`` (and ``sentence_similarity``, told apart by its ``inputs`` object,
   where TEI needs a ``TASK`` setting), a classifier ``text_classification`` (a list of
   ``{label, score}`` per input, honouring ``parameters.top_k`` and
-  ``parameters.function_to_apply``), a reranker ``/rerank``.
+  ``parameters.function_to_apply``, refusing any parameter of another task), a reranker
+  ``/rerank``.
 
 Errors are TEI's ``{"error": message, "error_type": type}``, the type read from the reason
 (``overloaded`` for 429, ``unhealthy`` for 503, ``validation`` for 413 and 422, ``empty``
