@@ -123,12 +123,10 @@ def _parse_embed(data: Any, limits: RequestLimits) -> TaskRequest:
     if "inputs" not in data:
         raise ApiError("invalid", "inputs is required: a string or a list of strings", "inputs")
     value = data["inputs"]
-    # An empty text is embedded, as TEI does: Haystack's TEI embedders send
-    # ``doc.content or ""``, and one empty document must not fail a batch of them.
     texts = (
-        [check_text(value, "inputs", limits, allow_empty=True)]
+        [check_text(value, "inputs", limits)]
         if isinstance(value, str)
-        else text_list(value, "inputs", limits, allow_empty=True)
+        else text_list(value, "inputs", limits)
     )
     merged = {**data, **params}
     dims = optional_int(merged, "dimensions")
