@@ -122,8 +122,8 @@ def check_text(value: Any, where: str, limits: RequestLimits, *, allow_empty: bo
     """``value`` if it is a string within ``--max-input-chars`` (non-empty unless allowed).
 
     ``allow_empty`` is for a reranker's passages: a pipeline's document may have no text
-    (LangChain's and Haystack's rerankers send ``content or ""``), and TEI, Jina and
-    Cohere score such a pair rather than refuse the whole request.
+    (LangChain's and Haystack's rerankers send ``content or ""``), and TEI scores such a
+    pair rather than refuse the whole request.
 
     Raises:
         ApiError: ``invalid`` or ``too_large``, naming ``where``.

@@ -7,7 +7,6 @@ listed in the manual (``docs/serving/rerank.md``). Each route is a
 * ``POST /embed``: ``inputs`` (a text or a list), ``truncate``, ``truncation_direction``,
   ``normalize``, ``prompt_name``, ``dimensions`` -> a list of vectors (a single text gets a
   list of one, as TEI answers). ``dimensions`` keeps the first N values and renormalises.
-  An empty text is embedded, as TEI does.
 * ``POST /rerank``: ``query``, ``texts`` (an empty one is scored), ``raw_scores``,
   ``return_text``, ``truncate`` -> ``[{index, score, text?}]`` sorted by score, highest
   first. A body with ``documents``
