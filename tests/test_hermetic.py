@@ -109,6 +109,7 @@ def served_before(home: Path, engine_cache: Path) -> Path:
         installed={"torch", "onnx"},
         quality_set=qs,
         rounds=1,
+        repeats=1,
     )
     assert verdict.chosen == Engine("onnx", "float32")
     return cache

@@ -174,6 +174,7 @@ def test_choose_measures_gates_fastest_first_and_caches(source: Path, tmp_path: 
         "installed": ALL,
         "quality_set": QS,
         "rounds": 1,
+        "repeats": 1,
     }
     verdict, fn = choose(source, **kwargs)
     assert verdict.chosen == Engine("openvino", "float32")
@@ -229,6 +230,7 @@ def torch_only(cache: Path) -> dict[str, Any]:
         "installed": {"torch"},
         "quality_set": QS,
         "rounds": 1,
+        "repeats": 1,
     }
 
 
