@@ -600,6 +600,59 @@ def measure(args: argparse.Namespace, folder: Path, tmp: Path) -> dict[str, Any]
     return figures
 
 
+def rows(figures: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per contender: its median pairs/s, batchserve's rate over it, its ranking.
+
+    Infinity's row is the configuration the rounds ran; every other configuration of its
+    sweep follows (timed once, before the rounds). The ranking figures are each engine's
+    order of one request's passages against ``CrossEncoder.predict``'s.
+    """
+    med = figures["median_pairs_per_s"]
+    served = figures["served"]
+    engine = served["engine"]
+    out: list[dict[str, Any]] = [
+        {
+            "contender": "batchserve /rerank (default)",
+            "engine": f"{engine['backend']} {engine['precision']}",
+            "pairs_per_s": med["served"],
+            "batchserve_over_it": 1.0,
+            "spearman": served["agreement"]["spearman"],
+        },
+        {
+            "contender": f"CrossEncoder.predict, {figures['yardstick_threads']} threads",
+            "engine": "torch float32",
+            "pairs_per_s": med["yardstick"],
+            "batchserve_over_it": figures["served_over_yardstick"],
+            "spearman": 1.0,
+        },
+        {
+            "contender": "CrossEncoder.predict, 1 thread",
+            "engine": "torch float32",
+            "pairs_per_s": med["yardstick_1_thread"],
+            "batchserve_over_it": figures["served_over_yardstick_1_thread"],
+            "spearman": 1.0,
+        },
+    ]
+    inf = figures.get("infinity")
+    if isinstance(inf, dict) and "configurations" in inf:
+        best = inf.get("best")
+        for name, conf in inf["configurations"].items():
+            if not isinstance(conf, dict) or "pairs_per_s" not in conf:
+                continue
+            chosen = name == best and "infinity" in med
+            rate = med["infinity"] if chosen else conf["pairs_per_s"]
+            out.append(
+                {
+                    "contender": "Infinity /rerank" + (" (rounds)" if chosen else " (sweep, once)"),
+                    "engine": name,
+                    "pairs_per_s": rate,
+                    "batchserve_over_it": _ratio(med["served"], rate),
+                    "spearman": conf["spearman"],
+                }
+            )
+    return out
+
+
 def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
@@ -699,6 +752,11 @@ def main() -> int:
     parser.add_argument("--saturation-s", type=float, default=15.0)
     parser.add_argument("--deadline-s", type=float, default=2.0, help="each open-loop request's")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--rows",
+        action="store_true",
+        help="print one JSON row per contender (for bench/tools/record.py)",
+    )
     args = parser.parse_args()
     for flag in ("requests", "passages", "concurrency", "rounds"):
         if getattr(args, flag) < 1:
@@ -706,7 +764,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.folder) if args.folder else build_folder(Path(tmp) / "minilm-ce")
         figures = measure(args, folder.resolve(), Path(tmp))
-    if args.json:
+    if args.rows:
+        for row in rows(figures):
+            print(json.dumps(row))
+    elif args.json:
         print(json.dumps(figures, indent=2))
     else:
         _print(figures, args)
