@@ -304,3 +304,28 @@ async def test_inference_client_s_other_tasks_are_refused_not_misread(
         "parameters.candidate_labels is not a parameter of text classification"
     )
     assert len(text.json()[0]) == 1
+
+
+async def test_haystack_tei_embedder_embeds_a_document_with_no_text() -> None:
+    # huggingface-api-haystack 3.1.0, embedders/huggingface_api/document_embedder.py:
+    #   embedding_separator.join([*meta_values_to_embed, doc.content or ""]), then
+    #   InferenceClient.feature_extraction(text=batch, truncate=True, normalize=False)
+    # which posts {"inputs": [...], "truncate": true, "normalize": false} to the URL
+    # (huggingface_hub 2.4.0, HFInferenceFeatureExtractionTask: parameters at the root).
+    seen: list[str] = []
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        seen.extend(texts)
+        return [[float(len(t)), 1.0, 0.0, 0.0] for t in texts]
+
+    app = build_app({"emb": embedding_model(embed)})
+    body = {"inputs": ["a cat", ""], "truncate": True, "normalize": False}
+    async with client_for(app) as c:
+        root = await c.post("/", json=body)
+        embed_route = await c.post("/embed", json={"inputs": ""})
+        openai = await c.post("/v1/embeddings", json={"input": ""})
+    assert root.status_code == 200, root.text
+    assert len(root.json()) == 2
+    assert sorted(seen[:2]) == ["", "a cat"]
+    assert embed_route.status_code == 200
+    assert openai.status_code == 422  # OpenAI's API refuses an empty string; so does this

@@ -172,6 +172,27 @@ def _simple(summary: str, description: str, tag: str, errors: list[str] | None =
     return {"summary": summary, "description": description, "tags": [tag], "responses": responses}
 
 
+#: TEI's error body's fields.
+_TEI_ERROR = {
+    "error": {"type": "string"},
+    "error_type": {"enum": ["unhealthy", "backend", "overloaded", "validation", "empty"]},
+}
+
+#: FastAPI's validation error list, as Infinity answers a 422: the field and the rule.
+_FASTAPI_DETAIL = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["loc", "msg", "type"],
+        "properties": {
+            "loc": {"type": "array", "items": {"type": ["string", "integer"]}},
+            "msg": {"type": "string"},
+            "type": {"type": "string", "description": "The server's reason."},
+        },
+    },
+}
+
+
 def _schemas(models: list[str], limits: RequestLimits, dimensions: list[int]) -> dict[str, Any]:
     # The limits are stated in words, not as maxItems/maxLength: they are settings of the
     # deployment, and a request over one is answered 413, like a body over the byte limit.
@@ -269,6 +290,8 @@ def _schemas(models: list[str], limits: RequestLimits, dimensions: list[int]) ->
         "KServeError": {"type": "object", "properties": {"error": {"type": "string"}}},
         "InfinityError": {
             "type": "object",
+            "description": "Infinity's (OpenAI-style) error, and FastAPI's `detail` list, "
+            "which Infinity's generated client parses on a 422.",
             "properties": {
                 "error": {
                     "type": "object",
@@ -278,19 +301,24 @@ def _schemas(models: list[str], limits: RequestLimits, dimensions: list[int]) ->
                         "param": {"type": ["string", "null"]},
                         "code": {"type": "integer", "description": "The HTTP status."},
                     },
-                }
+                },
+                "detail": _FASTAPI_DETAIL,
             },
         },
-        "TEIError": {
+        "TEIError": {"type": "object", "properties": _TEI_ERROR},
+        "RerankError": {
             "type": "object",
-            "properties": {
-                "error": {"type": "string"},
-                "error_type": {
-                    "enum": ["unhealthy", "backend", "overloaded", "validation", "empty"]
-                },
-            },
+            "description": "TEI's error, and FastAPI's `detail` list for Infinity's clients "
+            "(the path is both servers').",
+            "properties": {**_TEI_ERROR, "detail": _FASTAPI_DETAIL},
         },
         "CohereError": {"type": "object", "properties": {"message": {"type": "string"}}},
+        "CohereJinaError": {
+            "type": "object",
+            "description": "Cohere's `message`, and the same text as Jina's `detail`, which "
+            "Jina's clients raise for any answer without `results`.",
+            "properties": {"message": {"type": "string"}, "detail": {"type": "string"}},
+        },
         "Tensor": tensor,
         "InferRequest": {
             "type": "object",
@@ -768,7 +796,8 @@ _TASKS = [
         "/embed",
         "Embed texts (TEI)",
         "`inputs` (a text or a list), `truncate`, `normalize`, `dimensions` (the first N "
-        "values, renormalised). An embedding model.",
+        "values, renormalised). An empty text is embedded (its special tokens alone), as TEI "
+        "does. An embedding model.",
         "TEI",
         "TEIError",
     ),
@@ -777,9 +806,11 @@ _TASKS = [
         "Rerank passages (TEI; Infinity and Jina with `documents`)",
         "`query` and `texts` (TEI: a list of `{index, score, text?}` by score), or `query` "
         "and `documents` (Infinity: `{object, results, model, usage}`). Each passage is one "
-        "item of the batcher; the answer is whole or refused whole. A reranker.",
+        "item of the batcher; the answer is whole or refused whole. A passage may be empty "
+        "(it is scored), the query not. Errors carry TEI's `error` and FastAPI's `detail` "
+        "list (Infinity's). A reranker.",
         "Rerank",
-        "TEIError",
+        "RerankError",
     ),
     (
         "/predict",
@@ -799,8 +830,9 @@ _TASKS = [
     (
         "/",
         "The model's own task (TEI, Hugging Face InferenceClient)",
-        "An embedder embeds (or, with `inputs: {source_sentence, sentences}`, compares); a "
-        "classifier classifies (`parameters.top_k`, `parameters.function_to_apply`); a "
+        "An embedder embeds (an empty text too, as TEI does) or, with `inputs: "
+        "{source_sentence, sentences}`, compares; a classifier classifies "
+        "(`parameters.top_k`, `parameters.function_to_apply`; an empty text is refused); a "
         "reranker reranks.",
         "TEI",
         "TEIError",
@@ -808,23 +840,28 @@ _TASKS = [
     (
         "/v2/rerank",
         "Rerank (Cohere v2)",
-        "`model`, `query`, `documents`, `top_n` -> `{id, results: [{index, "
-        "relevance_score}], meta}`. A reranker.",
+        "`model`, `query`, `documents` (an empty one is scored), `top_n`, "
+        "`max_tokens_per_doc` -> `{id, results: [{index, relevance_score}], meta}`. A "
+        "reranker.",
         "Rerank",
         "CohereError",
     ),
     (
         "/v1/rerank",
         "Rerank (Cohere v1, Jina)",
-        "`documents` as strings or `{text}`; `top_n`, `return_documents` -> `{id, model, "
-        "results, usage, meta}`. A reranker.",
+        "`documents` as strings (an empty one is scored) or objects of strings: their "
+        "`text`, or with `rank_fields` those fields as `key: value` lines, as Cohere ranks "
+        "them; `top_n`, `return_documents` (default true) -> `{id, model, results, usage, "
+        "meta}`, each document as sent. Errors carry Cohere's `message` and Jina's `detail`. "
+        "A reranker.",
         "Rerank",
-        "CohereError",
+        "CohereJinaError",
     ),
     (
         "/classify",
         "Classify texts (Infinity)",
-        "`input` (texts), `raw_scores` -> `{object, data, model, usage}`. A classifier.",
+        "`input` (texts), `raw_scores` -> `{object, data, model, usage}`. Errors carry "
+        "Infinity's `error` and FastAPI's `detail` list. A classifier.",
         "Rerank",
         "InfinityError",
     ),
@@ -835,8 +872,27 @@ _TASK_ERRORS = [*_INFER_ERRORS, "wrong_kind", "empty"]
 
 def _task_bodies(dimensions: list[int]) -> dict[str, Any]:
     # The task routes' bodies: the fields that decide what is run (others are optional).
+    # A query, a text to classify or compare must not be empty; a text to embed and a
+    # passage to score may be (pipelines send a document without text as ``""``).
     text = {"type": "string", "minLength": 1}
     texts = {"type": "array", "items": text, "minItems": 1}
+    passage = {"type": "string"}
+    passages = {"type": "array", "items": passage, "minItems": 1}
+    documents = {
+        "type": "array",
+        "minItems": 1,
+        "items": {
+            "anyOf": [
+                passage,
+                {
+                    "type": "object",
+                    "description": "A document of string fields: its `text` is ranked, or "
+                    "with `rank_fields` those fields.",
+                    "additionalProperties": {"type": "string"},
+                },
+            ]
+        },
+    }
     flag = {"type": ["boolean", "null"]}
     count = {"type": ["integer", "null"], "minimum": 1}
     similarity = {
@@ -846,16 +902,29 @@ def _task_bodies(dimensions: list[int]) -> dict[str, Any]:
     }
     dims = {**count, **({"maximum": max(dimensions)} if dimensions else {})}
     pair = {"type": "array", "items": text, "minItems": 1, "maxItems": 2}
-    rerank = {
+    rerank: dict[str, Any] = {"model": {"type": ["string", "null"]}, "query": text}
+    ranked = {
+        **rerank,
+        "top_n": count,
+        "max_tokens_per_doc": count,
+        "max_chunks_per_doc": count,
+    }
+    cohere = {
         "type": "object",
-        "properties": {"model": {"type": ["string", "null"]}, "query": text, "top_n": count},
+        "required": ["query", "documents"],
+        "properties": {
+            **ranked,
+            "documents": documents,
+            "rank_fields": {"type": ["array", "null"], "items": text, "minItems": 1},
+            "return_documents": flag,
+        },
     }
     return {
         "/embed": {
             "type": "object",
             "required": ["inputs"],
             "properties": {
-                "inputs": {"oneOf": [text, texts]},
+                "inputs": {"oneOf": [passage, passages]},
                 "truncate": flag,
                 "normalize": flag,
                 "dimensions": dims,
@@ -869,25 +938,30 @@ def _task_bodies(dimensions: list[int]) -> dict[str, Any]:
         "/": {
             "type": "object",
             "required": ["inputs"],
-            "properties": {"inputs": {"oneOf": [text, texts, similarity]}},
+            "properties": {"inputs": {"oneOf": [passage, passages, similarity]}},
         },
         "/rerank": {
             "oneOf": [
                 {
+                    "type": "object",
                     "required": ["query", "texts"],
-                    **rerank,
                     "properties": {
-                        **rerank["properties"],  # type: ignore[dict-item]
-                        "texts": texts,
+                        **rerank,
+                        "texts": passages,
                         "raw_scores": flag,
                         "return_text": flag,
                         "truncate": flag,
                     },
                 },
                 {
+                    "type": "object",
                     "required": ["query", "documents"],
-                    **rerank,
-                    "properties": {**rerank["properties"], "documents": texts},  # type: ignore[dict-item]
+                    "properties": {
+                        **ranked,
+                        "documents": passages,
+                        "raw_scores": flag,
+                        "return_documents": flag,
+                    },
                 },
             ]
         },
@@ -899,16 +973,8 @@ def _task_bodies(dimensions: list[int]) -> dict[str, Any]:
                 "raw_scores": flag,
             },
         },
-        "/v2/rerank": {
-            "required": ["query", "documents"],
-            **rerank,
-            "properties": {**rerank["properties"], "documents": texts},  # type: ignore[dict-item]
-        },
-        "/v1/rerank": {
-            "required": ["query", "documents"],
-            **rerank,
-            "properties": {**rerank["properties"], "documents": texts},  # type: ignore[dict-item]
-        },
+        "/v2/rerank": cohere,
+        "/v1/rerank": cohere,
         "/tokenize": {
             "type": "object",
             "required": ["inputs"],

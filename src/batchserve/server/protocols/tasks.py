@@ -121,9 +121,10 @@ def require_object(data: Any) -> dict[str, Any]:
 def check_text(value: Any, where: str, limits: RequestLimits, *, allow_empty: bool = False) -> str:
     """``value`` if it is a string within ``--max-input-chars`` (non-empty unless allowed).
 
-    ``allow_empty`` is for a reranker's passages: a pipeline's document may have no text
-    (LangChain's and Haystack's rerankers send ``content or ""``), and TEI scores such a
-    pair rather than refuse the whole request.
+    ``allow_empty`` is for a pipeline's documents, which may have no text (LangChain's and
+    Haystack's rerankers and embedders send ``content or ""``): TEI embeds an empty text
+    (its special tokens alone) and scores a pair with an empty passage rather than refuse
+    the whole request.
 
     Raises:
         ApiError: ``invalid`` or ``too_large``, naming ``where``.
