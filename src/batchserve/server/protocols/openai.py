@@ -109,6 +109,10 @@ def parse_embeddings_request(body: bytes, limits: RequestLimits) -> EmbeddingsRe
     if user is not None and not isinstance(user, str):
         raise ApiError("invalid", f"user must be a string, got {type(user).__name__}", "user")
     dims = data.get("dimensions")
+    if isinstance(dims, float) and dims.is_integer():
+        # JSON's 1.0 is the integer 1 (JSON Schema counts it one; OpenAI's and Infinity's
+        # pydantic servers take it), as every other integer field here reads it.
+        dims = int(dims)
     if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
         raise ApiError(
             "invalid", f"dimensions must be an integer >= 1, got {dims!r}", param="dimensions"
