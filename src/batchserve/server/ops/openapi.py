@@ -215,7 +215,7 @@ def _schemas(models: list[str], limits: RequestLimits, dimensions: list[int]) ->
             },
         },
     }
-    return {
+    schemas: dict[str, Any] = {
         "EmbeddingsRequest": {
             "type": "object",
             "required": ["input"],
@@ -370,6 +370,91 @@ def _schemas(models: list[str], limits: RequestLimits, dimensions: list[int]) ->
                 "model_version": {"type": "string"},
                 "id": {"type": "string"},
                 "outputs": {"type": "array", "items": {"$ref": "#/components/schemas/Tensor"}},
+            },
+        },
+    }
+    schemas.update(_infinity_schemas(schemas, limits))
+    return schemas
+
+
+def _infinity_schemas(schemas: dict[str, Any], limits: RequestLimits) -> dict[str, Any]:
+    """Infinity's ``/embeddings`` (OpenAI's shape, with its differences) and ``/models``."""
+    openai_request = schemas["EmbeddingsRequest"]["properties"]
+    text = {"type": "string"}
+    counts = {"type": "integer", "minimum": 0}
+    model = {
+        "type": "object",
+        "required": ["id", "object", "stats", "capabilities"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "model"},
+            "created": {"type": "integer"},
+            "stats": {
+                "type": "object",
+                "properties": {
+                    "queue_fraction": {"type": "number", "minimum": 0},
+                    "queue_absolute": counts,
+                    "results_pending": counts,
+                    "batch_size": counts,
+                },
+            },
+            "backend": {"type": "string"},
+            "capabilities": {
+                "type": "array",
+                "items": {"enum": ["embed", "rerank", "classify"]},
+                "description": "What the model's kind answers: `embed` (an embedder), "
+                "`rerank` (a reranker), `classify` (a classifier); none for another model.",
+            },
+            "kind": {"enum": [*KINDS, None]},
+            "state": {"enum": ["loading", "ready", "failed"]},
+        },
+    }
+    return {
+        "InfinityEmbeddingsRequest": {
+            "type": "object",
+            "required": ["input"],
+            "properties": {
+                **openai_request,
+                "input": {
+                    "description": f"A text, or a list of at most {limits.max_inputs} texts "
+                    f"(--max-inputs), each of at most {limits.max_input_chars} characters "
+                    "(--max-input-chars); an empty text is embedded, as Infinity does. Over "
+                    "a limit: 413.",
+                    "oneOf": [text, {"type": "array", "items": text, "minItems": 1}],
+                },
+                "model": {
+                    "type": ["string", "null"],
+                    "minLength": 1,
+                    "description": "A served model; with one model served, any name (and "
+                    "`default/not-specified`, what infinity_client sends) is that model, "
+                    "as Infinity resolves it.",
+                },
+                "dimensions": {
+                    **openai_request["dimensions"],
+                    "minimum": 0,
+                    "description": "0 or absent: the model's own (Infinity's default); else "
+                    "the first N values, renormalised, at most the model's own dimension.",
+                },
+                "modality": {
+                    "enum": ["text", None],
+                    "description": "Only texts are embedded here.",
+                },
+            },
+        },
+        "InfinityEmbeddingsResponse": {
+            "type": "object",
+            "properties": {
+                **schemas["EmbeddingsResponse"]["properties"],
+                "id": {"type": "string"},
+                "created": {"type": "integer"},
+            },
+        },
+        "InfinityModels": {
+            "type": "object",
+            "required": ["object", "data"],
+            "properties": {
+                "object": {"const": "list"},
+                "data": {"type": "array", "items": model},
             },
         },
     }
@@ -640,6 +725,45 @@ def openapi_spec(
                         "content": _json({"$ref": "#/components/schemas/EmbeddingsResponse"}),
                     },
                     **_error_responses(_INFER_ERRORS, "OpenAIError"),
+                },
+            }
+        },
+        "/embeddings": {
+            "post": {
+                "summary": "Embed texts (Infinity)",
+                "description": "Infinity's `/embeddings`: OpenAI's shape, as "
+                "`/v1/embeddings`, with Infinity's `dimensions: 0` (the model's own), "
+                "`modality` (`text` only), `id` and `created`; an empty text is embedded. "
+                "Errors carry Infinity's `error` and FastAPI's `detail` list. For "
+                "`infinity_client` and code written against an Infinity URL.",
+                "tags": ["Infinity"],
+                **security,
+                "parameters": [*_DEADLINE_PARAMS, *_CLASS_PARAMS],
+                "requestBody": {
+                    "required": True,
+                    "content": _json({"$ref": "#/components/schemas/InfinityEmbeddingsRequest"}),
+                },
+                "responses": {
+                    "200": {
+                        **ok_infer,
+                        "content": _json(
+                            {"$ref": "#/components/schemas/InfinityEmbeddingsResponse"}
+                        ),
+                    },
+                    **_error_responses([*_INFER_ERRORS, "wrong_kind"], "InfinityError"),
+                },
+            }
+        },
+        "/models": {
+            "get": {
+                "summary": "List the served models (Infinity)",
+                "description": "Each model's name, `capabilities` by kind, `backend`, and "
+                "`stats` of its queue, as Infinity lists them (no `owned_by`).",
+                "tags": ["Infinity"],
+                **security,
+                "responses": {
+                    "200": _ok("InfinityModels"),
+                    **_error_responses(["unauthorized"], "OpenAIError"),
                 },
             }
         },
@@ -1044,9 +1168,30 @@ def _task_paths(
             }
         }
     paths["/health"] = {
-        "get": _simple(
-            "Health (TEI)", "200 with an empty body when the models serve, else 503.", "Health"
-        )
+        "get": {
+            "summary": "Health (TEI, Infinity)",
+            "description": "200 when every model serves, with Infinity's body (its clients "
+            "read it; TEI's read the status alone); else 503 with TEI's error.",
+            "tags": ["Health"],
+            "responses": {
+                "200": {
+                    "description": "OK",
+                    "content": _json(
+                        {
+                            "type": "object",
+                            "required": ["unix"],
+                            "properties": {
+                                "unix": {"type": "number", "description": "Unix seconds."}
+                            },
+                        }
+                    ),
+                },
+                "503": {
+                    "description": "A model is still loading, or the server is draining.",
+                    "content": _json({"$ref": "#/components/schemas/TEIError"}),
+                },
+            },
+        }
     }
     return paths
 
