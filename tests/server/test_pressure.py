@@ -174,6 +174,11 @@ async def test_not_ready_while_loading_is_503() -> None:
         infer = {"inputs": [{"name": "t", "shape": [1], "datatype": "BYTES", "data": ["x"]}]}
         check_refusal(await c.post("/v2/models/m/infer", json=infer), 503, "not_ready")
         assert (await c.get("/v2/health/live")).status_code == 200
+        # TEI's and Infinity's /health: 503 until the models serve; /models lists it loading
+        health = await c.get("/health")
+        assert (health.status_code, health.json()["error_type"]) == (503, "unhealthy")
+        (listed,) = (await c.get("/models")).json()["data"]
+        assert (listed["state"], listed["capabilities"]) == ("loading", [])
         loaded.set()
         await app.wait_ready()
         r = await c.post("/v1/embeddings", json={"input": "x"})

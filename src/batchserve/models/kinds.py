@@ -57,7 +57,7 @@ KINDS: tuple[Kind, ...] = ("embedding", "reranker", "classifier", "generic")
 
 #: The routes each kind answers, the first being the one a wrong-kind error points to.
 ROUTES: dict[str, tuple[str, ...]] = {
-    "embedding": ("POST /embed", "POST /v1/embeddings", "POST /similarity"),
+    "embedding": ("POST /embed", "POST /v1/embeddings", "POST /similarity", "POST /embeddings"),
     "reranker": ("POST /rerank", "POST /v2/rerank", "POST /v1/rerank", "POST /predict"),
     "classifier": ("POST /predict", "POST /classify"),
     "generic": ("POST /v2/models/{name}/infer",),

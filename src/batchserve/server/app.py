@@ -50,7 +50,7 @@ from batchserve.server.deadlines import wire_deadline
 from batchserve.server.exchange import Endpoint, Exchange, HeadVerdict, Reply
 from batchserve.server.http import Head, authorize, check_body_type, check_length
 from batchserve.server.ops.metrics import Metrics
-from batchserve.server.protocols import kserve, openai, rerankers, tei, triton
+from batchserve.server.protocols import infinity, kserve, openai, rerankers, tei, triton
 from batchserve.server.protocols.tasks import Task, TaskEndpoint
 from batchserve.server.registry import Registry, ServedModel
 from batchserve.server.routes import Routes, model_path
@@ -251,7 +251,8 @@ class App:
 
     def _task_endpoints(self) -> dict[str, Endpoint]:
         # The task APIs (TEI, Cohere, Jina, Infinity): one endpoint per path, each a
-        # choice of task by body and model kind (see protocols.tasks).
+        # choice of task by body and model kind (see protocols.tasks), and Infinity's
+        # OpenAI-shaped /embeddings.
         registry, limits = self.registry, self.limits
 
         def endpoint(
@@ -284,6 +285,7 @@ class App:
             ),
             "/v2/rerank": fixed(rerankers.COHERE_V2_RERANK, "cohere", rerankers.cohere_error_body),
             "/classify": fixed(rerankers.CLASSIFY, "infinity", rerankers.infinity_error_body),
+            "/embeddings": infinity.InfinityEmbeddingsEndpoint(registry, limits),
         }
 
     def authorize(self, head: Head) -> str | None:

@@ -7,7 +7,8 @@ answers 404 for an unknown path and 405 (with ``Allow``) for a method a path doe
 Inference routes are listed only for those 405s: the application carries them as exchanges
 (:meth:`batchserve.server.app.App.inference_route`). Each handler is a thin ASGI coroutine
 over its protocol module (:mod:`~batchserve.server.protocols.openai`,
-:mod:`~batchserve.server.protocols.kserve`, :mod:`~batchserve.server.protocols.triton`) or
+:mod:`~batchserve.server.protocols.kserve`, :mod:`~batchserve.server.protocols.triton`,
+:mod:`~batchserve.server.protocols.tei`, :mod:`~batchserve.server.protocols.infinity`) or
 view (:mod:`~batchserve.server.ops.live`,
 :mod:`~batchserve.server.ops.dashboard`, :mod:`~batchserve.server.ops.openapi`).
 """
@@ -22,7 +23,7 @@ from batchserve.server.ops.dashboard import DASHBOARD_HEADERS, dashboard_html
 from batchserve.server.ops.live import server_status
 from batchserve.server.ops.metrics import CONTENT_TYPE, Metrics
 from batchserve.server.ops.openapi import docs_html, openapi_spec
-from batchserve.server.protocols import kserve, openai, tei, triton
+from batchserve.server.protocols import infinity, kserve, openai, tei, triton
 from batchserve.server.registry import Registry
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
@@ -156,7 +157,9 @@ class Routes:
             "/info": {"GET": self._tei_info},
             "/tokenize": {"POST": self._tei_tokenize},
             "/decode": {"POST": self._tei_decode},
-            "/health": {"GET": self._tei_health},
+            "/health": {"GET": self._health},
+            "/embeddings": {"POST": self._not_routed},
+            "/models": {"GET": self._infinity_models},
         }
 
     async def _not_routed(self, scope: Scope, receive: Receive, send_fn: Send, *args: Any) -> None:
@@ -209,14 +212,22 @@ class Routes:
         tokenizing, data = await self._tei_tokenizing(scope, receive)
         await send(send_fn, 200, json_bytes(await asyncio.to_thread(tokenizing.decode, data)))
 
-    async def _tei_health(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
-        # TEI's: 200 with an empty body when the model serves, else 503 with its error.
+    async def _health(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        # TEI's and Infinity's: 200 when the models serve, with Infinity's {"unix": seconds}
+        # (TEI's clients read only the status), else 503 with TEI's error.
         if self.app.draining or not self.app.registry.ready:
             state = "draining" if self.app.draining else "loading"
             body = {"error": f"unhealthy: the server is {state}", "error_type": "unhealthy"}
             await send(send_fn, 503, json_bytes(body))
             return
-        await send(send_fn, 200, b"")
+        await send(send_fn, 200, json_bytes(infinity.health_body()))
+
+    # -- Infinity --------------------------------------------------------------------------
+
+    async def _infinity_models(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
+        self.app.authorize(read_head(scope["headers"]))
+        models = list(self.app.registry.models.values())
+        await send(send_fn, 200, json_bytes(infinity.models_response(models)))
 
     # -- KServe v2 -------------------------------------------------------------------------
 

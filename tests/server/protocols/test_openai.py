@@ -83,7 +83,8 @@ async def test_dimensions_shortens_and_renormalises_and_refuses_above_the_model(
         ok = await c.post("/v1/embeddings", json={"input": "ab", "dimensions": 4})
         assert ok.status_code == 200
         assert ok.json()["data"][0]["embedding"] == pytest.approx(vector("ab"))
-        short = await c.post("/v1/embeddings", json={"input": ["ab", "bc"], "dimensions": 2})
+        # JSON's 2.0 is the integer 2, as JSON Schema (and the spec's "integer") reads it
+        short = await c.post("/v1/embeddings", json={"input": ["ab", "bc"], "dimensions": 2.0})
         assert short.status_code == 200
         for text, item in zip(["ab", "bc"], short.json()["data"], strict=True):
             cut = np.asarray(vector(text)[:2])
@@ -109,6 +110,7 @@ async def test_dimensions_shortens_and_renormalises_and_refuses_above_the_model(
         (b'{"input": [[1, 2]]}', 422, "invalid", "input[0]", "token arrays"),
         (b'{"input": "a", "encoding_format": "int8"}', 422, "invalid", "encoding_format", "base64"),
         (b'{"input": "a", "dimensions": 0}', 422, "invalid", "dimensions", ">= 1"),
+        (b'{"input": "a", "dimensions": 1.5}', 422, "invalid", "dimensions", ">= 1"),
         (b'{"input": "a", "model": 3}', 422, "invalid", "model", "string"),
         (b'{"input": ["a", "b", "c", "d"]}', 413, "too_large", "input", "at most 3 items"),
         (b'{"input": "' + b"x" * 11 + b'"}', 413, "too_large", "input", "at most 10 characters"),

@@ -304,3 +304,131 @@ async def test_inference_client_s_other_tasks_are_refused_not_misread(
         "parameters.candidate_labels is not a parameter of text classification"
     )
     assert len(text.json()[0]) == 1
+
+
+async def test_haystack_tei_embedder_embeds_a_document_with_no_text() -> None:
+    # huggingface-api-haystack 3.1.0, embedders/huggingface_api/document_embedder.py:
+    #   embedding_separator.join([*meta_values_to_embed, doc.content or ""]), then
+    #   InferenceClient.feature_extraction(text=batch, truncate=True, normalize=False)
+    # which posts {"inputs": [...], "truncate": true, "normalize": false} to the URL
+    # (huggingface_hub 2.4.0, HFInferenceFeatureExtractionTask: parameters at the root).
+    seen: list[str] = []
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        seen.extend(texts)
+        return [[float(len(t)), 1.0, 0.0, 0.0] for t in texts]
+
+    app = build_app({"emb": embedding_model(embed)})
+    body = {"inputs": ["a cat", ""], "truncate": True, "normalize": False}
+    async with client_for(app) as c:
+        root = await c.post("/", json=body)
+        embed_route = await c.post("/embed", json={"inputs": ""})
+        openai = await c.post("/v1/embeddings", json={"input": ""})
+    assert root.status_code == 200, root.text
+    assert len(root.json()) == 2
+    assert sorted(seen[:2]) == ["", "a cat"]
+    assert embed_route.status_code == 200
+    assert openai.status_code == 422  # OpenAI's API refuses an empty string; so does this
+
+
+@pytest.fixture(scope="module")
+def minilm() -> LoadedModel:
+    pytest.importorskip("sentence_transformers")
+    return load_model("minilm:backend=torch,threads=1")
+
+
+def _cosine(a: Any, b: Any) -> float:
+    u, v = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(u @ v / (np.linalg.norm(u) * np.linalg.norm(v)))
+
+
+async def test_an_empty_text_is_embedded_as_its_special_tokens(minilm: LoadedModel) -> None:
+    # TEI embeds "" as the model's [CLS] [SEP] (what huggingface-api-haystack 3.1.0's
+    # document embedder sends for a document without content, as above); Infinity too, and
+    # it counts the two tokens in its usage.
+    fn: Any = minilm.fn
+    encoder = fn.sentence_transformer  # the torch engine's own SentenceTransformer
+    alone = encoder.encode([""])[0]
+    assert minilm.count_tokens is not None
+    assert minilm.count_tokens([""]) == [2]
+    texts = ["A cat sat on the mat, and then it slept for most of the day.", ""]
+    app = build_app({"emb": minilm})
+    async with client_for(app) as c:
+        root = await c.post("/", json={"inputs": texts, "truncate": True, "normalize": False})
+        infinity = await c.post("/embeddings", json={"input": texts, "model": "x"})
+    assert root.status_code == 200, root.text
+    vector = np.asarray(root.json()[1])
+    assert np.isfinite(vector).all()
+    assert float(np.linalg.norm(vector)) == pytest.approx(1.0, abs=1e-5)
+    # batched with a longer text (padded), it is still what encode("") gives alone
+    assert _cosine(vector, alone) >= 0.9999
+    assert infinity.status_code == 200, infinity.text
+    assert _cosine(infinity.json()["data"][1]["embedding"], alone) >= 0.9999
+    assert infinity.json()["usage"]["prompt_tokens"] == sum(minilm.count_tokens(texts))
+
+
+async def test_infinity_client_lists_models_embeds_and_checks_health(
+    reranker: LoadedModel, classifier: LoadedModel
+) -> None:
+    # infinity_client 0.0.78 (generated from Infinity's OpenAPI document):
+    # - api/default/models.py: GET /models; OpenAIModelInfo.from_dict -> ModelInfo.from_dict
+    #   pops id, stats (any dict), object (ModelInfoObject: "model"), owned_by
+    #   (ModelInfoOwnedBy: "infinity" or absent, anything else a ValueError), created,
+    #   backend, capabilities;
+    # - api/default/embeddings.py: POST /embeddings with OpenAIEmbeddingInputText.to_dict():
+    #   {"input", "model": "default/not-specified", "dimensions": 0, "modality": "text"};
+    #   OpenAIEmbeddingResult.from_dict pops data[] (object, embedding, index), model,
+    #   usage, object, id, created; a 422 is HTTPValidationError: detail = [{loc, msg, type}];
+    # - api/default/health.py: GET /health; ResponseHealth.from_dict(response.json()).
+    # langchain-community 0.4.2, embeddings/infinity.py, TinyAsyncOpenAIInfinityEmbeddingClient
+    # posts {"input": texts, "model": model} to f"{host}/embeddings" and reads data[].embedding.
+    app = build_app({"emb": embedding_model(_embed), "ce": reranker, "clf": classifier})
+    client_body = {"model": "default/not-specified", "dimensions": 0, "modality": "text"}
+    async with client_for(app) as c:
+        models = await c.get("/models")
+        embedded = await c.post("/embeddings", json={**client_body, "input": ["a cat", ""]})
+        langchain = await c.post("/embeddings", json={"input": ["a cat"], "model": "emb"})
+        cut = await c.post("/embeddings", json={"input": "a cat", "dimensions": 2})
+        image = await c.post(
+            "/embeddings", json={**client_body, "input": ["x"], "modality": "image"}
+        )
+        reranker_asked = await c.post("/embeddings", json={"input": "a cat", "model": "ce"})
+        health = await c.get("/health")
+    assert models.status_code == 200, models.text
+    listed = models.json()["data"]
+    assert [m["id"] for m in listed] == ["emb", "ce", "clf"]
+    assert [m["capabilities"] for m in listed] == [["embed"], ["rerank"], ["classify"]]
+    for m in listed:
+        assert m["object"] == "model"
+        assert "owned_by" not in m
+        assert set(m["stats"]) == {
+            "queue_fraction",
+            "queue_absolute",
+            "results_pending",
+            "batch_size",
+        }
+    assert embedded.status_code == 200, embedded.text
+    out = embedded.json()
+    assert [(d["object"], d["index"]) for d in out["data"]] == [("embedding", 0), ("embedding", 1)]
+    assert out["data"][0]["embedding"] == [1.0, 0.0, 0.0, 0.0]
+    assert out["model"] == "emb"
+    assert set(out["usage"]) == {"prompt_tokens", "total_tokens"}
+    assert out["id"].startswith("infinity-")
+    assert isinstance(out["created"], int)
+    assert langchain.json()["data"][0]["embedding"] == [1.0, 0.0, 0.0, 0.0]
+    assert cut.json()["data"][0]["embedding"] == [1.0, 0.0]
+    assert image.status_code == 422
+    assert image.json()["detail"] == [
+        {
+            "loc": ["body", "modality"],
+            "msg": "modality must be 'text' (this server embeds texts), got 'image'",
+            "type": "invalid",
+        }
+    ]
+    assert image.json()["error"]["code"] == 422
+    assert reranker_asked.status_code == 400
+    assert reranker_asked.json()["error"]["message"] == (
+        "model 'ce' is a reranker model and does not answer POST /embeddings; use POST /rerank"
+    )
+    assert health.status_code == 200
+    assert isinstance(health.json()["unix"], float)

@@ -172,6 +172,27 @@ def _simple(summary: str, description: str, tag: str, errors: list[str] | None =
     return {"summary": summary, "description": description, "tags": [tag], "responses": responses}
 
 
+#: TEI's error body's fields.
+_TEI_ERROR = {
+    "error": {"type": "string"},
+    "error_type": {"enum": ["unhealthy", "backend", "overloaded", "validation", "empty"]},
+}
+
+#: FastAPI's validation error list, as Infinity answers a 422: the field and the rule.
+_FASTAPI_DETAIL = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["loc", "msg", "type"],
+        "properties": {
+            "loc": {"type": "array", "items": {"type": ["string", "integer"]}},
+            "msg": {"type": "string"},
+            "type": {"type": "string", "description": "The server's reason."},
+        },
+    },
+}
+
+
 def _schemas(models: list[str], limits: RequestLimits, dimensions: list[int]) -> dict[str, Any]:
     # The limits are stated in words, not as maxItems/maxLength: they are settings of the
     # deployment, and a request over one is answered 413, like a body over the byte limit.
@@ -194,7 +215,7 @@ def _schemas(models: list[str], limits: RequestLimits, dimensions: list[int]) ->
             },
         },
     }
-    return {
+    schemas: dict[str, Any] = {
         "EmbeddingsRequest": {
             "type": "object",
             "required": ["input"],
@@ -269,6 +290,8 @@ def _schemas(models: list[str], limits: RequestLimits, dimensions: list[int]) ->
         "KServeError": {"type": "object", "properties": {"error": {"type": "string"}}},
         "InfinityError": {
             "type": "object",
+            "description": "Infinity's (OpenAI-style) error, and FastAPI's `detail` list, "
+            "which Infinity's generated client parses on a 422.",
             "properties": {
                 "error": {
                     "type": "object",
@@ -278,19 +301,24 @@ def _schemas(models: list[str], limits: RequestLimits, dimensions: list[int]) ->
                         "param": {"type": ["string", "null"]},
                         "code": {"type": "integer", "description": "The HTTP status."},
                     },
-                }
+                },
+                "detail": _FASTAPI_DETAIL,
             },
         },
-        "TEIError": {
+        "TEIError": {"type": "object", "properties": _TEI_ERROR},
+        "RerankError": {
             "type": "object",
-            "properties": {
-                "error": {"type": "string"},
-                "error_type": {
-                    "enum": ["unhealthy", "backend", "overloaded", "validation", "empty"]
-                },
-            },
+            "description": "TEI's error, and FastAPI's `detail` list for Infinity's clients "
+            "(the path is both servers').",
+            "properties": {**_TEI_ERROR, "detail": _FASTAPI_DETAIL},
         },
         "CohereError": {"type": "object", "properties": {"message": {"type": "string"}}},
+        "CohereJinaError": {
+            "type": "object",
+            "description": "Cohere's `message`, and the same text as Jina's `detail`, which "
+            "Jina's clients raise for any answer without `results`.",
+            "properties": {"message": {"type": "string"}, "detail": {"type": "string"}},
+        },
         "Tensor": tensor,
         "InferRequest": {
             "type": "object",
@@ -342,6 +370,91 @@ def _schemas(models: list[str], limits: RequestLimits, dimensions: list[int]) ->
                 "model_version": {"type": "string"},
                 "id": {"type": "string"},
                 "outputs": {"type": "array", "items": {"$ref": "#/components/schemas/Tensor"}},
+            },
+        },
+    }
+    schemas.update(_infinity_schemas(schemas, limits))
+    return schemas
+
+
+def _infinity_schemas(schemas: dict[str, Any], limits: RequestLimits) -> dict[str, Any]:
+    """Infinity's ``/embeddings`` (OpenAI's shape, with its differences) and ``/models``."""
+    openai_request = schemas["EmbeddingsRequest"]["properties"]
+    text = {"type": "string"}
+    counts = {"type": "integer", "minimum": 0}
+    model = {
+        "type": "object",
+        "required": ["id", "object", "stats", "capabilities"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "model"},
+            "created": {"type": "integer"},
+            "stats": {
+                "type": "object",
+                "properties": {
+                    "queue_fraction": {"type": "number", "minimum": 0},
+                    "queue_absolute": counts,
+                    "results_pending": counts,
+                    "batch_size": counts,
+                },
+            },
+            "backend": {"type": "string"},
+            "capabilities": {
+                "type": "array",
+                "items": {"enum": ["embed", "rerank", "classify"]},
+                "description": "What the model's kind answers: `embed` (an embedder), "
+                "`rerank` (a reranker), `classify` (a classifier); none for another model.",
+            },
+            "kind": {"enum": [*KINDS, None]},
+            "state": {"enum": ["loading", "ready", "failed"]},
+        },
+    }
+    return {
+        "InfinityEmbeddingsRequest": {
+            "type": "object",
+            "required": ["input"],
+            "properties": {
+                **openai_request,
+                "input": {
+                    "description": f"A text, or a list of at most {limits.max_inputs} texts "
+                    f"(--max-inputs), each of at most {limits.max_input_chars} characters "
+                    "(--max-input-chars); an empty text is embedded, as Infinity does. Over "
+                    "a limit: 413.",
+                    "oneOf": [text, {"type": "array", "items": text, "minItems": 1}],
+                },
+                "model": {
+                    "type": ["string", "null"],
+                    "minLength": 1,
+                    "description": "A served model; with one model served, any name (and "
+                    "`default/not-specified`, what infinity_client sends) is that model, "
+                    "as Infinity resolves it.",
+                },
+                "dimensions": {
+                    **openai_request["dimensions"],
+                    "minimum": 0,
+                    "description": "0 or absent: the model's own (Infinity's default); else "
+                    "the first N values, renormalised, at most the model's own dimension.",
+                },
+                "modality": {
+                    "enum": ["text", None],
+                    "description": "Only texts are embedded here.",
+                },
+            },
+        },
+        "InfinityEmbeddingsResponse": {
+            "type": "object",
+            "properties": {
+                **schemas["EmbeddingsResponse"]["properties"],
+                "id": {"type": "string"},
+                "created": {"type": "integer"},
+            },
+        },
+        "InfinityModels": {
+            "type": "object",
+            "required": ["object", "data"],
+            "properties": {
+                "object": {"const": "list"},
+                "data": {"type": "array", "items": model},
             },
         },
     }
@@ -615,6 +728,45 @@ def openapi_spec(
                 },
             }
         },
+        "/embeddings": {
+            "post": {
+                "summary": "Embed texts (Infinity)",
+                "description": "Infinity's `/embeddings`: OpenAI's shape, as "
+                "`/v1/embeddings`, with Infinity's `dimensions: 0` (the model's own), "
+                "`modality` (`text` only), `id` and `created`; an empty text is embedded. "
+                "Errors carry Infinity's `error` and FastAPI's `detail` list. For "
+                "`infinity_client` and code written against an Infinity URL.",
+                "tags": ["Infinity"],
+                **security,
+                "parameters": [*_DEADLINE_PARAMS, *_CLASS_PARAMS],
+                "requestBody": {
+                    "required": True,
+                    "content": _json({"$ref": "#/components/schemas/InfinityEmbeddingsRequest"}),
+                },
+                "responses": {
+                    "200": {
+                        **ok_infer,
+                        "content": _json(
+                            {"$ref": "#/components/schemas/InfinityEmbeddingsResponse"}
+                        ),
+                    },
+                    **_error_responses([*_INFER_ERRORS, "wrong_kind"], "InfinityError"),
+                },
+            }
+        },
+        "/models": {
+            "get": {
+                "summary": "List the served models (Infinity)",
+                "description": "Each model's name, `capabilities` by kind, `backend`, and "
+                "`stats` of its queue, as Infinity lists them (no `owned_by`).",
+                "tags": ["Infinity"],
+                **security,
+                "responses": {
+                    "200": _ok("InfinityModels"),
+                    **_error_responses(["unauthorized"], "OpenAIError"),
+                },
+            }
+        },
         "/v1/models": {
             "get": {
                 "summary": "List the served models (OpenAI)",
@@ -768,7 +920,8 @@ _TASKS = [
         "/embed",
         "Embed texts (TEI)",
         "`inputs` (a text or a list), `truncate`, `normalize`, `dimensions` (the first N "
-        "values, renormalised). An embedding model.",
+        "values, renormalised). An empty text is embedded (its special tokens alone), as TEI "
+        "does. An embedding model.",
         "TEI",
         "TEIError",
     ),
@@ -777,9 +930,11 @@ _TASKS = [
         "Rerank passages (TEI; Infinity and Jina with `documents`)",
         "`query` and `texts` (TEI: a list of `{index, score, text?}` by score), or `query` "
         "and `documents` (Infinity: `{object, results, model, usage}`). Each passage is one "
-        "item of the batcher; the answer is whole or refused whole. A reranker.",
+        "item of the batcher; the answer is whole or refused whole. A passage may be empty "
+        "(it is scored), the query not. Errors carry TEI's `error` and FastAPI's `detail` "
+        "list (Infinity's). A reranker.",
         "Rerank",
-        "TEIError",
+        "RerankError",
     ),
     (
         "/predict",
@@ -799,8 +954,9 @@ _TASKS = [
     (
         "/",
         "The model's own task (TEI, Hugging Face InferenceClient)",
-        "An embedder embeds (or, with `inputs: {source_sentence, sentences}`, compares); a "
-        "classifier classifies (`parameters.top_k`, `parameters.function_to_apply`); a "
+        "An embedder embeds (an empty text too, as TEI does) or, with `inputs: "
+        "{source_sentence, sentences}`, compares; a classifier classifies "
+        "(`parameters.top_k`, `parameters.function_to_apply`; an empty text is refused); a "
         "reranker reranks.",
         "TEI",
         "TEIError",
@@ -808,23 +964,28 @@ _TASKS = [
     (
         "/v2/rerank",
         "Rerank (Cohere v2)",
-        "`model`, `query`, `documents`, `top_n` -> `{id, results: [{index, "
-        "relevance_score}], meta}`. A reranker.",
+        "`model`, `query`, `documents` (an empty one is scored), `top_n`, "
+        "`max_tokens_per_doc` -> `{id, results: [{index, relevance_score}], meta}`. A "
+        "reranker.",
         "Rerank",
         "CohereError",
     ),
     (
         "/v1/rerank",
         "Rerank (Cohere v1, Jina)",
-        "`documents` as strings or `{text}`; `top_n`, `return_documents` -> `{id, model, "
-        "results, usage, meta}`. A reranker.",
+        "`documents` as strings (an empty one is scored) or objects of strings: their "
+        "`text`, or with `rank_fields` those fields as `key: value` lines, as Cohere ranks "
+        "them; `top_n`, `return_documents` (default true) -> `{id, model, results, usage, "
+        "meta}`, each document as sent. Errors carry Cohere's `message` and Jina's `detail`. "
+        "A reranker.",
         "Rerank",
-        "CohereError",
+        "CohereJinaError",
     ),
     (
         "/classify",
         "Classify texts (Infinity)",
-        "`input` (texts), `raw_scores` -> `{object, data, model, usage}`. A classifier.",
+        "`input` (texts), `raw_scores` -> `{object, data, model, usage}`. Errors carry "
+        "Infinity's `error` and FastAPI's `detail` list. A classifier.",
         "Rerank",
         "InfinityError",
     ),
@@ -835,8 +996,27 @@ _TASK_ERRORS = [*_INFER_ERRORS, "wrong_kind", "empty"]
 
 def _task_bodies(dimensions: list[int]) -> dict[str, Any]:
     # The task routes' bodies: the fields that decide what is run (others are optional).
+    # A query, a text to classify or compare must not be empty; a text to embed and a
+    # passage to score may be (pipelines send a document without text as ``""``).
     text = {"type": "string", "minLength": 1}
     texts = {"type": "array", "items": text, "minItems": 1}
+    passage = {"type": "string"}
+    passages = {"type": "array", "items": passage, "minItems": 1}
+    documents = {
+        "type": "array",
+        "minItems": 1,
+        "items": {
+            "anyOf": [
+                passage,
+                {
+                    "type": "object",
+                    "description": "A document of string fields: its `text` is ranked, or "
+                    "with `rank_fields` those fields.",
+                    "additionalProperties": {"type": "string"},
+                },
+            ]
+        },
+    }
     flag = {"type": ["boolean", "null"]}
     count = {"type": ["integer", "null"], "minimum": 1}
     similarity = {
@@ -846,16 +1026,29 @@ def _task_bodies(dimensions: list[int]) -> dict[str, Any]:
     }
     dims = {**count, **({"maximum": max(dimensions)} if dimensions else {})}
     pair = {"type": "array", "items": text, "minItems": 1, "maxItems": 2}
-    rerank = {
+    rerank: dict[str, Any] = {"model": {"type": ["string", "null"]}, "query": text}
+    ranked = {
+        **rerank,
+        "top_n": count,
+        "max_tokens_per_doc": count,
+        "max_chunks_per_doc": count,
+    }
+    cohere = {
         "type": "object",
-        "properties": {"model": {"type": ["string", "null"]}, "query": text, "top_n": count},
+        "required": ["query", "documents"],
+        "properties": {
+            **ranked,
+            "documents": documents,
+            "rank_fields": {"type": ["array", "null"], "items": text, "minItems": 1},
+            "return_documents": flag,
+        },
     }
     return {
         "/embed": {
             "type": "object",
             "required": ["inputs"],
             "properties": {
-                "inputs": {"oneOf": [text, texts]},
+                "inputs": {"oneOf": [passage, passages]},
                 "truncate": flag,
                 "normalize": flag,
                 "dimensions": dims,
@@ -869,25 +1062,30 @@ def _task_bodies(dimensions: list[int]) -> dict[str, Any]:
         "/": {
             "type": "object",
             "required": ["inputs"],
-            "properties": {"inputs": {"oneOf": [text, texts, similarity]}},
+            "properties": {"inputs": {"oneOf": [passage, passages, similarity]}},
         },
         "/rerank": {
             "oneOf": [
                 {
+                    "type": "object",
                     "required": ["query", "texts"],
-                    **rerank,
                     "properties": {
-                        **rerank["properties"],  # type: ignore[dict-item]
-                        "texts": texts,
+                        **rerank,
+                        "texts": passages,
                         "raw_scores": flag,
                         "return_text": flag,
                         "truncate": flag,
                     },
                 },
                 {
+                    "type": "object",
                     "required": ["query", "documents"],
-                    **rerank,
-                    "properties": {**rerank["properties"], "documents": texts},  # type: ignore[dict-item]
+                    "properties": {
+                        **ranked,
+                        "documents": passages,
+                        "raw_scores": flag,
+                        "return_documents": flag,
+                    },
                 },
             ]
         },
@@ -899,16 +1097,8 @@ def _task_bodies(dimensions: list[int]) -> dict[str, Any]:
                 "raw_scores": flag,
             },
         },
-        "/v2/rerank": {
-            "required": ["query", "documents"],
-            **rerank,
-            "properties": {**rerank["properties"], "documents": texts},  # type: ignore[dict-item]
-        },
-        "/v1/rerank": {
-            "required": ["query", "documents"],
-            **rerank,
-            "properties": {**rerank["properties"], "documents": texts},  # type: ignore[dict-item]
-        },
+        "/v2/rerank": cohere,
+        "/v1/rerank": cohere,
         "/tokenize": {
             "type": "object",
             "required": ["inputs"],
@@ -978,9 +1168,30 @@ def _task_paths(
             }
         }
     paths["/health"] = {
-        "get": _simple(
-            "Health (TEI)", "200 with an empty body when the models serve, else 503.", "Health"
-        )
+        "get": {
+            "summary": "Health (TEI, Infinity)",
+            "description": "200 when every model serves, with Infinity's body (its clients "
+            "read it; TEI's read the status alone); else 503 with TEI's error.",
+            "tags": ["Health"],
+            "responses": {
+                "200": {
+                    "description": "OK",
+                    "content": _json(
+                        {
+                            "type": "object",
+                            "required": ["unix"],
+                            "properties": {
+                                "unix": {"type": "number", "description": "Unix seconds."}
+                            },
+                        }
+                    ),
+                },
+                "503": {
+                    "description": "A model is still loading, or the server is draining.",
+                    "content": _json({"$ref": "#/components/schemas/TEIError"}),
+                },
+            },
+        }
     }
     return paths
 

@@ -12,7 +12,9 @@ Errors use OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``, 
 server's reason as ``code`` (see :mod:`batchserve.server.statuses`).
 
 :class:`EmbeddingsEndpoint` is the protocol's part of an inference exchange
-(:mod:`batchserve.server.exchange`): the body's model, its texts, and the answer.
+(:mod:`batchserve.server.exchange`): the body's model, its texts, and the answer. Infinity's
+``/embeddings`` is the same endpoint with Infinity's differences
+(:mod:`~batchserve.server.protocols.infinity`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from batchserve.batcher import Served
 from batchserve.models.kinds import apply_prompt, wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
-from batchserve.server.registry import Registry
+from batchserve.server.registry import Registry, ServedModel
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
 
@@ -38,6 +40,7 @@ __all__ = [
     "EmbeddingsEndpoint",
     "EmbeddingsRequest",
     "check_dimensions",
+    "embeddings_request",
     "embeddings_response",
     "error_body",
     "model_entry",
@@ -85,7 +88,22 @@ def parse_embeddings_request(body: bytes, limits: RequestLimits) -> EmbeddingsRe
         ApiError: ``malformed`` (not JSON), ``invalid`` (a field breaks a rule) or
             ``too_large`` (too many inputs, a text too long); the message names the field.
     """
-    data = load_json(body)
+    return embeddings_request(load_json(body), limits)
+
+
+def embeddings_request(
+    data: Any, limits: RequestLimits, *, allow_empty: bool = False
+) -> EmbeddingsRequest:
+    """Check an embeddings request's JSON (see :func:`parse_embeddings_request`).
+
+    Args:
+        data: the body's JSON.
+        limits: the request limits.
+        allow_empty: embed an empty text (Infinity does) rather than refuse it (OpenAI).
+
+    Raises:
+        ApiError: ``invalid`` or ``too_large``, naming the field.
+    """
     if not isinstance(data, dict):
         raise ApiError(
             "invalid", f"body must be a JSON object, got {type(data).__name__}", param="body"
@@ -95,7 +113,7 @@ def parse_embeddings_request(body: bytes, limits: RequestLimits) -> EmbeddingsRe
         raise ApiError("invalid", f"model must be a non-empty string, got {model!r}", "model")
     if "input" not in data:
         raise ApiError("invalid", "input is required: a string or a list of strings", "input")
-    texts = _texts(data["input"], limits)
+    texts = _texts(data["input"], limits, allow_empty)
     fmt = data.get("encoding_format")
     if fmt is None:
         fmt = "float"
@@ -109,6 +127,10 @@ def parse_embeddings_request(body: bytes, limits: RequestLimits) -> EmbeddingsRe
     if user is not None and not isinstance(user, str):
         raise ApiError("invalid", f"user must be a string, got {type(user).__name__}", "user")
     dims = data.get("dimensions")
+    if isinstance(dims, float) and dims.is_integer():
+        # JSON's 1.0 is the integer 1 (JSON Schema counts it one; OpenAI's and Infinity's
+        # pydantic servers take it), as every other integer field here reads it.
+        dims = int(dims)
     if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
         raise ApiError(
             "invalid", f"dimensions must be an integer >= 1, got {dims!r}", param="dimensions"
@@ -116,7 +138,7 @@ def parse_embeddings_request(body: bytes, limits: RequestLimits) -> EmbeddingsRe
     return EmbeddingsRequest(model=model, texts=texts, encoding_format=fmt, dimensions=dims)
 
 
-def _texts(value: Any, limits: RequestLimits) -> list[str]:
+def _texts(value: Any, limits: RequestLimits, allow_empty: bool) -> list[str]:
     if isinstance(value, str):
         texts = [value]
     elif isinstance(value, list):
@@ -149,7 +171,7 @@ def _texts(value: Any, limits: RequestLimits) -> list[str]:
                 f"{where} must be a string, got {type(text).__name__}{hint}",
                 param=where,
             )
-        if not text:
+        if not text and not allow_empty:
             raise ApiError("invalid", f"{where} must not be an empty string", param=where)
         if not text.isascii():
             try:
@@ -198,7 +220,7 @@ def shorten(vectors: Sequence[Any], dimensions: int | None) -> Sequence[Any]:
 
 
 def embeddings_response(
-    model: str, vectors: Sequence[Any], encoding_format: str, tokens: int
+    model: str, vectors: Sequence[Any], encoding_format: str, tokens: int, extra: bytes = b""
 ) -> bytes:
     """The response body: one embedding per input, in order, and the token usage.
 
@@ -207,7 +229,8 @@ def embeddings_response(
     n}}`` as compact JSON, written piece by piece: only the vectors go through the JSON
     encoder, not a dict per input around them. ``float`` vectors are float32 values written
     as JSON numbers (the shortest text of each as a double), ``base64`` ones little-endian
-    float32 bytes.
+    float32 bytes. ``extra`` is more members, written as they are after ``usage``
+    (``b',"id":"x"'``).
     """
     base64_format = encoding_format == "base64"
     parts = [b'{"object":"list","data":[']
@@ -221,8 +244,8 @@ def embeddings_response(
             b'%s{"object":"embedding","index":%d,"embedding":%s}' % (b"," if i else b"", i, emb)
         )
     parts.append(
-        b'],"model":%s,"usage":{"prompt_tokens":%d,"total_tokens":%d}}'
-        % (json_bytes(model), tokens, tokens)
+        b'],"model":%s,"usage":{"prompt_tokens":%d,"total_tokens":%d}%s}'
+        % (json_bytes(model), tokens, tokens, extra)
     )
     return b"".join(parts)
 
@@ -258,6 +281,8 @@ class EmbeddingsEndpoint:
     """
 
     protocol = "openai"
+    #: The route named when a model of another kind is asked.
+    route = "POST /v1/embeddings"
     body_types = frozenset({"application/json"})
 
     def __init__(self, registry: Registry, limits: RequestLimits) -> None:
@@ -266,8 +291,8 @@ class EmbeddingsEndpoint:
 
     def parse(self, exchange: Exchange, body: bytes) -> Parsed:
         """The model the body names, the checked request, and its texts as the items."""
-        req = parse_embeddings_request(body, self.limits)
-        model = self.registry.require(req.model)
+        req = self.request(body)
+        model = self.model(req.model)
         try:
             if model.batcher is None:
                 model.require_batcher()  # raises NotReady while it loads
@@ -276,7 +301,7 @@ class EmbeddingsEndpoint:
             if loaded.kind != "embedding":
                 raise ApiError(
                     "wrong_kind",
-                    wrong_kind(model.name, loaded.kind, "POST /v1/embeddings"),
+                    wrong_kind(model.name, loaded.kind, self.route),
                     "model",
                 )
             check_dimensions(req.dimensions, loaded.dimension)
@@ -301,8 +326,24 @@ class EmbeddingsEndpoint:
         else:
             tokens = sum(len(t.split()) for t in texts)
         vectors = shorten([s.output for s in served], req.dimensions)
-        body = embeddings_response(model.name, vectors, req.encoding_format, tokens)
+        body = embeddings_response(model.name, vectors, req.encoding_format, tokens, self.extra())
         return Reply(200, [], body, head=timing_head(served))
+
+    def request(self, body: bytes) -> EmbeddingsRequest:
+        """The checked request (a protocol of the same shape overrides it)."""
+        return parse_embeddings_request(body, self.limits)
+
+    def model(self, name: str | None) -> ServedModel:
+        """The model ``name`` names (None: the default).
+
+        Raises:
+            ApiError: 404 ``not_found`` naming the models served.
+        """
+        return self.registry.require(name)
+
+    def extra(self) -> bytes:
+        """More members of the answer's JSON object, after ``usage`` (OpenAI's: none)."""
+        return b""
 
     def error_body(self, error: ApiError) -> bytes:
         """OpenAI's error shape."""

@@ -26,7 +26,7 @@ the reranker's logit (``raw_scores`` where the shape has it). A passage may be e
 pipelines send ``content or ""``); the query may not. Errors: ``/v2/rerank`` answers
 Cohere's ``{"message": ...}``, ``/v1/rerank`` adds Jina's ``detail``, ``/rerank`` TEI's
 ``{error, error_type}`` with FastAPI's ``detail`` list (Infinity's 422), and ``/classify``
-Infinity's (OpenAI-style) ``{"error": {...}}``.
+Infinity's (OpenAI-style) ``{"error": {...}}`` with the same ``detail``.
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ __all__ = [
     "choose_rerank",
     "cohere_error_body",
     "cohere_jina_error_body",
+    "fastapi_detail",
     "infinity_error_body",
     "rerank_error_body",
 ]
@@ -83,6 +84,14 @@ def cohere_jina_error_body(error: ApiError) -> bytes:
     return json_bytes({"message": error.message, "detail": error.message})
 
 
+def fastapi_detail(error: ApiError) -> list[dict[str, Any]]:
+    """FastAPI's validation error list for ``error``: ``[{loc, msg, type}]``.
+
+    What Infinity answers a 422 with, and what its generated client parses then.
+    """
+    return [{"loc": ["body", error.param or "body"], "msg": error.message, "type": error.reason}]
+
+
 def rerank_error_body(error: ApiError) -> bytes:
     """``POST /rerank``'s errors: TEI's ``{error, error_type}`` and FastAPI's ``detail``.
 
@@ -94,15 +103,18 @@ def rerank_error_body(error: ApiError) -> bytes:
         {
             "error": error.message,
             "error_type": tei.error_type(error.reason),
-            "detail": [
-                {"loc": ["body", error.param or "body"], "msg": error.message, "type": error.reason}
-            ],
+            "detail": fastapi_detail(error),
         }
     )
 
 
 def infinity_error_body(error: ApiError) -> bytes:
-    """Infinity's (OpenAI-style) error shape."""
+    """Infinity's errors: its (OpenAI-style) ``error`` object and FastAPI's ``detail``.
+
+    Infinity answers its own errors (a model it does not serve, overload) with ``error``
+    and a request that fails validation with FastAPI's 422 ``detail``; its generated
+    client parses the latter on a 422. Both are sent, so either reader finds its field.
+    """
     return json_bytes(
         {
             "error": {
@@ -110,7 +122,8 @@ def infinity_error_body(error: ApiError) -> bytes:
                 "type": error.reason,
                 "param": error.param,
                 "code": error.status,
-            }
+            },
+            "detail": fastapi_detail(error),
         }
     )
 

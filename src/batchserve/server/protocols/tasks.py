@@ -62,6 +62,7 @@ __all__ = [
     "optional_bool",
     "optional_int",
     "require_object",
+    "route_model",
     "text_list",
 ]
 
@@ -121,9 +122,10 @@ def require_object(data: Any) -> dict[str, Any]:
 def check_text(value: Any, where: str, limits: RequestLimits, *, allow_empty: bool = False) -> str:
     """``value`` if it is a string within ``--max-input-chars`` (non-empty unless allowed).
 
-    ``allow_empty`` is for a reranker's passages: a pipeline's document may have no text
-    (LangChain's and Haystack's rerankers send ``content or ""``), and TEI scores such a
-    pair rather than refuse the whole request.
+    ``allow_empty`` is for a pipeline's documents, which may have no text (LangChain's and
+    Haystack's rerankers and embedders send ``content or ""``): TEI embeds an empty text
+    (its special tokens alone) and scores a pair with an empty passage rather than refuse
+    the whole request.
 
     Raises:
         ApiError: ``invalid`` or ``too_large``, naming ``where``.
@@ -308,27 +310,7 @@ class TaskEndpoint:
         return req, items
 
     def _model(self, name: str | None) -> ServedModel:
-        registry = self.registry
-        models = registry.models
-        if name is not None and name in models:
-            return models[name]
-        default = registry.default
-        kinds = self._kinds
-        if len(models) == 1 or kinds is None or _kind(default) in kinds:
-            if name is not None and len(models) > 1:
-                return registry.require(name)  # 404, naming the models
-            return default
-        fits = [m for m in models.values() if _kind(m) in kinds]
-        if len(fits) == 1:
-            return fits[0]
-        if name is not None or not fits:
-            return registry.require(name)  # 404 naming the models; none: wrong_kind
-        raise ApiError(
-            "invalid",
-            f"several models answer this route ({', '.join(m.name for m in fits)}); "
-            "name one in the body's model",
-            param="model",
-        )
+        return route_model(self.registry, name, self._kinds)
 
     def answer(self, exchange: Exchange, served: list[Served[Any]]) -> Reply:
         """The task's answer, with the timing headers and the truncation count."""
@@ -346,6 +328,37 @@ class TaskEndpoint:
     def error_body(self, error: ApiError) -> bytes:
         """The protocol's error body."""
         return self._error_body(error)
+
+
+def route_model(registry: Registry, name: str | None, kinds: frozenset[str] | None) -> ServedModel:
+    """The model that answers a route of ``kinds`` for a body naming ``name``.
+
+    See :class:`TaskEndpoint`: the one named; else, with one model served, that one; else
+    the default if its kind answers, or the only model whose kind does.
+
+    Raises:
+        ApiError: 404 ``not_found`` for a name not served (naming the models), 400
+            ``invalid`` when several models answer and none is named.
+    """
+    models = registry.models
+    if name is not None and name in models:
+        return models[name]
+    default = registry.default
+    if len(models) == 1 or kinds is None or _kind(default) in kinds:
+        if name is not None and len(models) > 1:
+            return registry.require(name)  # 404, naming the models
+        return default
+    fits = [m for m in models.values() if _kind(m) in kinds]
+    if len(fits) == 1:
+        return fits[0]
+    if name is not None or not fits:
+        return registry.require(name)  # 404 naming the models; none: wrong_kind
+    raise ApiError(
+        "invalid",
+        f"several models answer this route ({', '.join(m.name for m in fits)}); "
+        "name one in the body's model",
+        param="model",
+    )
 
 
 def _kind(model: ServedModel) -> str | None:

@@ -7,6 +7,7 @@ listed in the manual (``docs/serving/rerank.md``). Each route is a
 * ``POST /embed``: ``inputs`` (a text or a list), ``truncate``, ``truncation_direction``,
   ``normalize``, ``prompt_name``, ``dimensions`` -> a list of vectors (a single text gets a
   list of one, as TEI answers). ``dimensions`` keeps the first N values and renormalises.
+  An empty text is embedded (its special tokens alone), as TEI does.
 * ``POST /rerank``: ``query``, ``texts`` (an empty one is scored), ``raw_scores``,
   ``return_text``, ``truncate`` -> ``[{index, score, text?}]`` sorted by score, highest
   first. A body with ``documents``
@@ -122,10 +123,12 @@ def _parse_embed(data: Any, limits: RequestLimits) -> TaskRequest:
     if "inputs" not in data:
         raise ApiError("invalid", "inputs is required: a string or a list of strings", "inputs")
     value = data["inputs"]
+    # An empty text is embedded, as TEI does: Haystack's TEI embedders send
+    # ``doc.content or ""``, and one empty document must not fail a batch of them.
     texts = (
-        [check_text(value, "inputs", limits)]
+        [check_text(value, "inputs", limits, allow_empty=True)]
         if isinstance(value, str)
-        else text_list(value, "inputs", limits)
+        else text_list(value, "inputs", limits, allow_empty=True)
     )
     merged = {**data, **params}
     dims = optional_int(merged, "dimensions")
