@@ -28,7 +28,7 @@ def test_profile_of_a_reranker_measures_pairs(
 
     monkeypatch.setattr(profile_cli, "profile_model", spy)
     out = tmp_path / "profile.json"
-    spec = f"{reranker_folder}:threads=1"
+    spec = f"{reranker_folder}:backend=torch,threads=1"  # the cost of pairs, not auto
     argv = ["profile", "--model", spec, "--sizes", "1,4,8", "--repeats", "2", "-o", str(out)]
     assert main(argv) == 0
     profile = json.loads(out.read_text())
