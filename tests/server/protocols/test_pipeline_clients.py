@@ -10,7 +10,6 @@ driven against a real ``batchserve serve --model FOLDER`` when the tests were wr
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,16 +34,6 @@ JINA_HEADERS = {
     "Content-type": "application/json",
     "user-agent": "langchain",
 }
-
-
-@pytest.fixture(scope="module")
-def reranker(reranker_folder: Path) -> LoadedModel:
-    return load_model(f"{reranker_folder}:backend=torch,threads=1")
-
-
-@pytest.fixture(scope="module")
-def classifier(classifier_folder: Path) -> LoadedModel:
-    return load_model(f"{classifier_folder}:backend=torch,threads=1")
 
 
 def _sigmoids(reranker: LoadedModel, docs: list[str]) -> list[float]:

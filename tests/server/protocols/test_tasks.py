@@ -13,7 +13,6 @@ import pytest
 from server_helpers import build_app, client_for, embedding_model
 
 from batchserve.config import BatchConfig, CostEstimate
-from batchserve.engines.loader import load_model
 from batchserve.errors import ConfigError
 from batchserve.models.kinds import ITEMS, KINDS, Prompts, folder_prompts, item_of
 from batchserve.models.loader import LoadedModel
@@ -27,16 +26,6 @@ DOCS = [
     "Paris is the capital of France.",
     "Cats sleep for most of the day and hunt at dawn and dusk.",
 ]
-
-
-@pytest.fixture(scope="module")
-def reranker(reranker_folder: Path) -> LoadedModel:
-    return load_model(f"{reranker_folder}:backend=torch,threads=1")
-
-
-@pytest.fixture(scope="module")
-def classifier(classifier_folder: Path) -> LoadedModel:
-    return load_model(f"{classifier_folder}:backend=torch,threads=1")
 
 
 def _sigmoid(x: float) -> float:
