@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from server_helpers import ServerProcess, server_process
+
+from batchserve.engines.loader import load_model
+from batchserve.models.loader import LoadedModel
 
 
 @pytest.fixture(scope="session")
@@ -22,3 +26,15 @@ def minilm_server() -> Iterator[ServerProcess]:
     with server_process(["--max-wait", "2ms", "--backend", "torch"]) as server:
         server.load_s = time.monotonic() - start  # type: ignore[attr-defined]
         yield server
+
+
+@pytest.fixture(scope="session")
+def reranker(reranker_folder: Path) -> LoadedModel:
+    """The test reranker on torch, one thread, loaded once for the in-process protocol tests."""
+    return load_model(f"{reranker_folder}:backend=torch,threads=1")
+
+
+@pytest.fixture(scope="session")
+def classifier(classifier_folder: Path) -> LoadedModel:
+    """The test classifier on torch, one thread."""
+    return load_model(f"{classifier_folder}:backend=torch,threads=1")
