@@ -24,6 +24,7 @@ import math
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -190,8 +191,11 @@ class Server:
         line = self._ready_line(ready_timeout_s)
         match = re.match(r"batchserve ready on (http://\S+) models=", line)
         if match is None:
-            self.close()
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
             err = self.stderr_path.read_text(errors="replace")
+            self.close()
             raise RuntimeError(f"server did not start: {line!r}\n{err}")
         self.url = match.group(1)
         self.port = int(self.url.rsplit(":", 1)[1])
@@ -272,7 +276,10 @@ class Server:
             return None
 
     def close(self) -> None:
-        """Kill the server if it still runs; release the client and the log file."""
+        """Kill the server if it still runs; release the client and the log file.
+
+        The log's temporary folder is removed (one given as ``log_dir`` is the caller's).
+        """
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
@@ -281,6 +288,8 @@ class Server:
         if hasattr(self, "client"):
             self.client.close()
         self._stderr.close()
+        if self._own_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
 
 class _Killer:
