@@ -59,8 +59,15 @@ def torch_model() -> SentenceEmbedder:
 
 @pytest.mark.parametrize("backend", ["onnx", "openvino"])
 def test_fp32_exports_answer_what_torch_answers(
-    backend: str, cache: Path, torch_model: SentenceEmbedder
+    backend: str,
+    cache: Path,
+    torch_model: SentenceEmbedder,
+    small_quality_set: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Where the CPU computes in bfloat16, openvino runs it and is gated at load: on the
+    # small set (the full one costs half a minute of reference vectors).
+    monkeypatch.setenv("BATCHSERVE_QUALITY_SET", str(small_quality_set))
     model = load_model(f"minilm:backend={backend},cache_dir={cache}")
     emb = model.fn
     assert isinstance(emb, ExportedEmbedder)

@@ -28,6 +28,8 @@ DOCS = [
 
 @pytest.fixture(scope="module")
 def reranker_server(reranker_folder: Path) -> Iterator[ServerProcess]:
+    # The server's defaults, --backend auto included: it measures this folder's engines at
+    # start, as a user's first `serve --model FOLDER` does.
     args = ["--model", str(reranker_folder), "--max-wait", "2ms", "--grpc-port", "0"]
     with server_process(args) as server:
         yield server
@@ -35,7 +37,9 @@ def reranker_server(reranker_folder: Path) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def classifier_server(classifier_folder: Path) -> Iterator[ServerProcess]:
-    with server_process(["--model", str(classifier_folder), "--max-wait", "2ms"]) as server:
+    # torch: these tests read the protocols (auto's measurement is the reranker's, above)
+    args = ["--model", str(classifier_folder), "--backend", "torch", "--max-wait", "2ms"]
+    with server_process(args) as server:
         yield server
 
 
