@@ -510,6 +510,8 @@ def measure(args: argparse.Namespace, folder: Path, tmp: Path) -> dict[str, Any]
     flags = ["--model", str(folder), "--timeout", "300s"]
     if args.backend:
         flags += ["--backend", args.backend]
+    if args.dtype:
+        flags += ["--dtype", args.dtype]
     figures: dict[str, Any] = {
         "passages_per_request": args.passages,
         "requests_per_round": args.requests,
@@ -730,6 +732,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (median)")
     parser.add_argument("--backend", help="batchserve serve --backend (default: its own)")
+    parser.add_argument("--dtype", help="batchserve serve --dtype (default: its own)")
     parser.add_argument("--folder", help="a reranker folder to use (default: build one)")
     parser.add_argument(
         "--no-infinity",
