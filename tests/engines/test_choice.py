@@ -22,9 +22,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from batchserve.engines.choice import (
+    BUSY_SHARE,
     Trial,
     Verdict,
     choose,
+    cpu_share,
     gate_order,
     pick,
 )
@@ -288,6 +290,45 @@ def test_a_damaged_verdict_is_measured_again(source: Path, tmp_path: Path) -> No
     assert Verdict.from_dict(json.loads(path.read_text())).chosen == REFERENCE
     with pytest.raises(ValueError, match="verdict format"):
         Verdict.from_dict({**verdict.to_dict(), "format": 99})
+
+
+def test_the_cpu_share_is_what_the_process_got_of_the_cores_it_asked_for() -> None:
+    wall, cpu = time.perf_counter(), time.process_time()
+    time.sleep(0.2)
+    assert cpu_share(wall, cpu, 1) < 0.2  # asleep: no CPU used
+    wall, cpu = time.perf_counter(), time.process_time()
+    end = time.perf_counter() + 0.3
+    while time.perf_counter() < end:
+        pass
+    # one thread spinning: nearly one core (bound generous: the machine may be busy), and
+    # about half of two
+    assert cpu_share(wall, cpu, 1) > 0.3
+    assert cpu_share(wall, cpu, 2) < 0.75
+
+
+def test_a_verdict_timed_while_other_work_held_the_cores_says_so(
+    source: Path, tmp_path: Path
+) -> None:
+    # the fake engine sleeps: its passes use none of the CPU they ask for, as when another
+    # process holds the cores
+    verdict, _ = choose(source, **torch_only(tmp_path))
+    assert verdict.cpu_share is not None
+    assert verdict.cpu_share < BUSY_SHARE
+    assert verdict.busy()
+    summary = verdict.summary()
+    assert "timed while other work held the CPU" in summary
+    assert "measure again when the machine is quiet (batchserve profile --backends" in summary
+    # the share is kept with the verdict: a later start reads it and says so too
+    again, _ = choose(source, **torch_only(tmp_path))
+    assert (again.cached, again.cpu_share, again.busy()) == (True, verdict.cpu_share, True)
+    assert verdict.to_dict()["cpu_share"] == verdict.cpu_share
+    quiet = dataclasses.replace(verdict, cpu_share=0.81)
+    assert not quiet.busy()
+    assert "other work" not in quiet.summary()
+    # a verdict from before the share was kept (or timed on a GPU) says nothing of it
+    old = {k: v for k, v in verdict.to_dict().items() if k != "cpu_share"}
+    assert Verdict.from_dict(old).cpu_share is None
+    assert not Verdict.from_dict(old).busy()
 
 
 def test_a_cache_that_cannot_be_written_costs_a_warning_not_the_start(

@@ -37,7 +37,9 @@ so later starts on the same machine load the chosen engine at once::
     CACHE/<name>-<model hash>/auto/<key>.json
 
 Two processes that start at once on an empty cache both measure; the last to finish
-writes the file. A damaged or foreign file is measured again.
+writes the file. A damaged or foreign file is measured again. A verdict keeps the share of
+the cores its timed passes got (:func:`cpu_share`): one timed while other work held them
+says so in its summary, logged at every start, until it is measured again.
 """
 
 from __future__ import annotations
@@ -76,14 +78,17 @@ from batchserve.engines.quality import (
 )
 from batchserve.engines.quality_set import QualitySet
 from batchserve.engines.ranking_gate import SequenceVerdict
+from batchserve.engines.runtime import usable_cores
 
 __all__ = [
+    "BUSY_SHARE",
     "EmbeddingJudge",
     "Figures",
     "Judge",
     "Trial",
     "Verdict",
     "choose",
+    "cpu_share",
     "gate_order",
     "pick",
     "speed_texts",
@@ -98,6 +103,13 @@ FORMAT = 3
 ROUNDS = 2
 #: Each engine's round runs its requests this many times over.
 TIMED_REPEATS = 3
+#: Below this share of the CPU the timed passes asked for, other work held the cores while
+#: the engines were timed, and the verdict says so (its rates, and so its choice, may not
+#: be what a quiet machine gives). Measured on a 2-core EPYC, two 1-thread workers: MiniLM
+#: 0.92 idle; a MiniLM-sized reranker 0.81 idle (a round's tail and the tokenizer's lock
+#: leave some of it) and 0.59 beside one busy process (which moved its choice from torch
+#: bfloat16 to OpenVINO bfloat16).
+BUSY_SHARE = 0.7
 #: After the first round, engines below this fraction of the best rate are not timed again.
 CONTENDERS = 0.8
 _PACKAGES = (
@@ -230,6 +242,11 @@ class Verdict:
         cached: whether this start read it from the cache.
         kind: the kind of model measured (``embedding``, ``reranker``, ``classifier``):
             what its items were and which gate it went through.
+        cpu_share: on the CPU, the share of the cores the timed passes asked for that they
+            got: this process's CPU seconds over the wall seconds timed times
+            ``min(cores, workers x threads)``, at most 1 (None: timed on a GPU, or read
+            from a verdict that predates it). Below :data:`BUSY_SHARE`, other work took
+            the cores while the engines were timed.
     """
 
     chosen: Engine
@@ -245,6 +262,11 @@ class Verdict:
     created: str
     cached: bool = False
     kind: str = "embedding"
+    cpu_share: float | None = None
+
+    def busy(self) -> bool:
+        """Whether other work held the cores while the engines were timed."""
+        return self.cpu_share is not None and self.cpu_share < BUSY_SHARE
 
     def trial(self, engine: Engine) -> Trial | None:
         """The figures of ``engine``, if it was a candidate."""
@@ -262,10 +284,17 @@ class Verdict:
         up = self.speedup()
         rate = f" ({up:.2f}x torch/float32)" if up is not None else ""
         where = "cached" if self.cached else f"measured in {self.seconds:.0f}s"
-        return (
+        line = (
             f"backend auto chose {self.chosen}{rate} at batch {self.batch_size}, "
             f"{self.workers} x {self.threads}-thread passes on {self.device} ({where})"
         )
+        if self.busy():
+            line += (
+                f"; timed while other work held the CPU (the passes got {self.cpu_share:.0%} "
+                "of the cores they asked for): measure again when the machine is quiet "
+                "(batchserve profile --backends, with the serve's --model and flags)"
+            )
+        return line
 
     def table(self) -> str:
         """The candidates side by side: rate, speed-up, every quality figure, gate, choice."""
@@ -329,6 +358,7 @@ class Verdict:
             "seconds": round(self.seconds, 1),
             "created": self.created,
             "cached": self.cached,
+            "cpu_share": self.cpu_share,
         }
 
     @classmethod
@@ -356,6 +386,7 @@ class Verdict:
             created=str(data["created"]),
             cached=bool(data.get("cached", False)),
             kind=str(data.get("kind", "embedding")),
+            cpu_share=None if data.get("cpu_share") is None else float(data["cpu_share"]),
         )
 
 
@@ -453,6 +484,18 @@ def _rate(
     if errors:
         raise errors[0]
     return total / max(time.perf_counter() - t0, 1e-9)
+
+
+def cpu_share(wall_from: float, cpu_from: float, cores: int) -> float:
+    """The share of ``cores`` this process used since the clocks read the values given.
+
+    ``wall_from`` is a ``time.perf_counter()``, ``cpu_from`` a ``time.process_time()``
+    (every thread's CPU seconds). The share is the CPU seconds since over the wall seconds
+    times ``cores``, at most 1: below 1, other work ran on those cores meanwhile, or the
+    process waited.
+    """
+    wall = (time.perf_counter() - wall_from) * max(1, cores)
+    return round(min(1.0, (time.process_time() - cpu_from) / wall), 3) if wall > 0 else 1.0
 
 
 def _cache_key(parts: dict[str, Any]) -> str:
@@ -668,6 +711,7 @@ def choose(
     rates: dict[Engine, float] = {}
     for fn in fns.values():  # a first pass of each shape, untimed
         fn(batches[0][:2])
+    timed_from = (time.perf_counter(), time.process_time())
     for round_ in range(max(1, rounds)):
         # Rounds after the first time only the contenders (within CONTENDERS of the best so
         # far) and the reference: an engine far behind cannot win on a second try.
@@ -678,6 +722,9 @@ def choose(
             rates[engine] = max(
                 rates.get(engine, 0.0), round(_rate(fn, batches, workers, repeats=repeats), 2)
             )
+    share = (
+        None if device != "cpu" else cpu_share(*timed_from, min(usable_cores(), workers * threads))
+    )
     trials = {
         o.engine: Trial(
             engine=o.engine, items_per_s=rates.get(o.engine), unavailable=unavailable.get(o.engine)
@@ -722,6 +769,7 @@ def choose(
         key=key,
         seconds=time.perf_counter() - start,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
+        cpu_share=share,
     )
     write_cached(path, json.dumps(verdict.to_dict(), indent=1).encode())
     return verdict, fns.get(chosen)

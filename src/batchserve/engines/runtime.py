@@ -230,7 +230,8 @@ def resolve_dtype(
     raise ConfigError(f"dtype {dtype!r} on device {device!r}: {reason}; use float32 or int8")
 
 
-def _cores() -> int:
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity; the CPU count off Linux)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -250,7 +251,7 @@ def default_threads(cpu_count: int | None = None) -> int:
         cpu_count: cores usable by this process; None reads them (``os.sched_getaffinity``).
     """
     if cpu_count is None:
-        cpu_count = _cores()
+        cpu_count = usable_cores()
     if cpu_count <= 4:
         return max(1, cpu_count - 1)
     return cpu_count - 2
@@ -277,7 +278,7 @@ def default_workers(device: str, threads: int, cpu_count: int | None = None) -> 
     if device != "cpu":
         return 1
     if cpu_count is None:
-        cpu_count = _cores()
+        cpu_count = usable_cores()
     return max(1, cpu_count // max(1, threads))
 
 
