@@ -25,7 +25,6 @@ pytest.importorskip("openvino")
 onnx = pytest.importorskip("onnx")
 
 from batchserve.engines import export  # noqa: E402
-from batchserve.engines.choice import Trial, Verdict, pick  # noqa: E402
 from batchserve.engines.embeddings import SentenceEmbedder, builtin_path  # noqa: E402
 from batchserve.engines.exported import ExportedEmbedder  # noqa: E402
 from batchserve.engines.gate import gate, set_digest  # noqa: E402
@@ -35,6 +34,7 @@ from batchserve.engines.quality import MIN_INVARIANCE, Quality, invariance  # no
 from batchserve.engines.quality_set import load as load_quality_set  # noqa: E402
 from batchserve.engines.quality_set import read as read_quality_set  # noqa: E402
 from batchserve.engines.runtime import Runtime  # noqa: E402
+from batchserve.engines.verdict import Trial, Verdict, pick  # noqa: E402
 from batchserve.errors import ConfigError  # noqa: E402
 
 MIXED = [

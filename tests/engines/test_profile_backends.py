@@ -91,9 +91,9 @@ def test_profile_backends_measures_afresh_and_prints_the_table(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
 ) -> None:
     from batchserve.cli import profile_backends
-    from batchserve.engines.choice import Trial, Verdict
     from batchserve.engines.hardware import Engine
     from batchserve.engines.runtime import Runtime
+    from batchserve.engines.verdict import Trial, Verdict
 
     calls: list[tuple[pathlib.Path, Runtime, bool]] = []
     good = Quality(texts=10, mean_cosine=0.995, min_cosine=0.97, queries=4, ranking_agreement=1.0)

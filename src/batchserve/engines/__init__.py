@@ -14,6 +14,8 @@ vocabulary; the drivers and the outer layers import it; the core never does.
   backends) and the candidate engines they allow.
 * :mod:`~batchserve.engines.choice`: ``--backend auto``: measure each candidate, keep the
   fastest that passes the gate, cache the verdict.
+* :mod:`~batchserve.engines.verdict`: what ``auto`` measured and chose (each engine's trial,
+  the pure pick, the verdict as cached and shown), no measuring.
 * :mod:`~batchserve.engines.quality`, :mod:`~batchserve.engines.quality_set`,
   :mod:`~batchserve.engines.gate`: how close an engine's vectors are to the reference
   engine's, on the shipped quality set (``data/``), and the gate that refuses one too far.

@@ -30,7 +30,7 @@ from batchserve.models.kinds import folder_kind, folder_prompts
 from batchserve.models.loader import LoadedModel, needs_engine, split_runtime
 
 if TYPE_CHECKING:
-    from batchserve.engines.choice import Verdict
+    from batchserve.engines.verdict import Verdict
 
 __all__ = ["choose_engine", "load_model"]
 

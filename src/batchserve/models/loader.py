@@ -78,7 +78,7 @@ class LoadedModel:
             the server's default when ``--workers`` is not set. None: one.
         engine: how ``minilm`` or a folder runs (``backend``, ``precision``, ``device``,
             ``threads``) and, under ``--backend auto``, ``choice``: the verdict and the
-            table behind it (:meth:`batchserve.engines.choice.Verdict.to_dict`). None for
+            table behind it (:meth:`batchserve.engines.verdict.Verdict.to_dict`). None for
             other models.
         labels: a reranker's or classifier's label per logit, in order (``id2label``).
         prompts: an embedding model's named prompts and its default (a folder's
