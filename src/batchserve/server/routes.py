@@ -20,9 +20,10 @@ from typing import Any, Protocol
 
 from batchserve.server.http import Head, check_length, json_bytes, load_json, read_head
 from batchserve.server.ops.dashboard import DASHBOARD_HEADERS, dashboard_html
+from batchserve.server.ops.docs_page import docs_html
 from batchserve.server.ops.live import server_status
 from batchserve.server.ops.metrics import CONTENT_TYPE, Metrics
-from batchserve.server.ops.openapi import docs_html, openapi_spec
+from batchserve.server.ops.openapi import openapi_spec
 from batchserve.server.protocols import infinity, kserve, openai, tei, triton
 from batchserve.server.registry import Registry
 from batchserve.server.settings import RequestLimits

@@ -1,17 +1,13 @@
-"""The OpenAPI 3.1 description of every endpoint, and the ``/docs`` page rendered from it.
+"""The OpenAPI 3.1 description of every endpoint.
 
 The spec is written by hand from the same constants the server uses (the status table, the
 header names), so the documented contract and the behaviour cannot drift apart silently:
-tests compare the routes the app serves with the paths listed here. The docs page is plain
-HTML generated from the spec, with no script and nothing fetched from elsewhere (the server
-may run where nothing outside can be reached).
+tests compare the routes the app serves with the paths listed here. The ``/docs`` page is
+rendered from it (:mod:`batchserve.server.ops.docs_page`).
 """
 
 from __future__ import annotations
 
-import html
-import json
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +21,7 @@ from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import RETRY_REASONS, STATUS_TABLE
 from batchserve.units import POSITIVE_DURATION_PATTERN
 
-__all__ = ["docs_html", "openapi_spec"]
+__all__ = ["openapi_spec"]
 
 #: The headers that place a request in a class of work and a tenant (models with classes).
 _CLASS_PARAMS = [
@@ -1194,57 +1190,3 @@ def _task_paths(
         }
     }
     return paths
-
-
-_INLINE_CODE = re.compile(r"`([^`]+)`")
-
-
-def _text(text: str) -> str:
-    # A description's text, escaped, with its `inline code` set as code (the descriptions
-    # are written in the markdown that OpenAPI's own viewers render).
-    return _INLINE_CODE.sub(r"<code>\1</code>", html.escape(text))
-
-
-def docs_html(spec: dict[str, Any]) -> str:
-    """A self-contained HTML page describing ``spec`` (no scripts, no external assets)."""
-    e = _text
-    rows = []
-    for path, ops in spec["paths"].items():
-        for method, op in ops.items():
-            params = "".join(
-                f"<li><code>{e(p['name'])}</code> ({e(p['in'])}): "
-                f"{e(p.get('description', ''))}</li>"
-                for p in op.get("parameters", [])
-            )
-            responses = "".join(
-                f"<li><b>{e(code)}</b> {e(r.get('description', ''))}</li>"
-                for code, r in op.get("responses", {}).items()
-            )
-            rows.append(
-                f"<section><h3><code>{method.upper()} {e(path)}</code> {e(op['summary'])}</h3>"
-                f"<p>{e(op.get('description', ''))}</p>"
-                + (f"<p>Parameters:</p><ul>{params}</ul>" if params else "")
-                + f"<p>Responses:</p><ul>{responses}</ul></section>"
-            )
-    table = "".join(
-        f"<tr><td><code>{e(r)}</code></td><td>{s}</td><td>{e(d)}</td></tr>"
-        for r, (s, d) in STATUS_TABLE.items()
-    )
-    info = spec["info"]
-    schemas = e(json.dumps(spec["components"]["schemas"], indent=2))
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>batchserve API</title>"
-        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        "<style>body{font-family:sans-serif;max-width:60em;margin:auto;padding:1em;"
-        "overflow-wrap:anywhere}section{border-top:1px solid #ccc}"
-        "code{background:#f4f4f4;overflow-wrap:anywhere}"
-        "pre{white-space:pre-wrap;overflow-x:auto;background:#f8f8f8;padding:.5em}"
-        "table{border-collapse:collapse;width:100%}"
-        "td,th{border:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top}"
-        "</style></head><body>"
-        f"<h1>{e(info['title'])} {e(info['version'])}</h1><p>{e(info['description'])}</p>"
-        "<p>Machine-readable: <a href='/openapi.json'>/openapi.json</a>.</p>"
-        "<h2>Outcomes and status codes</h2><table><tr><th>X-Reason</th><th>status</th>"
-        f"<th>when</th></tr>{table}</table><h2>Endpoints</h2>{''.join(rows)}"
-        f"<h2>Schemas</h2><pre>{schemas}</pre></body></html>"
-    )
