@@ -146,6 +146,7 @@ VIEWS = (
     "batchserve.server.ops.live",
     "batchserve.server.ops.dashboard",
     "batchserve.server.ops.openapi",
+    "batchserve.server.ops.docs_page",
     "batchserve.cli.top",
 )
 

@@ -1,0 +1,310 @@
+"""The request and answer schemas of the inference routes.
+
+OpenAI's embeddings, KServe v2's tensors, every protocol's error body, Infinity's
+embeddings and model list.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from batchserve.models.kinds import KINDS
+from batchserve.server.protocols.kserve import MAX_TENSORS
+from batchserve.server.protocols.tensors import DTYPES, MAX_DIMS
+from batchserve.server.settings import RequestLimits
+from batchserve.server.statuses import STATUS_TABLE
+
+__all__ = ["inference_schemas"]
+
+#: TEI's error body's fields.
+_TEI_ERROR = {
+    "error": {"type": "string"},
+    "error_type": {"enum": ["unhealthy", "backend", "overloaded", "validation", "empty"]},
+}
+
+#: FastAPI's validation error list, as Infinity answers a 422: the field and the rule.
+_FASTAPI_DETAIL = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["loc", "msg", "type"],
+        "properties": {
+            "loc": {"type": "array", "items": {"type": ["string", "integer"]}},
+            "msg": {"type": "string"},
+            "type": {"type": "string", "description": "The server's reason."},
+        },
+    },
+}
+
+
+def inference_schemas(
+    models: list[str], limits: RequestLimits, dimensions: list[int]
+) -> dict[str, Any]:
+    """The components the inference routes refer to.
+
+    For the served ``models``, the request ``limits`` and the embedding ``dimensions``.
+    """
+    # The limits are stated in words, not as maxItems/maxLength: they are settings of the
+    # deployment, and a request over one is answered 413, like a body over the byte limit.
+    text = {"type": "string", "minLength": 1}
+    tensor = {
+        "type": "object",
+        "required": ["name", "datatype", "shape"],
+        "properties": {
+            "name": {"type": "string"},
+            "datatype": {"enum": ["BYTES", *DTYPES]},
+            "shape": {
+                "type": "array",
+                "items": {"type": "integer", "minimum": 0},
+                "maxItems": MAX_DIMS,
+            },
+            "data": {"type": "array", "description": "Row-major elements (JSON mode)."},
+            "parameters": {
+                "type": "object",
+                "properties": {"binary_data_size": {"type": "integer"}},
+            },
+        },
+    }
+    schemas: dict[str, Any] = {
+        "EmbeddingsRequest": {
+            "type": "object",
+            "required": ["input"],
+            "properties": {
+                "input": {
+                    "description": f"A text, or a list of at most {limits.max_inputs} texts "
+                    f"(--max-inputs), each of at most {limits.max_input_chars} characters "
+                    "(--max-input-chars), none empty; over a limit: 413.",
+                    "oneOf": [text, {"type": "array", "items": text, "minItems": 1}],
+                },
+                # The optional fields may also be null, which means the same as absent.
+                "model": {
+                    "type": ["string", "null"],
+                    "enum": [*models, None],
+                    "description": "Default: the first served model.",
+                },
+                "encoding_format": {"enum": ["float", "base64", None], "default": "float"},
+                "dimensions": {
+                    "type": ["integer", "null"],
+                    "description": "Keep the first N values, renormalised; at most the "
+                    "model's own dimension.",
+                    "minimum": 1,
+                    **({"maximum": max(dimensions)} if dimensions else {}),
+                },
+                "user": {"type": ["string", "null"], "description": "Ignored."},
+            },
+        },
+        "EmbeddingsResponse": {
+            "type": "object",
+            "properties": {
+                "object": {"const": "list"},
+                "model": {"type": "string"},
+                "data": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "object": {"const": "embedding"},
+                            "index": {"type": "integer"},
+                            "embedding": {
+                                "oneOf": [
+                                    {"type": "array", "items": {"type": "number"}},
+                                    {"type": "string", "description": "base64 float32 LE"},
+                                ]
+                            },
+                        },
+                    },
+                },
+                "usage": {
+                    "type": "object",
+                    "properties": {
+                        "prompt_tokens": {"type": "integer"},
+                        "total_tokens": {"type": "integer"},
+                    },
+                },
+            },
+        },
+        "OpenAIError": {
+            "type": "object",
+            "properties": {
+                "error": {
+                    "type": "object",
+                    "properties": {
+                        "message": {"type": "string"},
+                        "type": {"type": "string"},
+                        "param": {"type": ["string", "null"]},
+                        "code": {"enum": sorted(STATUS_TABLE)},
+                    },
+                }
+            },
+        },
+        "KServeError": {"type": "object", "properties": {"error": {"type": "string"}}},
+        "InfinityError": {
+            "type": "object",
+            "description": "Infinity's (OpenAI-style) error, and FastAPI's `detail` list, "
+            "which Infinity's generated client parses on a 422.",
+            "properties": {
+                "error": {
+                    "type": "object",
+                    "properties": {
+                        "message": {"type": "string"},
+                        "type": {"enum": sorted(STATUS_TABLE)},
+                        "param": {"type": ["string", "null"]},
+                        "code": {"type": "integer", "description": "The HTTP status."},
+                    },
+                },
+                "detail": _FASTAPI_DETAIL,
+            },
+        },
+        "TEIError": {"type": "object", "properties": _TEI_ERROR},
+        "RerankError": {
+            "type": "object",
+            "description": "TEI's error, and FastAPI's `detail` list for Infinity's clients "
+            "(the path is both servers').",
+            "properties": {**_TEI_ERROR, "detail": _FASTAPI_DETAIL},
+        },
+        "CohereError": {"type": "object", "properties": {"message": {"type": "string"}}},
+        "CohereJinaError": {
+            "type": "object",
+            "description": "Cohere's `message`, and the same text as Jina's `detail`, which "
+            "Jina's clients raise for any answer without `results`.",
+            "properties": {"message": {"type": "string"}, "detail": {"type": "string"}},
+        },
+        "Tensor": tensor,
+        "InferRequest": {
+            "type": "object",
+            "required": ["inputs"],
+            "properties": {
+                "id": {"type": "string"},
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "timeout": {
+                            "type": "integer",
+                            "description": "Timeout in microseconds, as Triton reads it.",
+                        },
+                        "priority": {
+                            "description": "Class of work, as Triton's priority: a level "
+                            "(1 = the first class, 0 = the default) or a class name. Read "
+                            "only by models with classes; takes precedence over `X-Priority`.",
+                            "oneOf": [{"type": "integer"}, {"type": "string"}],
+                        },
+                        "binary_data_output": {"type": "boolean"},
+                    },
+                },
+                "inputs": {
+                    "type": "array",
+                    "items": {"$ref": "#/components/schemas/Tensor"},
+                    "minItems": 1,
+                    "maxItems": MAX_TENSORS,
+                },
+                "outputs": {
+                    "type": "array",
+                    "maxItems": MAX_TENSORS,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string"},
+                            "parameters": {
+                                "type": "object",
+                                "properties": {"binary_data": {"type": "boolean"}},
+                            },
+                        },
+                    },
+                },
+            },
+        },
+        "InferResponse": {
+            "type": "object",
+            "properties": {
+                "model_name": {"type": "string"},
+                "model_version": {"type": "string"},
+                "id": {"type": "string"},
+                "outputs": {"type": "array", "items": {"$ref": "#/components/schemas/Tensor"}},
+            },
+        },
+    }
+    schemas.update(_infinity_schemas(schemas, limits))
+    return schemas
+
+
+def _infinity_schemas(schemas: dict[str, Any], limits: RequestLimits) -> dict[str, Any]:
+    """Infinity's ``/embeddings`` (OpenAI's shape, with its differences) and ``/models``."""
+    openai_request = schemas["EmbeddingsRequest"]["properties"]
+    text = {"type": "string"}
+    counts = {"type": "integer", "minimum": 0}
+    model = {
+        "type": "object",
+        "required": ["id", "object", "stats", "capabilities"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "model"},
+            "created": {"type": "integer"},
+            "stats": {
+                "type": "object",
+                "properties": {
+                    "queue_fraction": {"type": "number", "minimum": 0},
+                    "queue_absolute": counts,
+                    "results_pending": counts,
+                    "batch_size": counts,
+                },
+            },
+            "backend": {"type": "string"},
+            "capabilities": {
+                "type": "array",
+                "items": {"enum": ["embed", "rerank", "classify"]},
+                "description": "What the model's kind answers: `embed` (an embedder), "
+                "`rerank` (a reranker), `classify` (a classifier); none for another model.",
+            },
+            "kind": {"enum": [*KINDS, None]},
+            "state": {"enum": ["loading", "ready", "failed"]},
+        },
+    }
+    return {
+        "InfinityEmbeddingsRequest": {
+            "type": "object",
+            "required": ["input"],
+            "properties": {
+                **openai_request,
+                "input": {
+                    "description": f"A text, or a list of at most {limits.max_inputs} texts "
+                    f"(--max-inputs), each of at most {limits.max_input_chars} characters "
+                    "(--max-input-chars); an empty text is embedded, as Infinity does. Over "
+                    "a limit: 413.",
+                    "oneOf": [text, {"type": "array", "items": text, "minItems": 1}],
+                },
+                "model": {
+                    "type": ["string", "null"],
+                    "minLength": 1,
+                    "description": "A served model; with one model served, any name (and "
+                    "`default/not-specified`, what infinity_client sends) is that model, "
+                    "as Infinity resolves it.",
+                },
+                "dimensions": {
+                    **openai_request["dimensions"],
+                    "minimum": 0,
+                    "description": "0 or absent: the model's own (Infinity's default); else "
+                    "the first N values, renormalised, at most the model's own dimension.",
+                },
+                "modality": {
+                    "enum": ["text", None],
+                    "description": "Only texts are embedded here.",
+                },
+            },
+        },
+        "InfinityEmbeddingsResponse": {
+            "type": "object",
+            "properties": {
+                **schemas["EmbeddingsResponse"]["properties"],
+                "id": {"type": "string"},
+                "created": {"type": "integer"},
+            },
+        },
+        "InfinityModels": {
+            "type": "object",
+            "required": ["object", "data"],
+            "properties": {
+                "object": {"const": "list"},
+                "data": {"type": "array", "items": model},
+            },
+        },
+    }
