@@ -40,3 +40,21 @@ def metric_value(exposition: str, name: str) -> float:
         for s in family.samples
         if s.name == name
     )
+
+
+#: Why a test marked ``gpu`` is skipped where no CUDA device is (``-ra`` prints it).
+NO_CUDA = (
+    "no CUDA device here (torch.cuda.is_available() is False): bench/gpu/run.sh runs the "
+    "tests marked gpu on a machine with one"
+)
+
+
+def cuda_here() -> bool:
+    """Whether torch is installed and sees a CUDA device (imports torch: call it lazily)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())

@@ -23,7 +23,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 #: The folders, by what their scripts measure.
-GROUPS = {"apps", "server", "scenarios", "fleets", "models", "peers", "tools"}
+GROUPS = {"apps", "server", "scenarios", "fleets", "models", "peers", "tools", "gpu"}
 #: Scripts that are modules for other scripts, not commands (``peers/compare_real.py`` is
 #: compare.py's real scenario: ``bench/peers/compare.py --scenarios real --help``).
 MODULES = {"apps/null_app.py", "peers/compare_real.py"}
