@@ -666,7 +666,7 @@ def serve_model(
         The precision served (``auto``'s choice for MiniLM); None when nothing was served.
     """
     backend, dtype = ("auto", "auto") if model.auto else ("torch", model.served_dtype)
-    ready = 600.0 if model.auto else 180.0
+    ready = max(60.0, min(600.0 if model.auto else 180.0, run.left()))
     guess = max((e["best_per_s"] for e in encode.values()), default=100.0)
 
     if not run.fits(f"{model.label} served", 25 + 8 * seconds):
