@@ -85,6 +85,8 @@ RAISE = 1.6
 RAISES = 2
 #: Servers sharing the GPU in step 4.
 SERVERS = 4
+#: The steps, in the order they run (``--only`` picks some).
+STEPS = ("encode", "served", "cost", "sim", "several", "settings")
 #: The reference engine, as a verdict's trials name it.
 REF = ("torch", "float32")
 #: (items, tokens) of the one-length passes the cost is learned from.
@@ -766,7 +768,7 @@ def several_servers(
     env: dict[str, str],
     seconds: float,
 ) -> None:
-    """Step 4: one text a request over :data:`SERVERS` servers on the one GPU."""
+    """Step 4: :data:`SERVERS` servers on the one GPU, one text and 32 a request."""
     count = 2 if run.dry else SERVERS
     if not run.fits(f"{model.label} on {count} servers", 40 + 3 * seconds):
         return
@@ -784,23 +786,30 @@ def several_servers(
                 for _ in range(count)
             ]
             servers = [f.result() for f in futures]
-        past = saturate(
-            lambda rate: measured_load(
-                servers, model.name, texts_file, 1, rate, seconds, run.device
-            ),
-            max(1.0, 0.6 * best_of(encode, precision)),
+        setting = (
+            f"{count} servers, each batch {TUNED['max_batch_size']}, {TUNED['workers']} workers"
         )
-    setting = f"{count} servers, each batch {TUNED['max_batch_size']}, {TUNED['workers']} workers"
-    record(
-        run,
-        past,
-        model,
-        precision,
-        encode,
-        setting=setting,
-        shape="1 a request",
-        load="past saturation",
-    )
+        for inputs, shape, share in ((1, "1 a request", 0.6), (32, "32 a request", 1.1)):
+            if not run.fits(f"{model.label} on {count} servers, {shape}", 3 * seconds):
+                continue
+
+            def at(rate: float, inputs: int = inputs) -> dict[str, Any]:
+                return measured_load(
+                    servers, model.name, texts_file, inputs, rate, seconds, run.device
+                )
+
+            guess = share * max(e["best_per_s"] for e in encode.values()) / inputs
+            past = saturate(at, max(1.0, guess))
+            record(
+                run,
+                past,
+                model,
+                precision,
+                encode,
+                setting=setting,
+                shape=shape,
+                load="past saturation",
+            )
 
 
 # -- step 5: simulated -----------------------------------------------------------------------
@@ -1104,7 +1113,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=3.0, help="length of each load")
     ap.add_argument("--models", default="minilm,large", help="minilm, large or both")
     ap.add_argument("--dry-run", action="store_true", help="on the CPU, tiny: checks the script")
+    ap.add_argument(
+        "--only",
+        default=",".join(STEPS),
+        help=f"the steps to run, of {','.join(STEPS)} (default: all)",
+    )
+    ap.add_argument(
+        "--previous",
+        type=pathlib.Path,
+        help="a gpu_raw.json whose encode rates and served precisions stand in for the "
+        "steps --only leaves out",
+    )
     args = ap.parse_args(argv)
+    steps = set(args.only.split(","))
+    if steps - set(STEPS):
+        ap.error(f"--only takes steps of {','.join(STEPS)}, got {args.only!r}")
+    previous: dict[str, Any] = json.loads(args.previous.read_text()) if args.previous else {}
     import torch
 
     from batchserve.engines.embeddings import builtin_path
@@ -1173,6 +1197,9 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 precisions = ["float32", model.served_dtype]
             encode: dict[str, Any] = run.raw.setdefault("encode", {}).setdefault(model.label, {})
+            if "encode" not in steps:
+                encode.update(previous.get("encode", {}).get(model.label, {}))
+                precisions = []
             for dtype in precisions:
                 if run.fits(f"{model.label} encode {dtype}", 20):
                     log(f"{model.label}: encode at {dtype}")
@@ -1180,24 +1207,29 @@ def main(argv: list[str] | None = None) -> int:
                         model, texts, dtype, device, BATCH_SIZES[:2] if dry else BATCH_SIZES
                     )
                     write(run)
-            precision = serve_model(run, model, encode, texts_file, env, seconds)
+            precision = None
+            if "served" in steps:
+                precision = serve_model(run, model, encode, texts_file, env, seconds)
+            elif model.label in previous.get("auto", {}):
+                precision = previous["auto"][model.label]["chosen"]["precision"]
             precision = precision or ("float32" if dry else model.served_dtype)
-            if run.fits(f"{model.label} cost", 20):
+            if "cost" in steps and run.fits(f"{model.label} cost", 20):
                 log(f"{model.label}: the cost of a pass at {precision}")
                 cost = profile(
                     model, precision, device, paragraphs, TUNED["workers"], 1 if dry else 3
                 )
                 run.raw.setdefault("cost", {})[model.label] = {**cost, "precision": precision}
                 write(run)
-            simulate_model(run, model, paragraphs, seconds)
+            if "sim" in steps:
+                simulate_model(run, model, paragraphs, seconds)
             served[model.label] = precision
         # What fits after both models' own rows: MiniLM over several servers, then the
         # other settings of each.
         for model in models:
-            if model.several:
+            if model.several and "several" in steps:
                 encode = run.raw["encode"][model.label]
                 several_servers(run, model, served[model.label], encode, texts_file, env, seconds)
-        for model in models:
+        for model in models if "settings" in steps else ():
             compare_settings(
                 run,
                 model,

