@@ -591,6 +591,8 @@ def measured_load(
             "gpu_memory_mib": gpu.memory_mib,
             "loop_cpu_pct": round(loop * 100, 1),
             "workers_cpu_pct": round(other * 100, 1),
+            # Each server's CUDA graphs (None: none, its passes ran eagerly).
+            "cuda_graphs": [a.get("cuda_graphs") for a in after],
         }
     )
     row["limited_by"] = limit(row)

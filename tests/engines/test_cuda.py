@@ -110,3 +110,46 @@ def test_auto_on_cuda_times_torch_at_each_precision_and_serves_a_gated_one(
     _, again = choose_engine(builtin_path(), Runtime(device="auto", cache_dir=str(tmp_path)))
     assert again.cached
     assert again.chosen == verdict.chosen
+
+
+@pytest.mark.parametrize("dtype", ["float32", *HALF])
+def test_cuda_graphs_give_the_eager_vectors(dtype: str) -> None:
+    from batchserve.engines.embeddings import SentenceEmbedder
+    from batchserve.engines.runtime import Runtime
+
+    graphed = SentenceEmbedder.builtin(Runtime(backend="torch", device="cuda", dtype=dtype))
+    eager = SentenceEmbedder.builtin(
+        Runtime(backend="torch", device="cuda", dtype=dtype, cuda_graphs=False)
+    )
+    assert graphed.graphs is not None
+    assert eager.graphs is None
+    texts = _texts(96)
+    bound = 0.9999 if dtype == "float32" else 0.999
+    for size in (1, 7, 32, 96):  # several buckets, each twice: a capture, then replays
+        want = np.asarray(eager(texts[:size]), dtype=np.float64)
+        for _ in range(2):
+            got = np.asarray(graphed(texts[:size]), dtype=np.float64)
+            cos = np.sum(got * want, axis=1) / (
+                np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1)
+            )
+            assert float(cos.min()) >= bound, (size, float(cos.min()))
+    stats = graphed.graphs.statistics()
+    assert stats["off"] is None, stats
+    assert stats["captured"] >= 3
+    assert stats["replayed"] >= 3
+
+
+def test_cuda_graphs_give_the_eager_rerank_logits(reranker_folder: Path) -> None:
+    from batchserve.engines.runtime import Runtime
+    from batchserve.engines.sequence import SequenceClassifier
+
+    graphed = SequenceClassifier.from_path(reranker_folder, Runtime(backend="torch", device="cuda"))
+    eager = SequenceClassifier.from_path(
+        reranker_folder, Runtime(backend="torch", device="cuda", cuda_graphs=False)
+    )
+    assert graphed.graphs is not None
+    items = [("how do I read a file", t) for t in _texts(40)]
+    want = _scores(eager, items)
+    for _ in range(2):
+        assert np.max(np.abs(_scores(graphed, items) - want)) <= 1e-4
+    assert graphed.graphs.statistics()["off"] is None

@@ -126,8 +126,8 @@ def test_default_threads_leave_the_event_loop_a_core(cores: int, threads: int) -
         ("cpu", 6, 8, 1),
         ("cpu", 4, 2, 1),  # more threads than cores: still one pass
         ("cpu", 1, 1, 1),
-        ("cuda:0", 1, 16, 1),  # one device: its passes queue behind each other anyway
-        ("mps", 1, 8, 1),
+        ("cuda:0", 1, 16, 2),  # one prepares a pass while the other's runs on the device
+        ("mps", 1, 8, 2),
     ],
 )
 def test_default_workers_fill_the_cores_with_passes(

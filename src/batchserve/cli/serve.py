@@ -204,6 +204,12 @@ def add_parser(sub: Any) -> None:
             "minilm/folder: where ONNX/OpenVINO exports are cached",
             "$BATCHSERVE_CACHE_DIR or ~/.cache/batchserve",
         ),
+        "cuda_graphs": (
+            "minilm/folder on a CUDA GPU, torch: on/off: replay each pass shape as a CUDA "
+            "graph (one launch instead of one a kernel); a model whose capture fails or "
+            "differs from the eager pass runs eagerly, and the log says why",
+            "on",
+        ),
     }
     for key, (text, default) in per_model.items():
         action = p.add_argument(

@@ -303,6 +303,7 @@ def choose(
     refresh: bool = False,
     rounds: int = ROUNDS,
     repeats: int = TIMED_REPEATS,
+    cuda_graphs: bool = False,
 ) -> tuple[Verdict, Callable[[Sequence[Any]], Any] | None]:
     """The engine to serve ``source`` on, measured here or read from the cache.
 
@@ -328,6 +329,8 @@ def choose(
         refresh: measure even when a verdict is cached.
         rounds: timed rounds per engine.
         repeats: how many times over an engine's round runs the requests.
+        cuda_graphs: whether the torch engines replay their passes as CUDA graphs (on a
+            GPU it changes their speed, so a verdict measured without them is not reused).
 
     Returns:
         The verdict, and the chosen engine's batch function when it was loaded while
@@ -353,6 +356,8 @@ def choose(
             "workers": workers,
             **judge.key(),
             "format": FORMAT,
+            # On the CPU there are no graphs: a CPU verdict's key is what it always was.
+            **({"cuda_graphs": cuda_graphs} if device != "cpu" else {}),
         }
     )
     path = folder / "auto" / f"{key}.json"

@@ -46,6 +46,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from batchserve.engines.cuda_graphs import (
+    GraphedPasses,
+    Step,
+    cosine_within,
+    cuda_capture,
+    mask_4d,
+)
 from batchserve.engines.passes import PassStatistics, SubPasses, prior
 from batchserve.engines.runtime import Runtime, place_torch
 from batchserve.models.token_counts import TokenCounts, estimate_tokens
@@ -104,6 +111,11 @@ class SentenceEmbedder:
         normalize: scale each embedding to unit length (what OpenAI clients expect).
         autocast: ``bfloat16`` or ``float16``: run each pass under ``torch.autocast`` at
             that precision (the weights stay as they are); None runs at the weights'.
+        cuda_graphs: on a CUDA device, replay each sub-pass as a CUDA graph of its shape
+            bucket (:mod:`batchserve.engines.cuda_graphs`), where the model's modules allow
+            it (a transformer with SDPA attention, then pooling, dense and normalize
+            modules) and not under autocast; otherwise, or once a capture fails its check,
+            the passes run eagerly.
 
     Calling it blocks for the forward pass (torch releases the GIL): run it in a worker.
     It may be called from several threads at once.
@@ -116,12 +128,21 @@ class SentenceEmbedder:
         backend: ``torch``.
         passes: its :class:`~batchserve.engines.passes.SubPasses` (the plan's bounds, the
             learned cost; :meth:`statistics` reads it).
+        graphs: its :class:`~batchserve.engines.cuda_graphs.GraphedPasses` on a CUDA
+            device, None where the passes run eagerly.
     """
 
     kind = "embedding"
     backend = "torch"
 
-    def __init__(self, model: Any, *, normalize: bool = True, autocast: str | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        *,
+        normalize: bool = True,
+        autocast: str | None = None,
+        cuda_graphs: bool = False,
+    ) -> None:
         import torch
 
         self._torch = torch
@@ -145,6 +166,17 @@ class SentenceEmbedder:
             prior(self.device, self.threads),
             left_padded=getattr(tokenizer, "padding_side", "right") == "left",
         )
+        self.graphs: GraphedPasses | None = None
+        step = _graph_step(model, normalize) if cuda_graphs else None
+        if step is not None and self.device.startswith("cuda") and autocast is None:
+            half = self.dtype in ("float16", "bfloat16")
+            self.graphs = GraphedPasses(
+                step,
+                self._forward_eager,
+                device=model.device,
+                check=cosine_within(0.999 if half else 0.9999),
+                capture=cuda_capture(torch.cuda.graph_pool_handle()),
+            )
 
     @classmethod
     def builtin(cls, runtime: Runtime | None = None) -> SentenceEmbedder:
@@ -181,7 +213,11 @@ class SentenceEmbedder:
         model = load_sentence_transformer(path, device=device)
         if dtype in ("float16", "bfloat16"):
             model = model.to(getattr(torch, dtype))
-        return cls(model, autocast=dtype.removesuffix("-mixed") if "mixed" in dtype else None)
+        return cls(
+            model,
+            autocast=dtype.removesuffix("-mixed") if "mixed" in dtype else None,
+            cuda_graphs=runtime.cuda_graphs,
+        )
 
     @property
     def sentence_transformer(self) -> Any:
@@ -221,6 +257,12 @@ class SentenceEmbedder:
         return vectors, counts
 
     def _forward(self, features: dict[str, Any]) -> npt.NDArray[np.float32]:
+        # One sub-pass: replayed as its bucket's CUDA graph where there are graphs.
+        if self.graphs is not None:
+            return self.graphs(features)
+        return self._forward_eager(features)
+
+    def _forward_eager(self, features: dict[str, Any]) -> npt.NDArray[np.float32]:
         # One sub-pass: its features are on the CPU (sliced there), moved to the device here.
         torch = self._torch
         device = self._model.device
@@ -272,3 +314,58 @@ class SentenceEmbedder:
                 texts, add_special_tokens=True, truncation=True, max_length=self.max_seq_length
             )
         return [len(ids) for ids in enc["input_ids"]]
+
+
+#: The modules after the transformer that a captured pass may run (by class name).
+_GRAPHABLE = frozenset({"Pooling", "Dense", "Normalize"})
+
+
+def _graph_step(model: Any, normalize: bool) -> Step | None:
+    """The sentence-transformers pipeline as a capturable step, or None where it is not.
+
+    The transformer is handed its mask 4-D (:func:`~batchserve.engines.cuda_graphs.mask_4d`)
+    so that transformers prepares none (its preparation reads the mask's values on the
+    CPU); the modules after it (pooling, dense, normalize) see the 2-D mask, as in
+    ``encode``. None for a decoder, attention other than SDPA, another module, or a pooling
+    that leaves the prompt out (its prompt length is per pass).
+    """
+    import torch
+
+    modules = list(model)
+    if not modules:
+        return None
+    auto: Any = getattr(modules[0], "auto_model", None) or getattr(modules[0], "model", None)
+    config = getattr(auto, "config", None)
+    if (
+        config is None
+        or getattr(config, "is_decoder", False)
+        or getattr(config, "_attn_implementation", None) != "sdpa"
+    ):
+        return None
+    rest = modules[1:]
+    if any(type(m).__name__ not in _GRAPHABLE for m in rest):
+        return None
+    if any(getattr(m, "include_prompt", True) is False for m in rest):
+        return None
+
+    def step(static: dict[str, Any]) -> Any:
+        kwargs = {
+            "input_ids": static["input_ids"],
+            "attention_mask": mask_4d(static["attention_mask"]),
+        }
+        if "token_type_ids" in static:
+            kwargs["token_type_ids"] = static["token_type_ids"]
+        hidden = auto(**kwargs, return_dict=True)[0]
+        features: dict[str, Any] = {
+            "input_ids": static["input_ids"],
+            "attention_mask": static["attention_mask"],
+            "token_embeddings": hidden,
+        }
+        for module in rest:
+            features = module(features)
+        emb = features["sentence_embedding"]
+        if normalize:
+            emb = torch.nn.functional.normalize(emb, p=2, dim=1)
+        return emb
+
+    return step

@@ -151,9 +151,20 @@ def _runtime(options: dict[str, str], base: Runtime | None) -> Runtime:
             if not value.isdigit():
                 raise ConfigError(f"{key} must be an integer >= 1, got {value!r}")
             fields[key] = int(value)
+        elif key == "cuda_graphs":
+            fields[key] = _on_off(key, value)
         else:
             fields[key] = value
     return dataclasses.replace(base or Runtime(), **fields)  # type: ignore[arg-type]
+
+
+def _on_off(key: str, value: str) -> bool:
+    text = value.lower()
+    if text in ("on", "true", "yes", "1"):
+        return True
+    if text in ("off", "false", "no", "0"):
+        return False
+    raise ConfigError(f"{key} must be on or off, got {value!r}")
 
 
 def _load_engine(path: Path, rt: Runtime, *, gated: bool = True, kind: str = "embedding") -> Any:
@@ -221,6 +232,7 @@ def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[An
         machine=machine,
         judge=judge,
         refresh=refresh,
+        cuda_graphs=rt.cuda_graphs,
     )
     if not verdict.cached:
         _log.warning("backend auto measured every engine:\n%s", verdict.table())

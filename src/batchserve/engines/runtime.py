@@ -24,7 +24,7 @@ without a GPU:
   default leaves it room on a small machine; see the function for the measurement.
 * :func:`default_workers`: the forward passes run at once when none are set. On the CPU,
   as many as the cores hold passes of that many threads (two one-thread passes on two
-  cores); on a GPU, one.
+  cores); on a GPU, two (one prepares a pass while the other's runs).
 
 ONNX Runtime and OpenVINO run on the CPU here (their GPU builds are other packages), so
 their ``auto`` is the CPU and an explicit GPU device is refused with the reason.
@@ -89,6 +89,9 @@ class Runtime:
             None takes :func:`default_cache_dir`.
         batch_size: the batch size ``auto`` measures the engines at (the model's
             ``max_batch_size``); None is 32.
+        cuda_graphs: on a CUDA GPU, replay a torch engine's passes as CUDA graphs, one a
+            shape bucket (:mod:`batchserve.engines.cuda_graphs`; a model whose capture
+            fails or differs runs eagerly, logged); no effect elsewhere.
     """
 
     backend: str = "auto"
@@ -97,6 +100,7 @@ class Runtime:
     threads: int | None = None
     cache_dir: str | None = None
     batch_size: int | None = None
+    cuda_graphs: bool = True
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -117,6 +121,8 @@ class Runtime:
             or self.batch_size < 1
         ):
             raise ConfigError(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
+        if not isinstance(self.cuda_graphs, bool):
+            raise ConfigError(f"cuda_graphs must be on or off, got {self.cuda_graphs!r}")
         allowed = BACKEND_DTYPES[self.backend]
         if self.dtype != "auto" and self.dtype not in allowed:
             raise ConfigError(
@@ -260,15 +266,19 @@ def default_threads(cpu_count: int | None = None) -> int:
 def default_workers(device: str, threads: int, cpu_count: int | None = None) -> int:
     """Forward passes at once (the batcher's ``workers``) when none are set.
 
-    On a GPU or ``mps``, one: passes on one device queue behind each other anyway. On the
-    CPU, as many passes of ``threads`` threads as the cores hold, at least one: with the
-    default threads that is two one-thread passes on two cores, and one pass elsewhere.
-    Two one-thread passes beat one two-thread pass on a busy machine: a pass whose
-    threads must meet at every layer stalls whenever anything else takes a core, while
-    two independent passes each just slow down. Measured here with
-    ``bench/models/minilm_throughput.py`` (see the README section "The built-in model: devices,
-    backends, int8"); the event loop shares the cores, and its share is small beside a
-    forward pass.
+    On a GPU or ``mps``, two: a pass's CPU side (tokenizing its texts, issuing its kernels,
+    copying the vectors back) is as long as its GPU side or longer for an encoder, so one
+    worker prepares the next pass while the other's runs on the device (the passes' GPU
+    work still runs one after the other on the device's stream). Measured on an H200 with
+    ``bench/gpu/measure.py``: two workers served the built-in model's 32-text requests at
+    about twice the rate of one (``docs/results/gpu_served.json``). On the CPU, as many
+    passes of ``threads`` threads as the cores hold, at least one: with the default threads
+    that is two one-thread passes on two cores, and one pass elsewhere. Two one-thread
+    passes beat one two-thread pass on a busy machine: a pass whose threads must meet at
+    every layer stalls whenever anything else takes a core, while two independent passes
+    each just slow down. Measured here with ``bench/models/minilm_throughput.py`` (see the
+    README section "The built-in model: devices, backends, int8"); the event loop shares
+    the cores, and its share is small beside a forward pass.
 
     Args:
         device: where the passes run (``cpu``, ``cuda:N``, ``mps``).
@@ -276,7 +286,7 @@ def default_workers(device: str, threads: int, cpu_count: int | None = None) -> 
         cpu_count: cores usable by this process; None reads them (``os.sched_getaffinity``).
     """
     if device != "cpu":
-        return 1
+        return 2
     if cpu_count is None:
         cpu_count = usable_cores()
     return max(1, cpu_count // max(1, threads))

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from batchserve.engines.cuda_graphs import GraphedPasses, cuda_capture, logits_within, mask_4d
 from batchserve.engines.passes import PassStatistics, SubPasses, prior
 from batchserve.engines.runtime import Runtime, default_threads, place_exported, place_torch
 from batchserve.models.kinds import FolderKind, Kind, folder_kind
@@ -97,6 +98,8 @@ class SequenceClassifier:
         run: an exported engine's pass (numpy feeds by input name to logits); None: torch.
         input_names: the exported model's inputs.
         backend, dtype, threads: how an exported engine runs (torch reads its own).
+        cuda_graphs: on a CUDA device, replay each sub-pass as a CUDA graph of its shape
+            bucket (:mod:`batchserve.engines.cuda_graphs`).
 
     Calling it blocks for the forward pass (torch releases the GIL): run it in a worker.
     It may be called from several threads at once.
@@ -124,6 +127,7 @@ class SequenceClassifier:
         backend: str = "torch",
         dtype: str = "float32",
         threads: int = 1,
+        cuda_graphs: bool = False,
     ) -> None:
         import torch
 
@@ -154,6 +158,28 @@ class SequenceClassifier:
             prior(self.device, self.threads),
             left_padded=getattr(tokenizer, "padding_side", "right") == "left",
         )
+        #: The passes replayed as CUDA graphs (:mod:`batchserve.engines.cuda_graphs`) on a
+        #: CUDA device, unless asked not to, under autocast, or for a model whose attention
+        #: is not SDPA's; None where they run eagerly.
+        self.graphs: GraphedPasses | None = None
+        config = getattr(model, "config", None)
+        if (
+            cuda_graphs
+            and model is not None
+            and self.device.startswith("cuda")
+            and self._autocast is None
+            and getattr(config, "_attn_implementation", None) == "sdpa"
+            and not getattr(config, "is_decoder", False)
+            and getattr(tokenizer, "padding_side", "right") != "left"
+        ):
+            half = self.dtype in ("float16", "bfloat16")
+            self.graphs = GraphedPasses(
+                self._graph_step,
+                self._forward_torch_eager,
+                device=model.device,
+                check=logits_within(0.02 if half else 1e-4),
+                capture=cuda_capture(torch.cuda.graph_pool_handle()),
+            )
 
     @classmethod
     def from_path(
@@ -207,6 +233,7 @@ class SequenceClassifier:
             labels=kind.labels,
             max_seq_length=window,
             autocast=dtype.removesuffix("-mixed") if "mixed" in dtype else None,
+            cuda_graphs=runtime.cuda_graphs,
         )
 
     @classmethod
@@ -325,6 +352,18 @@ class SequenceClassifier:
         return np.asarray(self._run(feeds), dtype=np.float32)
 
     def _forward_torch(self, features: dict[str, Any]) -> npt.NDArray[np.float32]:
+        # One sub-pass: replayed as its bucket's CUDA graph where there are graphs.
+        if self.graphs is not None:
+            return self.graphs(features)
+        return self._forward_torch_eager(features)
+
+    def _graph_step(self, static: dict[str, Any]) -> Any:
+        # What a graph captures: the mask handed 4-D, so transformers prepares none.
+        kwargs = dict(static)
+        kwargs["attention_mask"] = mask_4d(static["attention_mask"])
+        return self._model(**kwargs).logits
+
+    def _forward_torch_eager(self, features: dict[str, Any]) -> npt.NDArray[np.float32]:
         # One sub-pass: its features sliced on the CPU, moved to the device here.
         torch = self._torch
         device = self._model.device

@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 #: The options a ``minilm`` or folder SPEC takes after ``:``.
-RUNTIME_KEYS = ("backend", "device", "dtype", "threads", "cache_dir", "batch_size")
+RUNTIME_KEYS = ("backend", "device", "dtype", "threads", "cache_dir", "batch_size", "cuda_graphs")
 # The base ends at the first ':' that is followed by KEY= (a device may hold a ':').
 _OPTIONS = re.compile(r"^(.+?):([A-Za-z_]+=.*)$")
 

@@ -82,8 +82,9 @@ _MODEL_KEYS: dict[str, tuple[str, str | None]] = {
     "dtype": ("str", None),
     "threads": ("int", None),
     "cache_dir": ("str", None),
+    "cuda_graphs": ("bool", None),
 }
-_RUNTIME = ("backend", "device", "dtype", "threads", "cache_dir")
+_RUNTIME = ("backend", "device", "dtype", "threads", "cache_dir", "cuda_graphs")
 _SERVER_KEYS = {
     "host": "str",
     "port": "int",

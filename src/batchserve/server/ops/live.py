@@ -35,6 +35,9 @@ nothing: the request counters and pass accounting of :class:`~batchserve.server.
   length-sorted sub-passes since the start (passes, sub-passes, real tokens, tokens
   computed and those whole padded passes would have computed, their ratio ``waste``) and
   the sub-pass cost it learned (:class:`~batchserve.engines.passes.PassStatistics`).
+* ``cuda_graphs`` (None unless a torch engine on a CUDA GPU replays its passes as graphs):
+  graphs held, captured and replayed, sub-passes run eagerly, and why the graphs are off
+  if a capture failed its check (:mod:`batchserve.engines.cuda_graphs`).
 
 Requests whose model was never known (a 404, a body that did not parse) are counted in the
 server's ``requests`` only.
@@ -46,6 +49,7 @@ import time
 from typing import Any
 
 from batchserve import __version__
+from batchserve.engines.cuda_graphs import GraphedPasses
 from batchserve.engines.passes import SubPasses
 from batchserve.models.kinds import item_of
 from batchserve.policy import PolicyStats
@@ -73,6 +77,11 @@ def _passes(model: ServedModel) -> dict[str, Any] | None:
     return runner.statistics().to_dict() if isinstance(runner, SubPasses) else None
 
 
+def _graphs(model: ServedModel) -> dict[str, Any] | None:
+    runner = getattr(model.loaded.fn, "graphs", None) if model.loaded is not None else None
+    return runner.statistics() if isinstance(runner, GraphedPasses) else None
+
+
 def model_status(model: ServedModel, metrics: Metrics) -> dict[str, Any]:
     """One model's entry (see the module docstring)."""
     account = metrics.account(model.name)
@@ -96,6 +105,7 @@ def model_status(model: ServedModel, metrics: Metrics) -> dict[str, Any]:
         "labels": list(model.loaded.labels) if model.loaded is not None else [],
         "engine": model.loaded.engine if model.loaded is not None else None,
         "passes": _passes(model),
+        "cuda_graphs": _graphs(model),
         "settings": {
             "max_batch_size": batch.max_batch_size,
             "max_wait_s": batch.max_wait_s,
