@@ -19,7 +19,9 @@ float16) and the random BERT-large shape (float16), on the manual's paragraphs:
    pooled vectors to the eager ones;
 5. **tokenizing**: the model's fast tokenizer on 256 paragraphs, per token.
 
-Writes ``DIR/gpu_diagnose.json`` (rewritten after each step) and prints a short table.
+Writes ``DIR/gpu_diagnose_raw.json`` (every figure, rewritten after each step) and
+``DIR/gpu_diagnose.json`` (the manual's result file: a row a model, precision and shape),
+and prints a short table. ``--render RAW`` writes the result file again from a raw one.
 ``--dry-run`` runs it on the CPU (no events, graphs or profiler's CUDA figures).
 """
 
@@ -263,11 +265,73 @@ def tokenizing(path: pathlib.Path, texts: list[str]) -> dict[str, Any]:
     }
 
 
+#: The result file's columns (the manual's format, docs/benchmarks/index.md).
+COLUMNS = [
+    ["model", "model", ""],
+    ["precision", "precision", ""],
+    ["shape", "texts x tokens", ""],
+    ["eager_wall_ms", "eager ms", ".2f"],
+    ["graph_ms", "CUDA graph ms", ".2f"],
+    ["speedup", "÷", ".1f"],
+    ["graph_cosine", "graph's worst cosine", ".7f"],
+    ["launches", "kernels", "d"],
+    ["launch_us", "CPU µs a launch", ".1f"],
+    ["variant_ms", "TF32 / cuBLAS ms", ".2f"],
+]
+
+
+def result(raw: dict[str, Any]) -> dict[str, Any]:
+    """The manual's result file of a raw diagnosis: a row a model, precision and shape."""
+    rows = []
+    for r in raw.get("models", []):
+        graph = r.get("graph") or {}
+        profile = r.get("profile") or {}
+        replay = graph.get("replay_wall_ms")
+        eager = r.get("eager_wall_ms")
+        rows.append(
+            {
+                "model": r["model"],
+                "precision": r["precision"],
+                "shape": f"{r['n']} x {r['tokens']}",
+                "eager_wall_ms": eager,
+                "graph_ms": replay,
+                "speedup": round(eager / replay, 2) if eager and replay else None,
+                "graph_cosine": graph.get("min_cosine_to_eager"),
+                "launches": profile.get("launches"),
+                "launch_us": profile.get("launch_cpu_us_each"),
+                "variant_ms": r.get("tf32_wall_ms", r.get("cublas_wall_ms")),
+            }
+        )
+    tok = raw.get("tokenizing") or {}
+    return {
+        "title": "One pass on the GPU taken apart: eager against its CUDA graph, the kernels "
+        "it launches and what a launch costs the CPU, TF32 (float32) or cuBLAS (half "
+        "precision) instead of the default",
+        "command": raw.get("command", "python bench/gpu/diagnose.py"),
+        "machine": raw["machine"],
+        "date": raw.get("date", ""),
+        "columns": COLUMNS,
+        "rows": rows,
+        "note": (
+            f"the fast tokenizer on {tok.get('texts')} paragraphs: {tok.get('ms')} ms, "
+            f"{tok.get('us_per_token')} us a token, on the same machine"
+            if tok
+            else ""
+        ),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/out/gpu"))
     ap.add_argument("--dry-run", action="store_true", help="on the CPU: checks the script")
+    ap.add_argument("--render", type=pathlib.Path, help="a gpu_diagnose_raw.json to render")
     args = ap.parse_args(argv)
+    if args.render:
+        raw = json.loads(args.render.read_text())
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "gpu_diagnose.json").write_text(json.dumps(result(raw), indent=1) + "\n")
+        return 0
     import torch
     from measure import build_large, describe_machine  # this script's neighbour
 
@@ -278,10 +342,15 @@ def main(argv: list[str] | None = None) -> int:
         print("diagnose: no CUDA device here; use --dry-run", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    out: dict[str, Any] = {"machine": describe_machine(device)}
+    out: dict[str, Any] = {
+        "machine": describe_machine(device),
+        "command": "python bench/gpu/diagnose.py" + (" --dry-run" if args.dry_run else ""),
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
 
     def write() -> None:
-        (args.out / "gpu_diagnose.json").write_text(json.dumps(out, indent=1) + "\n")
+        (args.out / "gpu_diagnose_raw.json").write_text(json.dumps(out, indent=1) + "\n")
+        (args.out / "gpu_diagnose.json").write_text(json.dumps(result(out), indent=1) + "\n")
 
     texts = list(reference_paragraphs())
     minilm = builtin_path()

@@ -57,7 +57,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,6 +120,9 @@ class Run:
     command: str
     raw: dict[str, Any] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
+    date: str = field(
+        default_factory=lambda: datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    )
 
     def left(self) -> float:
         """Seconds of the budget left."""
@@ -162,7 +165,9 @@ def describe_machine(device: str) -> str:
         )
     else:
         parts.append(f"no GPU (a dry run on {platform.processor() or platform.machine()})")
-    parts.append(f"{os.cpu_count()} CPU cores")
+    from batchserve.engines.hardware import Machine
+
+    parts.append(f"{Machine.here(gpus=False).cpu_model}, {os.cpu_count()} CPU cores")
     return ", ".join(parts)
 
 
@@ -359,7 +364,14 @@ def free(device: str) -> None:
 
 
 def profile(
-    model: Model, dtype: str, device: str, texts: list[str], workers: int, repeats: int
+    model: Model,
+    dtype: str,
+    device: str,
+    texts: list[str],
+    workers: int,
+    repeats: int,
+    *,
+    cuda_graphs: bool = False,
 ) -> dict[str, Any]:
     """The engine's learned sub-pass cost, and a whole call's with ``workers`` at once."""
     from batchserve.engines.embeddings import SentenceEmbedder
@@ -367,7 +379,7 @@ def profile(
     from batchserve.engines.runtime import Runtime
 
     fn = SentenceEmbedder.from_path(
-        model.path, Runtime(backend="torch", device=device, dtype=dtype)
+        model.path, Runtime(backend="torch", device=device, dtype=dtype, cuda_graphs=cuda_graphs)
     )
     tokenizer = fn.sentence_transformer.tokenizer
     words = " ".join(texts).split()
@@ -389,6 +401,7 @@ def profile(
         "call": _cost(fit.estimate),
         "workers": workers,
         "points": points,
+        "cuda_graphs": fn.graphs is not None and fn.graphs.off_reason is None,
     }
     del fn
     free(device)
@@ -473,6 +486,8 @@ def serving(
         str(QUEUE),
         "--timeout",
         f"{DEADLINE_S:g}s",
+        "--cuda-graphs",
+        "on" if settings.get("cuda_graphs") else "off",
     ]
     server = Server(args, env, ready_timeout_s=ready_s)
     try:
@@ -557,8 +572,20 @@ def drive(
         "refused_or_late": round(1 - ok / sent, 4) if sent else 0.0,
         "p50_ms": round(p50, 2),
         "p99_ms": round(p99, 2),
+        "rejected_by_reason": _summed(r.get("rejected_by_reason") for r in reports),
+        "timed_out_server": sum(r.get("timed_out_server", 0) for r in reports),
+        "timed_out_client": sum(r.get("timed_out_client", 0) for r in reports),
+        "errors_by_kind": _summed(r.get("errors_by_kind") for r in reports),
         "generator_warnings": sorted({w for r in reports for w in r.get("warnings", [])}),
     }
+
+
+def _summed(counts: Iterable[dict[str, int] | None]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in counts:
+        for k, v in (c or {}).items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def measured_load(
@@ -719,6 +746,7 @@ def serve_model(
         run.raw.setdefault("served_cost", {})[model.label] = {
             "engine_passes": end.get("passes"),
             "policy_tokens": end.get("tokens"),
+            "precision": precision,
         }
     return precision
 
@@ -732,33 +760,42 @@ def compare_settings(
     env: dict[str, str],
     seconds: float,
 ) -> None:
-    """Step 3's other settings: the defaults, and the tuned ones with one worker (32 a request)."""
+    """Step 3's other settings: CUDA graphs on, the defaults, the tuned ones with one worker."""
     guess = max((e["best_per_s"] for e in encode.values()), default=100.0)
-    others = (
-        (DEFAULTS, "the defaults: batch 32, 1 worker"),
-        ({**TUNED, "workers": 1}, f"batch {TUNED['max_batch_size']}, 1 worker"),
+    others: tuple[tuple[dict[str, int], str, tuple[int, ...]], ...] = (
+        ({**TUNED, "cuda_graphs": 1}, f"{_label(TUNED)}, CUDA graphs", (32, 1)),
+        (DEFAULTS, "the defaults: batch 32, 1 worker", (32,)),
+        ({**TUNED, "workers": 1}, f"batch {TUNED['max_batch_size']}, 1 worker", (32,)),
     )
-    for settings, label in others:
-        if not run.fits(f"{model.label} {label}", 20 + 3 * seconds):
+    for settings, label, shapes in others:
+        if not run.fits(f"{model.label} {label}", 20 + 3 * seconds * len(shapes)):
             continue
         with serving(
             model, settings, run.device, env, backend="torch", dtype=precision, ready_s=180
         ) as srv:
+            for inputs in shapes:
 
-            def at32(rate: float, srv: Server = srv) -> dict[str, Any]:
-                return measured_load([srv], model.name, texts_file, 32, rate, seconds, run.device)
+                def at(rate: float, srv: Server = srv, inputs: int = inputs) -> dict[str, Any]:
+                    return measured_load(
+                        [srv], model.name, texts_file, inputs, rate, seconds, run.device
+                    )
 
-            past = saturate(at32, max(1.0, 1.1 * guess / 32))
-            record(
-                run,
-                past,
-                model,
-                precision,
-                encode,
-                setting=label,
-                shape="32 a request",
-                load="past saturation",
-            )
+                share = 1.1 if inputs > 1 else 0.6
+                past = saturate(at, max(1.0, share * guess / inputs))
+                record(
+                    run,
+                    past,
+                    model,
+                    precision,
+                    encode,
+                    setting=label,
+                    shape=f"{inputs} a request",
+                    load="past saturation",
+                )
+
+
+def _label(settings: dict[str, int]) -> str:
+    return f"batch {settings['max_batch_size']}, {settings['workers']} workers"
 
 
 def several_servers(
@@ -913,6 +950,7 @@ TABLES: dict[str, tuple[str, list[list[str]]]] = {
             ["p50_ms", "p50 ms", ".1f"],
             ["p99_ms", "p99 ms", ".1f"],
             ["mean_pass", "texts a pass", ".1f"],
+            ["graphs", "CUDA graphs", ""],
             ["gpu_util_pct", "GPU busy %", ".0f"],
             ["loop_cpu_pct", "event loop CPU %", ".0f"],
             ["limited_by", "limited by", ""],
@@ -965,7 +1003,7 @@ def rows_of(run: Run, name: str) -> list[dict[str, Any]]:
             for d, e in by.items()
         ]
     if name == "gpu_served":
-        return list(raw.get("served", []))
+        return [{**r, "graphs": _graphs_cell(r.get("cuda_graphs"))} for r in raw.get("served", [])]
     if name == "gpu_cost":
         return _cost_rows(raw)
     if name == "gpu_engines":
@@ -973,25 +1011,41 @@ def rows_of(run: Run, name: str) -> list[dict[str, Any]]:
     return list(raw.get("sim", []))
 
 
+def _graphs_cell(stats: list[dict[str, Any] | None] | None) -> str:
+    """What the servers' CUDA graphs did during a load (empty: the passes ran eagerly)."""
+    live = [s for s in stats or [] if s]
+    if not live:
+        return ""
+    if any(s.get("off") for s in live):
+        return "turned off: " + str(next(s["off"] for s in live if s.get("off")))[:80]
+    captured = sum(s["captured"] for s in live)
+    replayed = sum(s["replayed"] for s in live)
+    return f"{captured} captured, {replayed} replays"
+
+
 def _cost_rows(raw: dict[str, Any]) -> list[dict[str, Any]]:
     """gpu_cost's rows: the prior, the engine's learned cost, a call's, the served one."""
     out = []
-    for m, c in raw.get("cost", {}).items():
+    profiled = [*raw.get("cost", {}).items(), *raw.get("cost_graphs", {}).items()]
+    for m, c in profiled:
+        how = "replayed as CUDA graphs" if c.get("cuda_graphs") else "eager"
         for source, key in (
             ("the prior", "prior"),
-            ("learned by the engine (forward)", "engine"),
-            (f"a whole call, {c['workers']} at once (tokenizing included)", "call"),
+            (f"learned by the engine (forward), {how}", "engine"),
+            (f"a whole call, {c['workers']} at once (tokenizing included), {how}", "call"),
         ):
+            if key == "prior" and how != "eager":
+                continue
             out.append({"model": m, "precision": c["precision"], "source": source, **c[key]})
-        served = raw.get("served_cost", {}).get(m, {}).get("engine_passes") or {}
-        if served.get("cost"):
-            learned = PassCost(**served["cost"])
+    for m, served in raw.get("served_cost", {}).items():
+        passes = served.get("engine_passes") or {}
+        if passes.get("cost"):
             out.append(
                 {
                     "model": m,
-                    "precision": c["precision"],
-                    "source": "learned by the engine while served",
-                    **_cost(learned),
+                    "precision": served.get("precision"),
+                    "source": "learned by the engine while served (the tuned settings)",
+                    **_cost(PassCost(**passes["cost"])),
                 }
             )
     return out
@@ -1042,7 +1096,7 @@ def _gate_word(trial: dict[str, Any]) -> str:
 def write(run: Run) -> None:
     """Every file, from what the run measured so far."""
     run.out.mkdir(parents=True, exist_ok=True)
-    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    date = run.date
     for name, (title, columns) in TABLES.items():
         rows = rows_of(run, name)
         if not rows:
@@ -1058,7 +1112,14 @@ def write(run: Run) -> None:
             "skipped": run.skipped,
         }
         (run.out / f"{name}.json").write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
-    raw = {**run.raw, "machine": run.machine, "date": date, "skipped": run.skipped, "note": NOTE}
+    raw = {
+        **run.raw,
+        "command": run.command,
+        "machine": run.machine,
+        "date": date,
+        "skipped": run.skipped,
+        "note": NOTE,
+    }
     (run.out / "gpu_raw.json").write_text(json.dumps(raw, indent=1, ensure_ascii=False) + "\n")
 
 
@@ -1108,6 +1169,46 @@ def table(run: Run) -> str:
 # -- the run ---------------------------------------------------------------------------------
 
 
+def _command(args: argparse.Namespace) -> str:
+    """This run's command line, as the manual's result files name it (no --out)."""
+    parts = ["python bench/gpu/measure.py", f"--budget {args.budget:g}", f"--models {args.models}"]
+    if args.only != ",".join(STEPS):
+        parts.append(f"--only {args.only}")
+    if args.previous:
+        parts.append(f"--previous {args.previous}")
+    if args.dry_run:
+        parts.append("--dry-run")
+    return " ".join(parts)
+
+
+def merge(raws: Sequence[pathlib.Path], out: pathlib.Path) -> int:
+    """The result files of several runs (``--merge``): served rows together, else the first's."""
+    runs = [json.loads(p.read_text()) for p in raws]
+    merged: dict[str, Any] = {"served": []}
+    for raw in runs:
+        merged["served"] += raw.get("served", [])
+        for key in ("encode", "cost", "cost_graphs", "auto", "served_cost"):
+            for name, value in raw.get(key, {}).items():
+                merged.setdefault(key, {}).setdefault(name, value)
+        if "sim" not in merged and raw.get("sim"):
+            merged["sim"] = raw["sim"]
+    run = Run(
+        out=out,
+        budget_end=0.0,
+        dry=False,
+        device="cuda",
+        machine=runs[0]["machine"],
+        command=", then ".join(str(r["command"]) for r in runs),
+        raw=merged,
+        # A step a run skipped, a later run may have measured: only the last run's stand.
+        skipped=list(runs[-1].get("skipped", [])),
+        date=str(runs[0]["date"]),
+    )
+    write(run)
+    print(table(run), flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "out" / "gpu")
@@ -1121,6 +1222,14 @@ def main(argv: list[str] | None = None) -> int:
         help=f"the steps to run, of {','.join(STEPS)} (default: all)",
     )
     ap.add_argument(
+        "--merge",
+        type=pathlib.Path,
+        nargs="+",
+        metavar="RAW",
+        help="write the result files from these runs' gpu_raw.json instead of measuring: "
+        "their served rows together, the rest from the first run that has it",
+    )
+    ap.add_argument(
         "--previous",
         type=pathlib.Path,
         help="a gpu_raw.json whose encode rates and served precisions stand in for the "
@@ -1131,6 +1240,8 @@ def main(argv: list[str] | None = None) -> int:
     if steps - set(STEPS):
         ap.error(f"--only takes steps of {','.join(STEPS)}, got {args.only!r}")
     previous: dict[str, Any] = json.loads(args.previous.read_text()) if args.previous else {}
+    if args.merge:
+        return merge(args.merge, args.out)
     import torch
 
     from batchserve.engines.embeddings import builtin_path
@@ -1151,7 +1262,7 @@ def main(argv: list[str] | None = None) -> int:
         dry=dry,
         device=device,
         machine=describe_machine(device),
-        command="bench/gpu/run.sh" + (" --dry-run" if dry else ""),
+        command=_command(args),
     )
     log(f"machine: {run.machine}")
     work = pathlib.Path(tempfile.mkdtemp(prefix="batchserve-gpu-"))
@@ -1222,6 +1333,15 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 run.raw.setdefault("cost", {})[model.label] = {**cost, "precision": precision}
                 write(run)
+                if not dry and run.fits(f"{model.label} cost with CUDA graphs", 20):
+                    graphed = profile(
+                        model, precision, device, paragraphs, TUNED["workers"], 3, cuda_graphs=True
+                    )
+                    run.raw.setdefault("cost_graphs", {})[model.label] = {
+                        **graphed,
+                        "precision": precision,
+                    }
+                    write(run)
             if "sim" in steps:
                 simulate_model(run, model, paragraphs, seconds)
             served[model.label] = precision

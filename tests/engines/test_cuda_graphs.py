@@ -87,7 +87,7 @@ def test_a_subpass_runs_in_the_smallest_bucket_that_holds_it() -> None:
     graphs = runner(StandIn())
     assert graphs.bucket(3, 20) == (4, 32)
     assert graphs.bucket(1, 16) == (1, 16)
-    assert graphs.bucket(33, 130) == (48, 160)
+    assert graphs.bucket(33, 130) == (64, 256)
     assert graphs.bucket(129, 16) is None
     assert graphs.bucket(8, 513) is None
 
@@ -247,3 +247,13 @@ def test_the_sequence_step_gives_the_eager_logits_on_the_cpu(reranker_folder: An
         got = graphs(dict(enc))
     assert graphs.statistics()["off"] is None
     assert np.max(np.abs(got - want)) <= 1e-4
+
+
+def test_warming_captures_every_bucket_the_window_may_use_and_no_more() -> None:
+    capture = StandIn()
+    graphs = runner(capture)
+    assert graphs.warm(lambda n, width: features([width] * n), window=40) == 8 * 3
+    assert capture.captures == 24  # widths 16, 32 and 64 (which holds 40), 8 item counts
+    f = features([40, 33])
+    assert np.allclose(graphs(f), eager(f), atol=1e-6)
+    assert capture.captures == 24  # a replay, no capture under traffic

@@ -206,9 +206,9 @@ def add_parser(sub: Any) -> None:
         ),
         "cuda_graphs": (
             "minilm/folder on a CUDA GPU, torch: on/off: replay each pass shape as a CUDA "
-            "graph (one launch instead of one a kernel); a model whose capture fails or "
-            "differs from the eager pass runs eagerly, and the log says why",
-            "on",
+            "graph (one launch instead of one a kernel), all captured at load; a model whose "
+            "capture fails or differs from the eager pass runs eagerly, and the log says why",
+            "off",
         ),
     }
     for key, (text, default) in per_model.items():

@@ -19,9 +19,10 @@ A graph replays fixed shapes, so :class:`GraphedPasses`:
    unpadded pass gives, to float rounding); an added row attends to its first token alone
    (never to nothing, which would be a NaN), and its output is dropped. A sub-pass larger
    than every bucket, or a model padded on the left, runs eagerly;
-2. captures a bucket's graph at its first sub-pass: the inputs are copied into the
-   bucket's static buffers, the step runs twice on a side stream (warm-up), then once
-   under capture, into a memory pool the graphs share;
+2. captures every bucket's graph when the engine loads (:meth:`GraphedPasses.warm`, on
+   inputs of the bucket's shape), or at a bucket's first sub-pass if it was not: the
+   inputs are copied into the bucket's static buffers, the step runs twice on a side
+   stream (warm-up), then once under capture, into a memory pool the graphs share;
 3. checks the capture: the graph's output for that first sub-pass against the eager
    forward's on the same items, every item (:func:`cosine_within` for vectors,
    :func:`logits_within` for a reranker's or classifier's logits). A capture that raises or
@@ -72,16 +73,14 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 #: Items a graph's sub-pass holds (a sub-pass holds at most passes.MAX_ITEMS: 128).
-ITEM_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128)
-#: Tokens a graph's sub-pass is padded to: a step of 16 up to 128, then of 32 and 64
-#: (at most a third more tokens than the sub-pass's longest, past 48).
-WIDTH_BUCKETS = (
-    *range(16, 129, 16),
-    *range(160, 257, 32),
-    *range(320, 513, 64),
-)
-#: Graphs kept at most (each holds its buffers; the pool is shared).
-MAX_GRAPHS = 64
+ITEM_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+#: Tokens a graph's sub-pass is padded to. Coarse on purpose: served lazily on an H200 with
+#: 176 finer buckets, a 3-second load captured 43 graphs, each under the lock the replays
+#: need, and served fewer texts than eager passes did; 48 buckets are all captured when the
+#: engine loads (:meth:`GraphedPasses.warm`), and the padding they add costs a GPU little.
+WIDTH_BUCKETS = (16, 32, 64, 128, 256, 512)
+#: Graphs kept at most (each holds its buffers; the pool is shared): every bucket.
+MAX_GRAPHS = len(ITEM_BUCKETS) * len(WIDTH_BUCKETS)
 
 #: The step captured: static buffers in, one row per item out (a tensor on the device).
 Step = Callable[[dict[str, Any]], Any]
@@ -221,6 +220,25 @@ class GraphedPasses:
             graph.replay()
             self.replayed += 1
             return self._rows(graph.output, int(n))
+
+    def warm(self, inputs: Callable[[int, int], Mapping[str, Any]], window: int) -> int:
+        """Capture now every bucket a pass of the engine's ``window`` may use; how many.
+
+        ``inputs(n, width)`` makes a sub-pass of that shape (features on the CPU). Stops at
+        the first capture that fails its check (the graphs are then off, and it says why).
+        Blocks for the captures (tens of milliseconds each on an H200).
+        """
+        widest = _bucket(window, self._widths) or self._widths[-1]
+        for width in self._widths:
+            if width > widest:
+                break
+            for n in self._items:
+                if self.off_reason is not None:
+                    return self.captured
+                if (n, width) not in self._graphs:
+                    with self._lock:
+                        self._first((n, width), inputs(n, width))
+        return self.captured
 
     def statistics(self) -> dict[str, Any]:
         """Graphs held, captured, replays, eager sub-passes, and why they are off if so."""

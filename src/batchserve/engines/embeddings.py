@@ -177,6 +177,7 @@ class SentenceEmbedder:
                 check=cosine_within(0.999 if half else 0.9999),
                 capture=cuda_capture(torch.cuda.graph_pool_handle()),
             )
+            self.graphs.warm(self._shaped, self.max_seq_length)
 
     @classmethod
     def builtin(cls, runtime: Runtime | None = None) -> SentenceEmbedder:
@@ -285,6 +286,18 @@ class SentenceEmbedder:
         if self._autocast is None:
             return contextlib.nullcontext()
         return self._torch.autocast(self._model.device.type, dtype=self._autocast)
+
+    def _shaped(self, n: int, width: int) -> dict[str, Any]:
+        # A sub-pass of exactly n x width tokens, with the keys a pass's features have.
+        keys = set(self._preprocess(["shape"]))
+        enc = self._model.tokenizer(
+            ["shape " * width] * n,
+            padding="max_length",
+            truncation=True,
+            max_length=width,
+            return_tensors="pt",
+        )
+        return {k: v for k, v in enc.items() if k in keys}
 
     def _preprocess(self, batch: list[str]) -> dict[str, Any]:
         model = self._model

@@ -35,13 +35,13 @@ float32), a sub-pass 8 (ONNX int8) to 20-40 (float32, torch, OpenVINO) tokens' w
 a fit over passes of 1-32 items of 8-256 tokens put the attention term at 0.4-0.7 us per
 ``n * L * L``. The prior is 400 us a token and 0.5 us of attention, both divided among
 the threads, and 25 tokens' worth a sub-pass.
-On a GPU the prior is the built-in model's float32 sub-pass replayed as a CUDA graph on an
-H200 (:mod:`batchserve.engines.cuda_graphs`; ``bench/gpu/diagnose.py``, whose figures are
-``docs/results/gpu_diagnose.json``): about a millisecond a sub-pass (the replay, the copies
-in and out) and half a microsecond a token, so the plan keeps fewer, fuller sub-passes than
-on a CPU and cuts only for a long outlier. Run eagerly, a sub-pass's fixed cost there was
-several times that (``docs/results/gpu_cost.json``); the learned cost replaces the prior
-within a few passes either way.
+On a GPU the prior is what the built-in model's float32 engine learned on an H200 from
+passes of one length, run eagerly (``bench/gpu/measure.py``, whose figures are
+``docs/results/gpu_cost.json``): a sub-pass costs what several thousand tokens do (the
+CPU issuing its kernels: the GPU idles between them), so the plan keeps fewer, fuller
+sub-passes than on a CPU and cuts only for a long outlier. Replayed as CUDA graphs
+(:mod:`batchserve.engines.cuda_graphs`) the fixed cost is a fraction of that; the
+learned cost replaces the prior within a few passes either way.
 
 What a plan is told a sub-pass costs is never less than :data:`MIN_FIXED_TOKENS` tokens'
 worth of the learned per-token cost: on a busy machine the fit's fixed cost can read near
@@ -77,8 +77,8 @@ __all__ = [
 
 #: A one-thread CPU sub-pass of a MiniLM-sized encoder (see the module docstring).
 CPU_PRIOR = PassCost(fixed_s=0.010, per_token_s=400e-6, attention_s=0.5e-6)
-#: A GPU sub-pass, replayed as a CUDA graph (see the module docstring).
-GPU_PRIOR = PassCost(fixed_s=0.001, per_token_s=0.56e-6)
+#: A GPU sub-pass, run eagerly: the CPU's launches dominate (see the module docstring).
+GPU_PRIOR = PassCost(fixed_s=0.0075, per_token_s=1.0e-6, attention_s=1.3e-9)
 #: Items in one sub-pass, at most: bounds the plan's work (it tries every group up to this
 #: size: 0.09 ms for a pass of 32 items, 2.9 ms for 128, 16 ms for 512, in Python, holding
 #: the GIL) and a GPU sub-pass's memory with short texts.

@@ -91,7 +91,8 @@ class Runtime:
             ``max_batch_size``); None is 32.
         cuda_graphs: on a CUDA GPU, replay a torch engine's passes as CUDA graphs, one a
             shape bucket (:mod:`batchserve.engines.cuda_graphs`; a model whose capture
-            fails or differs runs eagerly, logged); no effect elsewhere.
+            fails or differs runs eagerly, logged); no effect elsewhere. Off by default
+            until a served measurement shows the gain (the module says what was measured).
     """
 
     backend: str = "auto"
@@ -100,7 +101,7 @@ class Runtime:
     threads: int | None = None
     cache_dir: str | None = None
     batch_size: int | None = None
-    cuda_graphs: bool = True
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

@@ -180,6 +180,7 @@ class SequenceClassifier:
                 check=logits_within(0.02 if half else 1e-4),
                 capture=cuda_capture(torch.cuda.graph_pool_handle()),
             )
+            self.graphs.warm(self._shaped, self.max_seq_length)
 
     @classmethod
     def from_path(
@@ -356,6 +357,18 @@ class SequenceClassifier:
         if self.graphs is not None:
             return self.graphs(features)
         return self._forward_torch_eager(features)
+
+    def _shaped(self, n: int, width: int) -> dict[str, Any]:
+        # A sub-pass of exactly n x width tokens, as a pass's tokenizing makes them.
+        return dict(
+            self._tokenizer(
+                ["shape " * width] * n,
+                padding="max_length",
+                truncation=True,
+                max_length=width,
+                return_tensors="pt",
+            )
+        )
 
     def _graph_step(self, static: dict[str, Any]) -> Any:
         # What a graph captures: the mask handed 4-D, so transformers prepares none.
