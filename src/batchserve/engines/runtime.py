@@ -89,6 +89,10 @@ class Runtime:
             None takes :func:`default_cache_dir`.
         batch_size: the batch size ``auto`` measures the engines at (the model's
             ``max_batch_size``); None is 32.
+        trust_remote_code: run the code a model folder ships (``auto_map`` in its
+            ``config.json``): what transformers' and sentence-transformers'
+            ``trust_remote_code`` says. Off, such a folder is refused at start
+            (:meth:`batchserve.models.kinds.FolderKind.check`).
     """
 
     backend: str = "auto"
@@ -97,6 +101,7 @@ class Runtime:
     threads: int | None = None
     cache_dir: str | None = None
     batch_size: int | None = None
+    trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -117,6 +122,10 @@ class Runtime:
             or self.batch_size < 1
         ):
             raise ConfigError(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
+        if not isinstance(self.trust_remote_code, bool):
+            raise ConfigError(
+                f"trust_remote_code must be a boolean, got {self.trust_remote_code!r}"
+            )
         allowed = BACKEND_DTYPES[self.backend]
         if self.dtype != "auto" and self.dtype not in allowed:
             raise ConfigError(
