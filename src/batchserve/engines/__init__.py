@@ -11,6 +11,8 @@ vocabulary; the drivers and the outer layers import it; the core never does.
   :mod:`batchserve.models.loader`.
 * :mod:`~batchserve.engines.hub`: a model by its Hugging Face Hub id, resolved through
   huggingface_hub's cache (downloaded where the network allows).
+* :mod:`~batchserve.engines.window`: a text's tokens before truncation, by a folder's own
+  tokenizer, for an engine that does not count them itself.
 * :mod:`~batchserve.engines.runtime`: what the user asked for (backend, device, precision,
   threads, cache) and what it means on this machine.
 * :mod:`~batchserve.engines.hardware`: the machine's facts (CPU instructions, GPUs, installed

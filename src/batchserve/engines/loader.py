@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +91,7 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
         kind="embedding",
         dimension=emb.dimension,
         count_tokens=emb.count_tokens,
+        untruncated_tokens=_untruncated(emb, path),
         max_input_tokens=emb.max_seq_length,
         workers=default_workers(emb.device, emb.threads),
         engine={
@@ -100,6 +102,9 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
             "choice": choice,
         },
         prompts=prompts if prompts.prompts else None,
+        # Today's engines scale every vector to unit length; an engine that returns what
+        # the folder's modules return says whether they are (its ``normalized``).
+        normalized=getattr(emb, "normalized", True),
     )
 
 
@@ -130,6 +135,22 @@ def model_folder(base: str, revision: str | None = None) -> Path:
     return Path(base)
 
 
+def _untruncated(fn: Any, path: Path) -> Callable[[Sequence[Any]], list[int]] | None:
+    # The engine's own count before truncation; for an engine that has none, the folder's
+    # tokenizer's (engines.window). None when that cannot be read either: the routes then
+    # refuse nothing for its length and report no truncation.
+    own = getattr(fn, "untruncated_tokens", None)
+    if callable(own):
+        return own  # type: ignore[no-any-return]
+    from batchserve.engines.window import FolderTokens
+
+    try:
+        return FolderTokens(path)
+    except (OSError, ValueError) as exc:
+        _log.warning("%s: no tokenizer to count untruncated tokens with (%s)", path, exc)
+        return None
+
+
 def _load_sequence(spec: str, path: Path, rt: Runtime) -> LoadedModel:
     # A reranker or classifier folder: under ``auto`` its engines are measured and gated as
     # the embedder's are (on pairs or texts, by ranking_gate's judge); an exported engine
@@ -151,6 +172,7 @@ def _load_sequence(spec: str, path: Path, rt: Runtime) -> LoadedModel:
         fn=fn,
         kind=fn.kind,
         count_tokens=fn.count_tokens,
+        untruncated_tokens=fn.untruncated_tokens,
         max_input_tokens=fn.max_seq_length,
         workers=default_workers(fn.device, fn.threads),
         engine={

@@ -353,15 +353,24 @@ def folder_prompts(path: str | Path) -> Prompts:
     return Prompts(prompts=prompts, default=default)
 
 
-def apply_prompt(texts: list[str], prompts: Prompts | None, name: str | None) -> list[str]:
+def apply_prompt(
+    texts: list[str], prompts: Prompts | None, name: str | None, field: str = "prompt_name"
+) -> list[str]:
     """``texts`` with the prompt ``name`` (or the default, if None) prepended.
 
+    Args:
+        texts: the inputs.
+        prompts: the model's prompts (None: it defines none).
+        name: the prompt a request names (None: the default, if the model has one).
+        field: the request's field that named it, as an error names it.
+
     Raises:
-        KeyError: ``name`` is not a prompt of the model (the message names those it has).
+        KeyError: ``name`` is not a prompt of the model (the message names ``field`` and
+            the prompts it has).
     """
     if prompts is None:
         if name is not None:
-            raise KeyError(f"prompt_name {name!r} is not known: this model defines no prompts")
+            raise KeyError(f"{field} {name!r} is not known: this model defines no prompts")
         return texts
     name = name if name is not None else prompts.default
     if name is None:
@@ -369,7 +378,7 @@ def apply_prompt(texts: list[str], prompts: Prompts | None, name: str | None) ->
     prompt = prompts.prompts.get(name)
     if prompt is None:
         known = ", ".join(sorted(prompts.prompts)) or "none"
-        raise KeyError(f"prompt_name {name!r} is not known: this model defines {known}")
+        raise KeyError(f"{field} {name!r} is not known: this model defines {known}")
     return [prompt + t for t in texts]
 
 

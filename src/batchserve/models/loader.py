@@ -91,7 +91,12 @@ class LoadedModel:
             pair in, one logit out), ``classifier`` (a text or pair in, one logit per label
             out) or ``generic`` (anything); see :mod:`batchserve.models.kinds`.
         dimension: length of each embedding, if known.
-        count_tokens: tokens per input text, for OpenAI ``usage``; None counts words.
+        count_tokens: tokens per input as it ran (special tokens included, after
+            truncation), for ``usage`` and the truncation count; None counts words.
+        untruncated_tokens: tokens per input before truncation (special tokens included):
+            the count ``truncate: false`` refuses by, and what tells a cut input from one
+            that fills the window exactly. None: the model cannot tell (nothing is refused,
+            nothing is counted as truncated).
         max_input_tokens: inputs longer than this are truncated by the model, if known.
         initial_cost: the model's known cost per forward pass, to start the batcher's cost
             model with (None: unknown, measured by a warm-up or learned from traffic).
@@ -105,19 +110,24 @@ class LoadedModel:
         labels: a reranker's or classifier's label per logit, in order (``id2label``).
         prompts: an embedding model's named prompts and its default (a folder's
             ``config_sentence_transformers.json``); None: it defines none.
+        normalized: an embedding model's vectors are unit length as it returns them (a
+            folder with a ``Normalize`` module, the synthetic model): a route asked for unit
+            vectors (TEI's ``normalize``, the default) scales only those that are not.
     """
 
     spec: str
     fn: BatchFn
     kind: Kind = "generic"
     dimension: int | None = None
-    count_tokens: Callable[[Sequence[str]], list[int]] | None = None
+    count_tokens: Callable[[Sequence[Any]], list[int]] | None = None
+    untruncated_tokens: Callable[[Sequence[Any]], list[int]] | None = None
     max_input_tokens: int | None = None
     initial_cost: CostEstimate | None = None
     workers: int | None = None
     engine: dict[str, Any] | None = None
     labels: tuple[str, ...] = ()
     prompts: Prompts | None = None
+    normalized: bool = False
 
 
 def parse_synthetic(spec: str) -> SyntheticModel:
@@ -246,6 +256,7 @@ def load_model(spec: str) -> LoadedModel:
             kind=kind,
             dimension=model.dimension,
             initial_cost=CostEstimate(fixed_s=model.fixed_s, per_item_s=model.per_item_s),
+            normalized=True,  # its vectors are unit length
         )
     if needs_engine(spec):
         raise ConfigError(
@@ -266,7 +277,9 @@ def describe(spec: str, fn: BatchFn) -> LoadedModel:
     An object declares itself an embedding model with ``kind = "embedding"`` and an integer
     ``dimension`` (a ``SentenceEmbedder`` qualifies); anything else is generic. One that
     states its cost (``initial_cost``, a :class:`~batchserve.config.CostEstimate`) is not
-    warmed up to measure it.
+    warmed up to measure it. An embedding model may also say how it counts tokens
+    (``count_tokens``, ``untruncated_tokens``, ``max_seq_length``) and that its vectors are
+    unit length (``normalized = True``).
     """
     cost = getattr(fn, "initial_cost", None)
     initial_cost = cost if isinstance(cost, CostEstimate) else None
@@ -278,14 +291,17 @@ def describe(spec: str, fn: BatchFn) -> LoadedModel:
     if not is_embedding or not isinstance(dimension, int) or isinstance(dimension, bool):
         return LoadedModel(spec=spec, fn=fn, initial_cost=initial_cost)
     max_tokens = getattr(fn, "max_seq_length", None)
+    untruncated = getattr(fn, "untruncated_tokens", None)
     return LoadedModel(
         spec=spec,
         fn=fn,
         kind="embedding",
         dimension=dimension,
         count_tokens=count if callable(count) else None,
+        untruncated_tokens=untruncated if callable(untruncated) else None,
         max_input_tokens=max_tokens if isinstance(max_tokens, int) else None,
         initial_cost=initial_cost,
+        normalized=getattr(fn, "normalized", False) is True,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -77,8 +78,18 @@ async def test_a_request_split_across_batches_is_answered_in_order() -> None:
     assert max(len(b) for b in rec.batches) == 2
 
 
-async def test_dimensions_shortens_and_renormalises_and_refuses_above_the_model() -> None:
-    app = build_app({"rec": embedding_model(Recorder(), dim=4)})
+def _unit(texts: Sequence[str]) -> list[list[float]]:
+    out = np.asarray([vector(t) for t in texts])
+    return list(out / np.linalg.norm(out, axis=1, keepdims=True))
+
+
+async def test_dimensions_shortens_renormalising_unit_vectors_and_refuses_above_the_model() -> None:
+    app = build_app(
+        {
+            "rec": embedding_model(Recorder(), dim=4),
+            "unit": embedding_model(_unit, dim=4, normalized=True),
+        }
+    )
     async with client_for(app) as c:
         ok = await c.post("/v1/embeddings", json={"input": "ab", "dimensions": 4})
         assert ok.status_code == 200
@@ -86,6 +97,12 @@ async def test_dimensions_shortens_and_renormalises_and_refuses_above_the_model(
         # JSON's 2.0 is the integer 2, as JSON Schema (and the spec's "integer") reads it
         short = await c.post("/v1/embeddings", json={"input": ["ab", "bc"], "dimensions": 2.0})
         assert short.status_code == 200
+        # A model whose vectors are not unit length gets its own values, cut.
+        for text, item in zip(["ab", "bc"], short.json()["data"], strict=True):
+            assert item["embedding"] == pytest.approx(vector(text)[:2], abs=1e-6)
+        body = {"model": "unit", "input": ["ab", "bc"], "dimensions": 2}
+        short = await c.post("/v1/embeddings", json=body)
+        # A unit-length model's cut vectors are scaled back to unit length.
         for text, item in zip(["ab", "bc"], short.json()["data"], strict=True):
             cut = np.asarray(vector(text)[:2])
             assert item["embedding"] == pytest.approx(list(cut / np.linalg.norm(cut)), abs=1e-6)
