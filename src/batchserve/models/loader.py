@@ -110,9 +110,10 @@ class LoadedModel:
         labels: a reranker's or classifier's label per logit, in order (``id2label``).
         prompts: an embedding model's named prompts and its default (a folder's
             ``config_sentence_transformers.json``); None: it defines none.
-        normalized: an embedding model's vectors are unit length as it returns them (a
-            folder with a ``Normalize`` module, the synthetic model): a route asked for unit
-            vectors (TEI's ``normalize``, the default) scales only those that are not.
+        normalized: whether an embedding model's vectors are unit length as it returns
+            them (a folder ending in a ``Normalize`` module, the synthetic model); None: not
+            known. A route asked for unit vectors (TEI's ``normalize``, the default) scales
+            only those not known to be.
     """
 
     spec: str
@@ -127,7 +128,7 @@ class LoadedModel:
     engine: dict[str, Any] | None = None
     labels: tuple[str, ...] = ()
     prompts: Prompts | None = None
-    normalized: bool = False
+    normalized: bool | None = None
 
 
 def parse_synthetic(spec: str) -> SyntheticModel:
@@ -292,6 +293,7 @@ def describe(spec: str, fn: BatchFn) -> LoadedModel:
         return LoadedModel(spec=spec, fn=fn, initial_cost=initial_cost)
     max_tokens = getattr(fn, "max_seq_length", None)
     untruncated = getattr(fn, "untruncated_tokens", None)
+    normalized = getattr(fn, "normalized", None)
     return LoadedModel(
         spec=spec,
         fn=fn,
@@ -301,7 +303,7 @@ def describe(spec: str, fn: BatchFn) -> LoadedModel:
         untruncated_tokens=untruncated if callable(untruncated) else None,
         max_input_tokens=max_tokens if isinstance(max_tokens, int) else None,
         initial_cost=initial_cost,
-        normalized=getattr(fn, "normalized", False) is True,
+        normalized=normalized if isinstance(normalized, bool) else None,
     )
 
 

@@ -323,8 +323,9 @@ async def test_a_real_folder_is_refused_and_counted_by_its_own_tokenizer(
 async def test_tei_normalize_scales_only_what_is_not_unit_length() -> None:
     app = build_app(
         {
-            "raw": embedding_model(_raw, dim=8),
+            "raw": embedding_model(_raw, dim=8, normalized=False),
             "unit": embedding_model(_unit, dim=8, normalized=True),
+            "unknown": embedding_model(_raw, dim=8),
         }
     )
     raw, unit = _raw([TEXT])[0], _unit([TEXT])[0]
@@ -342,6 +343,9 @@ async def test_tei_normalize_scales_only_what_is_not_unit_length() -> None:
         assert cut == pytest.approx(raw[:3], abs=1e-5)
         cut = await embed(model="raw", dimensions=3)
         assert cut == pytest.approx(raw[:3] / np.linalg.norm(raw[:3]), abs=1e-6)
+        # A model that does not say whether its vectors are unit length is scaled when asked.
+        got = await embed(model="unknown")
+        assert got == pytest.approx(raw / np.linalg.norm(raw), abs=1e-6)
         # A unit-length model's vectors are left as they are: the same bits as OpenAI's.
         openai = await http.post("/v1/embeddings", json={"model": "unit", "input": TEXT})
         assert (await embed(model="unit")).tolist() == openai.json()["data"][0]["embedding"]

@@ -86,8 +86,9 @@ def _unit(texts: Sequence[str]) -> list[list[float]]:
 async def test_dimensions_shortens_renormalising_unit_vectors_and_refuses_above_the_model() -> None:
     app = build_app(
         {
-            "rec": embedding_model(Recorder(), dim=4),
+            "rec": embedding_model(Recorder(), dim=4, normalized=False),
             "unit": embedding_model(_unit, dim=4, normalized=True),
+            "unknown": embedding_model(_unit, dim=4),
         }
     )
     async with client_for(app) as c:
@@ -100,12 +101,15 @@ async def test_dimensions_shortens_renormalising_unit_vectors_and_refuses_above_
         # A model whose vectors are not unit length gets its own values, cut.
         for text, item in zip(["ab", "bc"], short.json()["data"], strict=True):
             assert item["embedding"] == pytest.approx(vector(text)[:2], abs=1e-6)
-        body = {"model": "unit", "input": ["ab", "bc"], "dimensions": 2}
-        short = await c.post("/v1/embeddings", json=body)
-        # A unit-length model's cut vectors are scaled back to unit length.
-        for text, item in zip(["ab", "bc"], short.json()["data"], strict=True):
-            cut = np.asarray(vector(text)[:2])
-            assert item["embedding"] == pytest.approx(list(cut / np.linalg.norm(cut)), abs=1e-6)
+        # A unit-length model's cut vectors are scaled back to unit length, and so are those
+        # of a model that does not say.
+        for name in ("unit", "unknown"):
+            body = {"model": name, "input": ["ab", "bc"], "dimensions": 2}
+            short = await c.post("/v1/embeddings", json=body)
+            for text, item in zip(["ab", "bc"], short.json()["data"], strict=True):
+                cut = np.asarray(vector(text)[:2])
+                unit = list(cut / np.linalg.norm(cut))
+                assert item["embedding"] == pytest.approx(unit, abs=1e-6), name
         r = await c.post("/v1/embeddings", json={"input": "a", "dimensions": 5})
         assert r.status_code == 422
         err = r.json()["error"]

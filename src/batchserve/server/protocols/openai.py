@@ -5,7 +5,7 @@ a rule; nothing is queued for a request that fails it. ``input`` is a string or 
 strings (token arrays are refused: this server tokenizes itself); ``encoding_format`` is
 ``float`` (JSON numbers) or ``base64`` (little-endian float32 bytes, what the official
 client asks for by default); ``dimensions`` shortens each vector to its first N values and,
-for a model whose vectors are unit length, scales it back to unit length (what
+unless the model's vectors are not unit length, scales it back to unit length (what
 Matryoshka-trained models are for, and what OpenAI's ``text-embedding-3`` models do); a
 value above the model's own dimension is refused.
 
@@ -218,16 +218,17 @@ def check_dimensions(requested: int | None, dimension: int | None) -> None:
 
 
 def shorten(
-    vectors: Sequence[Any], dimensions: int | None, *, renormalize: bool = True
+    vectors: Sequence[Any], dimensions: int | None, *, normalized: bool = True
 ) -> Sequence[Any]:
     """Each vector's first ``dimensions`` values (None: as is).
 
-    With ``renormalize`` (the model's vectors are unit length), scaled back to unit length.
+    Vectors that were unit length (``normalized``) are scaled back to unit length; others
+    are cut only, as ``SentenceTransformer.encode(..., truncate_dim=N)`` cuts them.
     """
     if dimensions is None or not vectors or len(vectors[0]) <= dimensions:
         return vectors
     cut = np.asarray(vectors, dtype=np.float32)[:, :dimensions]
-    if not renormalize:
+    if not normalized:
         return list(cut)
     norms = np.linalg.norm(cut, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
@@ -345,7 +346,8 @@ class EmbeddingsEndpoint:
             tokens = len(texts[0].split())
         else:
             tokens = sum(len(t.split()) for t in texts)
-        vectors = shorten([s.output for s in served], req.dimensions, renormalize=loaded.normalized)
+        unit = loaded.normalized is not False  # not known (None): as before, renormalised
+        vectors = shorten([s.output for s in served], req.dimensions, normalized=unit)
         body = embeddings_response(model.name, vectors, req.encoding_format, tokens, self.extra())
         return Reply(200, [], body, head=head)
 

@@ -210,7 +210,7 @@ def _answer_embed(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> b
     dims = req.options["dimensions"]
     check_dimensions(dims, size)
     normalize = req.options["normalize"]
-    unit = loaded.normalized
+    unit = loaded.normalized is True  # not known (None): scaled when asked
     return json_bytes(
         [truncate_vector(v, dims, size, normalize=normalize, unit=unit) for v in outputs]
     )
