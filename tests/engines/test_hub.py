@@ -124,6 +124,12 @@ def test_a_cached_model_loads_and_is_judged_like_any_folder(
         load_model("org/mlm:backend=torch")
     assert str(info.value).startswith(f"org/mlm ({cache}")
     assert "a masked-language-model head" in str(info.value)
+    code = '{"architectures": ["XModel"], "auto_map": {"AutoModel": "modeling_x.XModel"}}'
+    snapshot(cache, "org/code", {"config.json": code}, refs=["main"])
+    with pytest.raises(ConfigError, match="pass --trust-remote-code"):
+        load_model("org/code:backend=torch")
+    with pytest.raises(ConfigError, match="engines do not run a folder's own code yet"):
+        load_model("org/code:backend=torch,trust_remote_code=on")
 
 
 def test_the_files_never_read_are_left_out_of_a_download() -> None:

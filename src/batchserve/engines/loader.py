@@ -76,6 +76,15 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
     found = folder_kind(path)
     where = base if base == str(path) else f"{base} ({path})"
     found.check(where, trust_remote_code=rt.trust_remote_code)
+    if found.remote_code:
+        # No engine passes trust_remote_code to transformers yet: loaded without it, the
+        # folder would run the architecture transformers knows by its model_type (when it
+        # knows one), not this model's code. Refused until they do.
+        raise ConfigError(
+            f"{where}: --trust-remote-code is set, but batchserve's engines do not run a "
+            f"folder's own code yet ({', '.join(found.remote_code)}); serve it where its "
+            "code runs, or a folder whose architecture transformers has"
+        )
     if found.kind in ("reranker", "classifier"):
         return _load_sequence(spec, path, rt)
     prompts = folder_prompts(path)
