@@ -1,9 +1,12 @@
-"""``batchserve serve``'s runtime flags (--backend, --device, --dtype, --threads, --cache-dir)."""
+"""``batchserve serve``'s runtime flags (--backend, --device, --threads, --revision...)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -74,7 +77,7 @@ def test_the_config_file_takes_runtime_keys(tmp_path: pathlib.Path) -> None:
         (["--backend", "onnx", "--dtype", "float16"], "dtype float16 is not a precision of"),
         (
             ["--model", "synthetic", "--backend", "synthetic=onnx"],
-            "model synthetic: backend apply to minilm or a model folder",
+            "model synthetic: backend apply to minilm, a model folder or a Hub id",
         ),
     ],
 )
@@ -90,3 +93,21 @@ def test_workers_nobody_set_are_the_models_own() -> None:
     (model,) = settings(["--workers", "1"]).models
     assert not model.auto_workers
     assert model.batch.workers == 1
+
+
+def test_a_folder_of_a_kind_not_served_stops_serve_at_start(tmp_path: pathlib.Path) -> None:
+    # A config-only folder: the refusal comes before anything is loaded.
+    folder = tmp_path / "qwen-lm"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"architectures": ["Qwen3ForCausalLM"]}')
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    out = subprocess.run(
+        [sys.executable, "-m", "batchserve", "serve", "--port", "0", "--model", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert out.returncode == 1
+    assert f"ConfigError: {folder}: a causal language model with no " in out.stderr
+    assert "ready" not in out.stdout

@@ -135,4 +135,4 @@ def test_profile_backends_measures_afresh_and_prints_the_table(
     assert data["chosen"] == {"backend": "onnx-int8", "precision": "int8"}
     assert data["speedup_vs_torch_fp32"] == 1.6
     assert main(["profile", "--backends", "--model", "synthetic"]) != 0
-    assert "--backends applies to minilm or a model folder" in capsys.readouterr().err
+    assert "--backends applies to minilm, a model folder or a Hub id" in capsys.readouterr().err

@@ -41,7 +41,7 @@ def test_with_runtime_merges_over_the_specs_own_options() -> None:
     assert with_runtime("minilm:device=cuda:1,threads=2", {"threads": "1", "backend": "onnx"}) == (
         "minilm:backend=onnx,device=cuda:1,threads=1"
     )
-    with pytest.raises(ConfigError, match="apply to minilm or a model folder"):
+    with pytest.raises(ConfigError, match="apply to minilm, a model folder or a Hub id"):
         with_runtime("synthetic", {"backend": "onnx"})
 
 

@@ -65,7 +65,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--input-words", type=positive_int, default=12, help="words per generated input")
     p.add_argument("-o", "--output", default="profile.json", help="where to write it")
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
-    b = p.add_argument_group("backends of minilm or a model folder")
+    b = p.add_argument_group("backends of minilm, a model folder or a Hub id")
     b.add_argument(
         "--backend",
         metavar="LIST",
@@ -85,6 +85,13 @@ def add_parser(sub: Any) -> None:
     )
     b.add_argument("--threads", type=positive_int, help="CPU threads per pass")
     b.add_argument("--cache-dir", help="where exports are cached")
+    b.add_argument("--revision", help="a Hub id's branch, tag or commit (as serve's)")
+    b.add_argument(
+        "--trust-remote-code",
+        action="store_const",
+        const="on",
+        help="run the code a model folder ships (auto_map), as serve's",
+    )
     b.add_argument("--quality-set", metavar="FILE", help="texts to compare on (JSON or lines)")
     b.add_argument("--no-quality", action="store_true", help="skip the quality comparison")
     p.set_defaults(run=run)
@@ -114,10 +121,10 @@ def run(args: argparse.Namespace) -> int:
         from batchserve.cli.profile_backends import run_backends
 
         return run_backends(args, sizes, inputs)
+    from batchserve.cli.profile_backends import spec_options
+
     spec = args.model
-    runtime = {
-        k: str(v) for k in ("device", "dtype", "threads", "cache_dir") if (v := getattr(args, k))
-    }
+    runtime = spec_options(args)
     if runtime:
         spec = with_runtime(spec, runtime)
     model = load_model(spec)

@@ -22,19 +22,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from batchserve.engines.embeddings import builtin_path
-from batchserve.engines.loader import choose_engine, load_model
+from batchserve.engines.loader import choose_engine, load_model, model_folder
 from batchserve.engines.quality import MIN_MEAN_COSINE, MIN_RANKING_AGREEMENT, Quality, compare
 from batchserve.engines.quality_set import QualitySet
 from batchserve.engines.quality_set import load as load_quality_set
 from batchserve.engines.quality_set import read as read_quality_set
 from batchserve.engines.runtime import BACKENDS, Runtime
 from batchserve.errors import ConfigError
-from batchserve.models.loader import split_runtime, with_runtime
+from batchserve.models.loader import runs_on_engine, split_runtime, with_runtime
 from batchserve.models.profiling import Profile, profile_model, save_profile
 from batchserve.units import format_duration
 
-__all__ = ["BackendResult", "format_backends", "parse_backends", "run_auto", "run_backends"]
+__all__ = [
+    "OPTION_FLAGS",
+    "BackendResult",
+    "format_backends",
+    "parse_backends",
+    "run_auto",
+    "run_backends",
+    "spec_options",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,19 +90,33 @@ def parse_backends(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+#: The flags of ``profile`` that become options of the model's SPEC.
+OPTION_FLAGS = ("device", "dtype", "threads", "cache_dir", "revision", "trust_remote_code")
+
+
+def spec_options(args: argparse.Namespace) -> dict[str, str]:
+    """The options of the model's SPEC that ``profile``'s flags give."""
+    return {k: str(v) for k in OPTION_FLAGS if (v := getattr(args, k, None)) is not None}
+
+
 def run_auto(args: argparse.Namespace) -> int:
     """Measure every engine as ``--backend auto`` does; print (or ``--json``) the verdict."""
-    base, options = split_runtime(args.model)
-    if base != "minilm" and not Path(base).is_dir():
-        raise ConfigError(f"--backends applies to minilm or a model folder, not {args.model!r}")
-    fields: dict[str, Any] = {
-        k: v for k in ("device", "dtype", "threads", "cache_dir") if (v := getattr(args, k))
-    }
+    base, options = split_runtime(with_runtime(args.model, spec_options(args)))
+    if not runs_on_engine(base):
+        raise ConfigError(
+            f"--backends applies to minilm, a model folder or a Hub id, not {args.model!r}"
+        )
+    path = model_folder(base, options.pop("revision", None))
+    fields: dict[str, Any] = {}
     for key, value in options.items():
-        fields.setdefault(key, int(value) if key in ("threads", "batch_size") else value)
+        if key in ("threads", "batch_size"):
+            fields[key] = int(value)
+        elif key == "trust_remote_code":
+            fields[key] = value.lower() in ("on", "true", "yes", "1")
+        else:
+            fields[key] = value
     fields.update(backend="auto", batch_size=args.max_batch_size)
     runtime = Runtime(**fields)
-    path = builtin_path() if base == "minilm" else Path(base)
     _, verdict = choose_engine(path, runtime, refresh=True)
     if args.json:
         print(json.dumps(verdict.to_dict()))
@@ -107,11 +128,7 @@ def run_auto(args: argparse.Namespace) -> int:
 
 def run_backends(args: argparse.Namespace, sizes: list[int], inputs: list[str]) -> int:
     """Profile and compare each backend of ``args.backend``; print and write the results."""
-    options = {
-        k: str(v)
-        for k in ("device", "dtype", "threads", "cache_dir")
-        if (v := getattr(args, k, None)) is not None
-    }
+    options = spec_options(args)
     qs: QualitySet | None = None
     if not args.no_quality:
         qs = read_quality_set(Path(args.quality_set)) if args.quality_set else load_quality_set()

@@ -36,7 +36,8 @@ The same settings can come from ``--config FILE`` (TOML)::
     spec = "minilm"
     max_batch_size = 64
     max_batch_tokens = 4096
-    backend = "auto"          # runtime keys: backend, device, dtype, threads, cache_dir
+    backend = "auto"          # runtime keys: backend, device, dtype, threads, cache_dir,
+                              # trust_remote_code; and revision (a Hub id's)
 
 Precedence, lowest first: built-in defaults, the file's ``[defaults]``, the file's
 ``[models.NAME]``, flags for every model, flags for one model. When ``--model`` is given the
@@ -62,10 +63,12 @@ file::
         "bulk:share=0.75,timeout=30s,max_wait=20ms",
     ]
 
-The runtime keys (``--backend``, ``--device``, ``--dtype``, ``--threads``, ``--cache-dir``)
-apply to ``minilm`` and model folders; they become options of the SPEC
-(``minilm:backend=onnx-int8,threads=1``, see :mod:`batchserve.models.loader`). Given for
-every model they skip the others; given for one model that takes none, they are an error.
+The runtime keys (``--backend``, ``--device``, ``--dtype``, ``--threads``, ``--cache-dir``,
+``--trust-remote-code``) apply to ``minilm``, model folders and Hub ids (``org/name``), and
+``--revision`` to Hub ids; they become options of the SPEC
+(``minilm:backend=onnx-int8,threads=1``, ``BAAI/bge-small-en-v1.5:revision=main``, see
+:mod:`batchserve.models.loader`). Given for every model they skip the others; given for one
+model that takes none, they are an error.
 """
 
 from __future__ import annotations
@@ -148,7 +151,8 @@ def add_parser(sub: Any) -> None:
             default=[],
             metavar="[NAME=]SPEC",
             help="a model to serve (repeatable): minilm, synthetic[:fixed=8ms,per_item=0.25ms], "
-            "a sentence-transformers folder, or package.module:attr",
+            "a sentence-transformers folder, a Hugging Face Hub id (org/name), or "
+            "package.module:attr",
         ),
         ", ".join(f"{m.name}={m.spec}" for m in server.models),
     )
@@ -210,6 +214,12 @@ def add_parser(sub: Any) -> None:
             "capture fails or differs from the eager pass runs eagerly, and the log says why",
             "off",
         ),
+        "revision": (
+            "a model named by its Hub id (org/name): the branch, tag or commit to serve, "
+            "from huggingface_hub's cache ($HF_HUB_CACHE), downloaded where the network "
+            "allows (HF_HUB_OFFLINE=1: the cache only)",
+            "main",
+        ),
     }
     for key, (text, default) in per_model.items():
         action = p.add_argument(
@@ -220,6 +230,19 @@ def add_parser(sub: Any) -> None:
             help=text,
         )
         falls_back(action, default)
+    falls_back(
+        p.add_argument(
+            "--trust-remote-code",
+            action="append",
+            nargs="?",
+            const="on",
+            default=[],
+            metavar="[NAME=]on",
+            help="run the code a model folder ships (auto_map in its config.json), for every "
+            "model or NAME's; without it such a folder is refused at start",
+        ),
+        "off",
+    )
     falls_back(
         p.add_argument("--drain-timeout", help="SIGTERM: finish accepted work within"),
         format_duration(server.drain_timeout_s),

@@ -6,8 +6,13 @@ and faulty models, the SPEC grammar). This layer, above the core and below the d
 folder on PyTorch, ONNX Runtime or OpenVINO. It may import only the core and the
 vocabulary; the drivers and the outer layers import it; the core never does.
 
-* :mod:`~batchserve.engines.loader`: load any SPEC; ``minilm`` and model folders here, the
-  rest handed to :mod:`batchserve.models.loader`.
+* :mod:`~batchserve.engines.loader`: load any SPEC; ``minilm``, model folders and Hub ids
+  here (the folder's kind judged first, :mod:`batchserve.models.kinds`), the rest handed to
+  :mod:`batchserve.models.loader`.
+* :mod:`~batchserve.engines.hub`: a model by its Hugging Face Hub id, resolved through
+  huggingface_hub's cache (downloaded where the network allows).
+* :mod:`~batchserve.engines.window`: a text's tokens before truncation, by a folder's own
+  tokenizer, for an engine that does not count them itself.
 * :mod:`~batchserve.engines.runtime`: what the user asked for (backend, device, precision,
   threads, cache) and what it means on this machine.
 * :mod:`~batchserve.engines.hardware`: the machine's facts (CPU instructions, GPUs, installed

@@ -10,6 +10,15 @@ served (:mod:`batchserve.engines.choice`; a reranker's or classifier's engines a
 pairs or texts and gated by the ranking or labels they keep,
 :class:`~batchserve.engines.ranking_gate.SequenceJudge`); the verdict is cached.
 
+Which folder a SPEC names is decided here, once, for every entry point (``serve``,
+``profile``, config files): ``minilm`` is the shipped folder, a path is itself, a Hub id
+(``org/name``, with ``revision=``) is its snapshot in huggingface_hub's cache, downloaded
+where the network allows (:mod:`batchserve.engines.hub`). The folder's kind is read from
+its files before anything is loaded, and a folder batchserve does not serve (a masked-LM
+head, a causal LM, an image or audio model, a sparse encoder, code of its own that it was
+not told to trust) is refused then, saying what was found
+(:meth:`~batchserve.models.kinds.FolderKind.check`).
+
 Every other SPEC (the synthetic model, ``package.module:attr``) is handed to the core's
 :func:`batchserve.models.loader.load_model`, which also holds the SPEC grammar and
 :class:`~batchserve.models.loader.LoadedModel`. The server and the command line load
@@ -20,6 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,12 +38,18 @@ from batchserve.engines.runtime import Runtime, default_workers
 from batchserve.errors import ConfigError
 from batchserve.models import loader as models_loader
 from batchserve.models.kinds import folder_kind, folder_prompts
-from batchserve.models.loader import LoadedModel, needs_engine, split_runtime
+from batchserve.models.loader import (
+    SOURCE_KEYS,
+    LoadedModel,
+    is_hub_id,
+    needs_engine,
+    split_runtime,
+)
 
 if TYPE_CHECKING:
     from batchserve.engines.verdict import Verdict
 
-__all__ = ["choose_engine", "load_model"]
+__all__ = ["choose_engine", "load_model", "model_folder"]
 
 _log = logging.getLogger(__name__)
 
@@ -53,12 +70,22 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
     """
     if not needs_engine(spec):
         return models_loader.load_model(spec)
-    from batchserve.engines.embeddings import builtin_path
-
     base, options = split_runtime(spec)
+    path = model_folder(base, options.get("revision"))
     rt = _runtime(options, runtime)
-    path = builtin_path() if base == "minilm" else Path(base)
-    if base != "minilm" and folder_kind(path).kind in ("reranker", "classifier"):
+    found = folder_kind(path)
+    where = base if base == str(path) else f"{base} ({path})"
+    found.check(where, trust_remote_code=rt.trust_remote_code)
+    if found.remote_code:
+        # No engine passes trust_remote_code to transformers yet: loaded without it, the
+        # folder would run the architecture transformers knows by its model_type (when it
+        # knows one), not this model's code. Refused until they do.
+        raise ConfigError(
+            f"{where}: --trust-remote-code is set, but batchserve's engines do not run a "
+            f"folder's own code yet ({', '.join(found.remote_code)}); serve it where its "
+            "code runs, or a folder whose architecture transformers has"
+        )
+    if found.kind in ("reranker", "classifier"):
         return _load_sequence(spec, path, rt)
     prompts = folder_prompts(path)
     choice: dict[str, Any] | None = None
@@ -73,6 +100,7 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
         kind="embedding",
         dimension=emb.dimension,
         count_tokens=emb.count_tokens,
+        untruncated_tokens=_untruncated(emb, path),
         max_input_tokens=emb.max_seq_length,
         workers=default_workers(emb.device, emb.threads),
         engine={
@@ -83,7 +111,53 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
             "choice": choice,
         },
         prompts=prompts if prompts.prompts else None,
+        # Today's engines scale every vector to unit length; an engine that returns what
+        # the folder's modules return says whether they are (its ``normalized``).
+        normalized=getattr(emb, "normalized", True),
     )
+
+
+def model_folder(base: str, revision: str | None = None) -> Path:
+    """The folder a SPEC's base names: ``minilm``'s, a path, or a Hub id's snapshot.
+
+    Blocks while a Hub id downloads (see :mod:`batchserve.engines.hub`).
+
+    Raises:
+        ConfigError: a revision for what is not a Hub id, a Hub id that cannot be had
+            (the message names the id, the revision and the cache), or no such folder.
+    """
+    if is_hub_id(base):
+        from batchserve.engines.hub import resolve
+
+        return resolve(base, revision)
+    if revision is not None:
+        raise ConfigError(
+            f"revision={revision} names a revision on the Hugging Face Hub; {base!r} is not "
+            "a Hub id (org/name) but a folder here or the built-in model"
+        )
+    if base == "minilm":
+        from batchserve.engines.embeddings import builtin_path
+
+        return builtin_path()
+    if not os.path.isdir(base):
+        raise ConfigError(f"no model folder {base!r} here")
+    return Path(base)
+
+
+def _untruncated(fn: Any, path: Path) -> Callable[[Sequence[Any]], list[int]] | None:
+    # The engine's own count before truncation; for an engine that has none, the folder's
+    # tokenizer's (engines.window). None when that cannot be read either: the routes then
+    # refuse nothing for its length and report no truncation.
+    own = getattr(fn, "untruncated_tokens", None)
+    if callable(own):
+        return own  # type: ignore[no-any-return]
+    from batchserve.engines.window import FolderTokens
+
+    try:
+        return FolderTokens(path)
+    except (OSError, ValueError) as exc:
+        _log.warning("%s: no tokenizer to count untruncated tokens with (%s)", path, exc)
+        return None
 
 
 def _load_sequence(spec: str, path: Path, rt: Runtime) -> LoadedModel:
@@ -107,6 +181,7 @@ def _load_sequence(spec: str, path: Path, rt: Runtime) -> LoadedModel:
         fn=fn,
         kind=fn.kind,
         count_tokens=fn.count_tokens,
+        untruncated_tokens=fn.untruncated_tokens,
         max_input_tokens=fn.max_seq_length,
         workers=default_workers(fn.device, fn.threads),
         engine={
@@ -147,18 +222,20 @@ def _gate_sequence(path: Path, fn: Any, rt: Runtime) -> dict[str, Any]:
 def _runtime(options: dict[str, str], base: Runtime | None) -> Runtime:
     fields: dict[str, object] = {}
     for key, value in options.items():
+        if key in SOURCE_KEYS:
+            continue
         if key in ("threads", "batch_size"):
             if not value.isdigit():
                 raise ConfigError(f"{key} must be an integer >= 1, got {value!r}")
             fields[key] = int(value)
-        elif key == "cuda_graphs":
-            fields[key] = _on_off(key, value)
+        elif key in ("cuda_graphs", "trust_remote_code"):
+            fields[key] = _flag(key, value)
         else:
             fields[key] = value
     return dataclasses.replace(base or Runtime(), **fields)  # type: ignore[arg-type]
 
 
-def _on_off(key: str, value: str) -> bool:
+def _flag(key: str, value: str) -> bool:
     text = value.lower()
     if text in ("on", "true", "yes", "1"):
         return True
@@ -197,7 +274,9 @@ def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[An
     from batchserve.engines.hardware import Engine, Machine
     from batchserve.engines.runtime import default_threads, resolve_device
 
-    kind = folder_kind(path).kind
+    found = folder_kind(path)
+    found.check(path, trust_remote_code=rt.trust_remote_code)
+    kind = found.kind
     judge: Judge | None = None
     if kind in ("reranker", "classifier"):
         from batchserve.engines.quality_set import load as load_quality_set

@@ -93,6 +93,10 @@ class Runtime:
             shape bucket (:mod:`batchserve.engines.cuda_graphs`; a model whose capture
             fails or differs runs eagerly, logged); no effect elsewhere. Off by default
             until a served measurement shows the gain (the module says what was measured).
+        trust_remote_code: run the code a model folder ships (``auto_map`` in its
+            ``config.json``): what transformers' and sentence-transformers'
+            ``trust_remote_code`` says. Off, such a folder is refused at start
+            (:meth:`batchserve.models.kinds.FolderKind.check`).
     """
 
     backend: str = "auto"
@@ -102,6 +106,7 @@ class Runtime:
     cache_dir: str | None = None
     batch_size: int | None = None
     cuda_graphs: bool = False
+    trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -124,6 +129,10 @@ class Runtime:
             raise ConfigError(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
         if not isinstance(self.cuda_graphs, bool):
             raise ConfigError(f"cuda_graphs must be on or off, got {self.cuda_graphs!r}")
+        if not isinstance(self.trust_remote_code, bool):
+            raise ConfigError(
+                f"trust_remote_code must be a boolean, got {self.trust_remote_code!r}"
+            )
         allowed = BACKEND_DTYPES[self.backend]
         if self.dtype != "auto" and self.dtype not in allowed:
             raise ConfigError(

@@ -11,9 +11,33 @@ A served model is one of four kinds:
   model with several labels, named by its ``id2label``;
 * ``generic``: anything else (an imported batch function).
 
-:func:`folder_kind` reads the kind from a folder's ``config.json`` alone (no weights are
-loaded): an architecture whose name ends in ``ForSequenceClassification`` is a reranker or a
-classifier by its number of labels; every other folder is an embedding model, as before.
+:func:`folder_kind` reads the kind from a folder's files alone (no weights are loaded), as
+sentence-transformers and TEI decide it:
+
+* a sentence-transformers folder (``modules.json``) is what its
+  ``config_sentence_transformers.json`` declares (``model_type``, ``SentenceTransformer`` when
+  it says nothing): a ``SentenceTransformer`` is an embedder whatever its architecture (a
+  decoder embedder such as Qwen3-Embedding is saved as ``Qwen3Model`` or
+  ``Qwen3ForCausalLM`` with Transformer and last-token Pooling modules, and all-mpnet-base-v2
+  as ``MPNetForMaskedLM``); a ``CrossEncoder`` is a reranker or a classifier;
+* any other folder is read from ``config.json``'s architectures, as ``save_pretrained`` wrote
+  it: ``...ForSequenceClassification`` is a reranker or a classifier by its number of
+  labels; a bare encoder or decoder (``BertModel``, ``Qwen3Model``) an embedder (pooled
+  as sentence-transformers pools a folder without modules: the mean of its tokens).
+
+What batchserve does not serve is refused, with what was found and why
+(:attr:`FolderKind.refusal`; :meth:`FolderKind.check` raises it at start): a task head with
+no sentence-transformers modules (a masked-LM head, whose vectors no one trained, and which
+TEI reads as SPLADE; a causal LM with no declared template, whose mean-pooled states are
+not an embedding; token classification, question answering, generation); a causal LM
+declared as a reranker (sentence-transformers' ``LogitScore``: yes/no logits after a
+template); sparse (``SparseEncoder``) and multi-vector (``MultiVectorEncoder``) encoders; an
+image or audio model (``vision_config`` or ``audio_config`` in ``config.json``, a processor's
+files, a CLIP module), as Infinity tells them apart. A folder whose ``config.json`` names
+code of its own (``auto_map``) is refused unless the user trusts it
+(``--trust-remote-code``): without that code, transformers would load the architecture it
+knows under that name and serve vectors the model never made (jina-embeddings-v3's LoRA
+adapters left out of an ``xlm-roberta``).
 
 :data:`ROUTES` names, per kind, the route a client should use: a route asked of the wrong
 kind answers 400 with :func:`wrong_kind`'s message.
@@ -32,7 +56,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from batchserve.errors import ConfigError
 
@@ -40,6 +64,7 @@ __all__ = [
     "ITEMS",
     "KINDS",
     "ROUTES",
+    "SERVES",
     "FolderKind",
     "Kind",
     "Prompts",
@@ -79,46 +104,200 @@ def item_of(kind: str | None) -> str | None:
     return _ITEMS.get(kind) if kind is not None else None
 
 
+#: What batchserve serves, said in every refusal of a folder.
+SERVES = (
+    "batchserve serves text embedders (a sentence-transformers folder, or an encoder saved "
+    "with save_pretrained) and rerankers and classifiers with a sequence classification head"
+)
+
+#: Task heads that are not an embedder, by the end of an architecture's name: what it is.
+_HEADS: dict[str, str] = {
+    "ForMaskedLM": "a masked-language-model head",
+    "ForPreTraining": "a pre-training head (masked LM and next sentence)",
+    "ForCausalLM": "a causal language model",
+    "LMHeadModel": "a causal language model",
+    "ForConditionalGeneration": "a sequence-to-sequence generation model",
+    "ForTokenClassification": "a token classification head",
+    "ForQuestionAnswering": "a question answering head",
+    "ForMultipleChoice": "a multiple choice head",
+    "ForNextSentencePrediction": "a next sentence prediction head",
+}
+#: Why each head is no embedder, said after what it is.
+_WHY: dict[str, str] = {
+    "ForMaskedLM": "its vectors would be the mean of token states no one trained to embed "
+    "(sentence-transformers pools such a folder with MEAN pooling and a warning; TEI reads it "
+    "as a SPLADE sparse model, which batchserve does not serve)",
+    "ForCausalLM": "it declares no reranking template and no sentence-transformers modules, so "
+    "its mean-pooled states would be served as an embedding no one trained (a decoder "
+    "embedder such as Qwen3-Embedding is saved with modules.json: Transformer and last-token "
+    "Pooling)",
+}
+#: Files of an image or audio processor.
+_PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FolderKind:
-    """What a model folder's ``config.json`` says it is.
+    """What a model folder's files say it is.
 
     Attributes:
         kind: ``embedding``, ``reranker`` or ``classifier``.
         labels: the label of each logit, in order (``id2label``); empty for an embedder.
         architecture: the first architecture named, if any.
+        refusal: why batchserve does not serve it, with what was found (None: it does);
+            ``kind`` is then what it would have been served as.
+        remote_code: what ``auto_map`` in ``config.json`` names (the folder's own code),
+            as ``AutoModel=module.Class`` pairs; empty when it names none.
     """
 
     kind: Kind
     labels: tuple[str, ...] = ()
     architecture: str | None = None
+    refusal: str | None = None
+    remote_code: tuple[str, ...] = ()
+
+    def check(self, where: str | Path, *, trust_remote_code: bool = False) -> None:
+        """Refuse a folder batchserve does not serve, or whose code it was not told to trust.
+
+        Raises:
+            ConfigError: the refusal, naming ``where``, what was found and what is served.
+        """
+        if self.refusal is not None:
+            raise ConfigError(f"{where}: {self.refusal}; {SERVES}")
+        if self.remote_code and not trust_remote_code:
+            raise ConfigError(
+                f"{where}: config.json's auto_map names code the folder ships "
+                f"({', '.join(self.remote_code)}), which runs only when trusted: without it "
+                "transformers would load the architecture it knows by that name, not this "
+                "model; pass --trust-remote-code (trust_remote_code=on in the SPEC or the "
+                "config file) if you trust its authors"
+            )
 
 
 def folder_kind(path: str | Path) -> FolderKind:
-    """The kind of the model saved in ``path`` (see the module docstring).
+    """The kind of the model saved in ``path``, and why it is refused if it is.
+
+    See the module docstring for the rules.
 
     Raises:
-        ConfigError: ``config.json`` is there but not a JSON object, or a sequence
-            classification model's labels are malformed.
+        ConfigError: ``config.json``, ``modules.json`` or
+            ``config_sentence_transformers.json`` is there but not a JSON object (or list),
+            or a sequence classification model's labels are malformed.
     """
-    config_file = Path(path) / "config.json"
-    if not config_file.is_file():
-        return FolderKind(kind="embedding")
+    folder = Path(path)
+    raw_modules = _json(folder / "modules.json", list)
+    modules = (
+        [m for m in raw_modules if isinstance(m, dict)] if isinstance(raw_modules, list) else None
+    )
+    config_file = folder / "config.json"
+    if modules is not None:
+        # The Transformer module's own folder holds config.json in older layouts.
+        sub = next(
+            (
+                str(m.get("path"))
+                for m in modules
+                if str(m.get("type", "")).endswith("Transformer") and m.get("path")
+            ),
+            "",
+        )
+        if sub and not config_file.is_file() and (folder / sub / "config.json").is_file():
+            config_file = folder / sub / "config.json"
+    config = _json(config_file, dict) or {}
+    architectures = [a for a in config.get("architectures") or [] if isinstance(a, str)]
+    first = architectures[0] if architectures else None
+    auto_map = config.get("auto_map")
+    remote = (
+        tuple(f"{k}={v}" for k, v in auto_map.items())
+        if isinstance(auto_map, dict)
+        else ((str(auto_map),) if auto_map else ())
+    )
+    found = f"config.json architectures: {', '.join(architectures) or 'none'}"
+    classifying = any(a.endswith("ForSequenceClassification") for a in architectures)
+    kind: Kind = "embedding"
+    labels: tuple[str, ...] = ()
+    if classifying:
+        labels = _labels(config, config_file)
+        kind = "reranker" if len(labels) == 1 else "classifier"
+    refusal = _media(folder, config, modules)
+    if refusal is None and modules is not None:
+        refusal = _declared(folder, modules, classifying, found)
+    elif refusal is None and not classifying:
+        refusal = _head(architectures, found)
+    return FolderKind(
+        kind=kind, labels=labels, architecture=first, refusal=refusal, remote_code=remote
+    )
+
+
+def _json(file: Path, shape: type) -> Any:
+    if not file.is_file():
+        return None
     try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
+        data = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"{config_file} is not readable JSON: {exc}") from exc
-    if not isinstance(config, dict):
-        raise ConfigError(f"{config_file} must hold a JSON object")
-    architectures = config.get("architectures") or []
-    first = architectures[0] if architectures and isinstance(architectures[0], str) else None
-    if not any(
-        isinstance(a, str) and a.endswith("ForSequenceClassification") for a in architectures
-    ):
-        return FolderKind(kind="embedding", architecture=first)
-    labels = _labels(config, config_file)
-    kind: Kind = "reranker" if len(labels) == 1 else "classifier"
-    return FolderKind(kind=kind, labels=labels, architecture=first)
+        raise ConfigError(f"{file} is not readable JSON: {exc}") from exc
+    if not isinstance(data, shape):
+        raise ConfigError(
+            f"{file} must hold a JSON {'object' if shape is dict else 'list'}, "
+            f"got {type(data).__name__}"
+        )
+    return data
+
+
+def _media(
+    folder: Path, config: dict[str, Any], modules: list[dict[str, Any]] | None
+) -> str | None:
+    # An image or audio model, as Infinity tells them apart (and a CLIP module of
+    # sentence-transformers): this server embeds texts only.
+    keys = [k for k in ("vision_config", "audio_config") if k in config]
+    files = [f for f in _PROCESSOR_FILES if (folder / f).is_file()]
+    clip = [
+        str(m.get("type")) for m in modules or () if str(m.get("type", "")).endswith("CLIPModel")
+    ]
+    if not (keys or files or clip):
+        return None
+    what = [f"config.json has {k}" for k in keys] + [f"{f} is there" for f in files]
+    what += [f"modules.json holds {c}" for c in clip]
+    return f"an image or audio model ({'; '.join(what)}), and batchserve embeds text only"
+
+
+def _declared(
+    folder: Path, modules: list[dict[str, Any]], classifying: bool, found: str
+) -> str | None:
+    # A sentence-transformers folder is what its config declares.
+    st = _json(folder / "config_sentence_transformers.json", dict) or {}
+    declared = str(st.get("model_type") or "SentenceTransformer")
+    types = [str(m.get("type", "")).rpartition(".")[2] for m in modules]
+    if declared == "SentenceTransformer":
+        return None
+    if declared == "CrossEncoder":
+        if classifying:
+            return None
+        if "LogitScore" in types:
+            return (
+                f"an LLM reranker (a CrossEncoder scoring with a causal LM's yes/no logits "
+                f"after a template: modules {', '.join(types)}; {found}), which batchserve "
+                "does not run"
+            )
+        return f"a CrossEncoder without a sequence classification head ({found})"
+    if declared == "SparseEncoder":
+        return f"a sparse encoder (SPLADE: modules {', '.join(types)}), not dense embeddings"
+    if declared == "MultiVectorEncoder":
+        return f"a multi-vector encoder (ColBERT: modules {', '.join(types)}), one vector per token"
+    return f"a sentence-transformers {declared} model, which batchserve does not know"
+
+
+def _head(architectures: list[str], found: str) -> str | None:
+    # A folder with no sentence-transformers modules: a task head other than sequence
+    # classification is no embedder (see _HEADS).
+    for arch in architectures:
+        for suffix, what in _HEADS.items():
+            if arch.endswith(suffix):
+                group = {"ForPreTraining": "ForMaskedLM", "LMHeadModel": "ForCausalLM"}.get(
+                    suffix, suffix
+                )
+                why = _WHY.get(group, "it is not an embedder, a reranker or a classifier")
+                return f"{what} with no sentence-transformers modules ({found}): {why}"
+    return None
 
 
 def _labels(config: dict[str, object], where: Path) -> tuple[str, ...]:
@@ -174,15 +353,24 @@ def folder_prompts(path: str | Path) -> Prompts:
     return Prompts(prompts=prompts, default=default)
 
 
-def apply_prompt(texts: list[str], prompts: Prompts | None, name: str | None) -> list[str]:
+def apply_prompt(
+    texts: list[str], prompts: Prompts | None, name: str | None, field: str = "prompt_name"
+) -> list[str]:
     """``texts`` with the prompt ``name`` (or the default, if None) prepended.
 
+    Args:
+        texts: the inputs.
+        prompts: the model's prompts (None: it defines none).
+        name: the prompt a request names (None: the default, if the model has one).
+        field: the request's field that named it, as an error names it.
+
     Raises:
-        KeyError: ``name`` is not a prompt of the model (the message names those it has).
+        KeyError: ``name`` is not a prompt of the model (the message names ``field`` and
+            the prompts it has).
     """
     if prompts is None:
         if name is not None:
-            raise KeyError(f"prompt_name {name!r} is not known: this model defines no prompts")
+            raise KeyError(f"{field} {name!r} is not known: this model defines no prompts")
         return texts
     name = name if name is not None else prompts.default
     if name is None:
@@ -190,7 +378,7 @@ def apply_prompt(texts: list[str], prompts: Prompts | None, name: str | None) ->
     prompt = prompts.prompts.get(name)
     if prompt is None:
         known = ", ".join(sorted(prompts.prompts)) or "none"
-        raise KeyError(f"prompt_name {name!r} is not known: this model defines {known}")
+        raise KeyError(f"{field} {name!r} is not known: this model defines {known}")
     return [prompt + t for t in texts]
 
 

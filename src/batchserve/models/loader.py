@@ -3,13 +3,18 @@
 SPEC is one of:
 
 * ``minilm``: the built-in all-MiniLM-L6-v2 embedding model (the ``embeddings`` extra);
-* ``minilm:backend=onnx-int8,threads=1`` (or a folder with the same options): the same
-  model on another runtime (keys :data:`RUNTIME_KEYS`: ``backend``, ``device``,
-  ``dtype``, ``threads``, ``cache_dir``, ``batch_size``);
+* ``minilm:backend=onnx-int8,threads=1`` (or a folder or Hub id with the same options): the
+  same model on another runtime (keys :data:`RUNTIME_KEYS`: ``backend``, ``device``,
+  ``dtype``, ``threads``, ``cache_dir``, ``batch_size``, ``trust_remote_code``), and where it
+  comes from (:data:`SOURCE_KEYS`: ``revision``);
 * ``synthetic`` or ``synthetic:fixed=8ms,per_item=0.25ms,dim=8``: the seed's cost model;
 * a path to a sentence-transformers model folder, or to a sequence classification model
   folder (a reranker with one label, a classifier with several; see
-  :mod:`batchserve.models.kinds`): the folder's ``config.json`` decides the kind;
+  :mod:`batchserve.models.kinds`): the folder's files decide the kind, or refuse it;
+* a model's Hugging Face Hub id, ``org/name`` (``BAAI/bge-small-en-v1.5``), that is not a
+  folder here: the folder is its snapshot in huggingface_hub's cache, downloaded where the
+  network allows (:mod:`batchserve.engines.hub`); ``revision=`` names a branch, tag or
+  commit (``BAAI/bge-small-en-v1.5:revision=main``);
 * ``package.module:attr``: any batch function, or model object with ``__call__`` (a class is
   instantiated with no arguments). An object with ``kind = "embedding"`` and an integer
   ``dimension`` (and optionally ``count_tokens``) is served as an embedding model; one with
@@ -42,18 +47,36 @@ from batchserve.units import parse_duration
 
 __all__ = [
     "RUNTIME_KEYS",
+    "SOURCE_KEYS",
     "LoadedModel",
     "default_model_name",
     "describe",
+    "is_hub_id",
     "load_model",
     "needs_engine",
     "parse_synthetic",
+    "runs_on_engine",
     "split_runtime",
     "with_runtime",
 ]
 
-#: The options a ``minilm`` or folder SPEC takes after ``:``.
-RUNTIME_KEYS = ("backend", "device", "dtype", "threads", "cache_dir", "batch_size", "cuda_graphs")
+#: The options of how a ``minilm``, folder or Hub id SPEC runs, after ``:``
+#: (:class:`~batchserve.engines.runtime.Runtime`'s fields).
+RUNTIME_KEYS = (
+    "backend",
+    "device",
+    "dtype",
+    "threads",
+    "cache_dir",
+    "batch_size",
+    "trust_remote_code",
+    "cuda_graphs",
+)
+#: The options of where a SPEC's files come from: a Hub id's revision.
+SOURCE_KEYS = ("revision",)
+_OPTION_KEYS = RUNTIME_KEYS + SOURCE_KEYS
+# A Hub id: org/name, each part letters, digits, '_', '-', '.' (huggingface_hub's rule).
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
 # The base ends at the first ':' that is followed by KEY= (a device may hold a ':').
 _OPTIONS = re.compile(r"^(.+?):([A-Za-z_]+=.*)$")
 
@@ -69,7 +92,12 @@ class LoadedModel:
             pair in, one logit out), ``classifier`` (a text or pair in, one logit per label
             out) or ``generic`` (anything); see :mod:`batchserve.models.kinds`.
         dimension: length of each embedding, if known.
-        count_tokens: tokens per input text, for OpenAI ``usage``; None counts words.
+        count_tokens: tokens per input as it ran (special tokens included, after
+            truncation), for ``usage`` and the truncation count; None counts words.
+        untruncated_tokens: tokens per input before truncation (special tokens included):
+            the count ``truncate: false`` refuses by, and what tells a cut input from one
+            that fills the window exactly. None: the model cannot tell (nothing is refused,
+            nothing is counted as truncated).
         max_input_tokens: inputs longer than this are truncated by the model, if known.
         initial_cost: the model's known cost per forward pass, to start the batcher's cost
             model with (None: unknown, measured by a warm-up or learned from traffic).
@@ -83,19 +111,25 @@ class LoadedModel:
         labels: a reranker's or classifier's label per logit, in order (``id2label``).
         prompts: an embedding model's named prompts and its default (a folder's
             ``config_sentence_transformers.json``); None: it defines none.
+        normalized: whether an embedding model's vectors are unit length as it returns
+            them (a folder ending in a ``Normalize`` module, the synthetic model); None: not
+            known. A route asked for unit vectors (TEI's ``normalize``, the default) scales
+            only those not known to be.
     """
 
     spec: str
     fn: BatchFn
     kind: Kind = "generic"
     dimension: int | None = None
-    count_tokens: Callable[[Sequence[str]], list[int]] | None = None
+    count_tokens: Callable[[Sequence[Any]], list[int]] | None = None
+    untruncated_tokens: Callable[[Sequence[Any]], list[int]] | None = None
     max_input_tokens: int | None = None
     initial_cost: CostEstimate | None = None
     workers: int | None = None
     engine: dict[str, Any] | None = None
     labels: tuple[str, ...] = ()
     prompts: Prompts | None = None
+    normalized: bool | None = None
 
 
 def parse_synthetic(spec: str) -> SyntheticModel:
@@ -127,17 +161,39 @@ def parse_synthetic(spec: str) -> SyntheticModel:
     return SyntheticModel(fixed_s, per_item_s, dimension=dim or None)
 
 
-def split_runtime(spec: str) -> tuple[str, dict[str, str]]:
-    """Split ``minilm:backend=onnx,threads=1`` into ``minilm`` and its runtime options.
+def is_hub_id(base: str) -> bool:
+    """Whether ``base`` (a SPEC without its options) names a model on the Hugging Face Hub.
 
-    Only ``minilm`` and model folders take options; any other SPEC comes back whole, with
-    no options.
+    An ``org/name`` (huggingface_hub's rule for a repository id) that is not a path here:
+    a folder of that name is the folder, as TEI, Infinity and vLLM read it.
+    """
+    return (
+        _HUB_ID.match(base) is not None
+        and "--" not in base
+        and ".." not in base
+        and not os.path.exists(base)
+    )
+
+
+def runs_on_engine(base: str) -> bool:
+    """Whether ``base`` (a SPEC without its options) runs on an engine and takes options.
+
+    ``minilm``, a model folder, or a Hub id (:func:`is_hub_id`).
+    """
+    return base == "minilm" or os.path.isdir(base) or is_hub_id(base)
+
+
+def split_runtime(spec: str) -> tuple[str, dict[str, str]]:
+    """Split ``minilm:backend=onnx,threads=1`` into ``minilm`` and its options.
+
+    Only ``minilm``, model folders and Hub ids take options (:data:`RUNTIME_KEYS` and
+    :data:`SOURCE_KEYS`); any other SPEC comes back whole, with no options.
 
     Raises:
         ConfigError: an option is unknown or not KEY=VALUE; the message names it.
     """
     match = _OPTIONS.match(spec)
-    if match is None or not (match.group(1) == "minilm" or os.path.isdir(match.group(1))):
+    if match is None or not runs_on_engine(match.group(1)):
         return spec, {}
     base, rest = match.group(1), match.group(2)
     options: dict[str, str] = {}
@@ -145,41 +201,41 @@ def split_runtime(spec: str) -> tuple[str, dict[str, str]]:
         key, eq, value = part.partition("=")
         if not eq or not value:
             raise ConfigError(f"model option must be KEY=VALUE, got {part!r} in {spec!r}")
-        if key not in RUNTIME_KEYS:
+        if key not in _OPTION_KEYS:
             raise ConfigError(
-                f"unknown model option {key!r} in {spec!r}; known: {', '.join(RUNTIME_KEYS)}"
+                f"unknown model option {key!r} in {spec!r}; known: {', '.join(_OPTION_KEYS)}"
             )
         options[key] = value
     return base, options
 
 
 def with_runtime(spec: str, options: dict[str, str]) -> str:
-    """``spec`` with runtime ``options`` added (they override the SPEC's own).
+    """``spec`` with ``options`` added (they override the SPEC's own).
 
     Raises:
-        ConfigError: ``spec`` takes no runtime options (it is not ``minilm`` or a folder).
+        ConfigError: ``spec`` takes no options (it is not ``minilm``, a folder or a Hub id).
     """
     base, own = split_runtime(spec)
     if not options:
         return spec
-    if not (base == "minilm" or os.path.isdir(base)):
+    if not runs_on_engine(base):
         raise ConfigError(
-            f"{', '.join(sorted(options))} apply to minilm or a model folder, not {spec!r}"
+            f"{', '.join(sorted(options))} apply to minilm, a model folder or a Hub id, "
+            f"not {spec!r}"
         )
     merged = {**own, **options}
-    return base + ":" + ",".join(f"{k}={merged[k]}" for k in RUNTIME_KEYS if k in merged)
+    return base + ":" + ",".join(f"{k}={merged[k]}" for k in _OPTION_KEYS if k in merged)
 
 
 def needs_engine(spec: str) -> bool:
-    """Whether ``spec`` runs on an engine: ``minilm`` or a model folder, with or without options.
+    """Whether ``spec`` runs on an engine: ``minilm``, a model folder or a Hub id.
 
     Such a SPEC is loaded by :func:`batchserve.engines.loader.load_model`; any other by
     :func:`load_model` here.
     """
     if spec == "synthetic" or spec.startswith("synthetic:"):
         return False
-    base = split_runtime(spec)[0]
-    return base == "minilm" or os.path.isdir(base)
+    return runs_on_engine(split_runtime(spec)[0])
 
 
 def load_model(spec: str) -> LoadedModel:
@@ -202,6 +258,7 @@ def load_model(spec: str) -> LoadedModel:
             kind=kind,
             dimension=model.dimension,
             initial_cost=CostEstimate(fixed_s=model.fixed_s, per_item_s=model.per_item_s),
+            normalized=True,  # its vectors are unit length
         )
     if needs_engine(spec):
         raise ConfigError(
@@ -211,8 +268,8 @@ def load_model(spec: str) -> LoadedModel:
     if ":" in spec:
         return describe(spec, _import_callable(spec))
     raise ConfigError(
-        "model spec must be 'minilm', 'synthetic[:fixed=..,per_item=..]', a model folder "
-        f"or 'package.module:attr', got {spec!r}"
+        "model spec must be 'minilm', 'synthetic[:fixed=..,per_item=..]', a model folder, "
+        f"a Hub id 'org/name' or 'package.module:attr', got {spec!r}"
     )
 
 
@@ -222,7 +279,9 @@ def describe(spec: str, fn: BatchFn) -> LoadedModel:
     An object declares itself an embedding model with ``kind = "embedding"`` and an integer
     ``dimension`` (a ``SentenceEmbedder`` qualifies); anything else is generic. One that
     states its cost (``initial_cost``, a :class:`~batchserve.config.CostEstimate`) is not
-    warmed up to measure it.
+    warmed up to measure it. An embedding model may also say how it counts tokens
+    (``count_tokens``, ``untruncated_tokens``, ``max_seq_length``) and that its vectors are
+    unit length (``normalized = True``).
     """
     cost = getattr(fn, "initial_cost", None)
     initial_cost = cost if isinstance(cost, CostEstimate) else None
@@ -234,22 +293,26 @@ def describe(spec: str, fn: BatchFn) -> LoadedModel:
     if not is_embedding or not isinstance(dimension, int) or isinstance(dimension, bool):
         return LoadedModel(spec=spec, fn=fn, initial_cost=initial_cost)
     max_tokens = getattr(fn, "max_seq_length", None)
+    untruncated = getattr(fn, "untruncated_tokens", None)
+    normalized = getattr(fn, "normalized", None)
     return LoadedModel(
         spec=spec,
         fn=fn,
         kind="embedding",
         dimension=dimension,
         count_tokens=count if callable(count) else None,
+        untruncated_tokens=untruncated if callable(untruncated) else None,
         max_input_tokens=max_tokens if isinstance(max_tokens, int) else None,
         initial_cost=initial_cost,
+        normalized=normalized if isinstance(normalized, bool) else None,
     )
 
 
 def default_model_name(spec: str) -> str:
     """The name a model is served under when only its SPEC is given.
 
-    ``minilm`` -> ``all-MiniLM-L6-v2``; ``synthetic:...`` -> ``synthetic``; a folder -> its
-    last path component; ``package.module:attr`` -> ``attr``.
+    ``minilm`` -> ``all-MiniLM-L6-v2``; ``synthetic:...`` -> ``synthetic``; a folder or a
+    Hub id -> its last path component; ``package.module:attr`` -> ``attr``.
     """
     spec = split_runtime(spec)[0]
     if spec == "minilm":

@@ -29,7 +29,13 @@ from typing import Any
 from batchserve.config import BatchConfig
 from batchserve.engines.runtime import Runtime
 from batchserve.errors import ConfigError
-from batchserve.models.loader import default_model_name, split_runtime, with_runtime
+from batchserve.models.loader import (
+    default_model_name,
+    is_hub_id,
+    runs_on_engine,
+    split_runtime,
+    with_runtime,
+)
 from batchserve.policy import ClassConfig, Tenant, WorkClass
 from batchserve.policy.classes import parse_class, parse_tenant
 from batchserve.units import parse_duration
@@ -76,15 +82,27 @@ _MODEL_KEYS: dict[str, tuple[str, str | None]] = {
     "length_window": ("int", "length_window"),
     "prefetch": ("bool", "prefetch"),
     "timeout": ("duration", None),
-    # The runtime of minilm or a model folder: options of its SPEC (field None).
+    # The runtime of minilm, a model folder or a Hub id, and a Hub id's revision: options of
+    # its SPEC (field None).
     "backend": ("str", None),
     "device": ("str", None),
     "dtype": ("str", None),
     "threads": ("int", None),
     "cache_dir": ("str", None),
+    "trust_remote_code": ("bool", None),
+    "revision": ("str", None),
     "cuda_graphs": ("bool", None),
 }
-_RUNTIME = ("backend", "device", "dtype", "threads", "cache_dir", "cuda_graphs")
+_RUNTIME = (
+    "backend",
+    "device",
+    "dtype",
+    "threads",
+    "cache_dir",
+    "trust_remote_code",
+    "revision",
+    "cuda_graphs",
+)
 _SERVER_KEYS = {
     "host": "str",
     "port": "int",
@@ -393,9 +411,9 @@ def _tenant_keys(file: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 def _measures(spec: str, runtime: dict[str, Any]) -> bool:
-    # Whether the model is minilm or a folder run by --backend auto.
+    # Whether the model is minilm, a folder or a Hub id run by --backend auto.
     base, own = split_runtime(spec)
-    if not (base == "minilm" or os.path.isdir(base)):
+    if not runs_on_engine(base):
         return False
     return str(runtime.get("backend", own.get("backend", "auto"))) == "auto"
 
@@ -405,12 +423,27 @@ def _apply_runtime(name: str, spec: str, options: dict[str, Any], named: set[str
     if not options:
         return spec
     base = split_runtime(spec)[0]
-    if not (base == "minilm" or os.path.isdir(base)):
+    if not runs_on_engine(base):
         if named:
             raise ConfigError(
-                f"model {name}: {', '.join(sorted(named))} apply to minilm or a model folder, "
-                f"not {spec!r}"
+                f"model {name}: {', '.join(sorted(named))} apply to minilm, a model folder or "
+                f"a Hub id, not {spec!r}"
             )
         return spec
-    Runtime(**options)
-    return with_runtime(spec, {k: str(v) for k, v in options.items()})
+    if "revision" in options and not is_hub_id(base):
+        # A revision given for every model skips those not named by a Hub id.
+        if "revision" in named:
+            raise ConfigError(
+                f"model {name}: revision applies to a model named by its Hub id (org/name), "
+                f"not {spec!r}"
+            )
+        options = {k: v for k, v in options.items() if k != "revision"}
+    Runtime(**{k: v for k, v in options.items() if k != "revision"})
+    return with_runtime(spec, {k: _option(v) for k, v in options.items()})
+
+
+def _option(value: Any) -> str:
+    # A SPEC option's text: a bool as on/off.
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)

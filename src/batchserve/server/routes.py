@@ -319,11 +319,18 @@ class Routes:
             for m in self.app.registry.models.values()
             if m.loaded is not None and m.loaded.dimension is not None
         ]
+        prompts = [
+            name
+            for m in self.app.registry.models.values()
+            if m.loaded is not None and m.loaded.prompts is not None
+            for name in m.loaded.prompts.prompts
+        ]
         return openapi_spec(
             list(self.app.registry.models),
             secured=self._secured,
             limits=self.app.limits,
             dimensions=dimensions,
+            prompts=prompts,
         )
 
     async def _openapi(self, scope: Scope, receive: Receive, send_fn: Send) -> None:

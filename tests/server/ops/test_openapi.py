@@ -11,6 +11,7 @@ from server_helpers import build_app, client_for, embedding_model
 
 from batchserve.errors import DeadlineExceeded, ModelError, NotReady, OutputMismatch, QueueFull
 from batchserve.server.exchange import SERVER_TIMING, TIMING_HEADERS
+from batchserve.server.protocols.window import TRUNCATED_HEADER
 from batchserve.server.statuses import GRPC_TABLE, STATUS_TABLE, ApiError, from_exception
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -58,7 +59,11 @@ async def test_openapi_lists_every_route_the_app_serves() -> None:
         assert set(spec["paths"][path]) == {m.lower() for m in methods}, path
     post = spec["paths"]["/v1/embeddings"]["post"]
     assert post["parameters"][0]["name"] == "X-Request-Timeout"
-    assert set(post["responses"]["200"]["headers"]) == {*TIMING_HEADERS, SERVER_TIMING}
+    assert set(post["responses"]["200"]["headers"]) == {
+        *TIMING_HEADERS,
+        SERVER_TIMING,
+        TRUNCATED_HEADER,
+    }
     assert {"400", "401", "404", "413", "422", "429", "500", "503", "504"} <= set(post["responses"])
     assert docs.status_code == 200
     assert docs.headers["content-type"].startswith("text/html")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -77,8 +78,19 @@ async def test_a_request_split_across_batches_is_answered_in_order() -> None:
     assert max(len(b) for b in rec.batches) == 2
 
 
-async def test_dimensions_shortens_and_renormalises_and_refuses_above_the_model() -> None:
-    app = build_app({"rec": embedding_model(Recorder(), dim=4)})
+def _unit(texts: Sequence[str]) -> list[list[float]]:
+    out = np.asarray([vector(t) for t in texts])
+    return list(out / np.linalg.norm(out, axis=1, keepdims=True))
+
+
+async def test_dimensions_shortens_renormalising_unit_vectors_and_refuses_above_the_model() -> None:
+    app = build_app(
+        {
+            "rec": embedding_model(Recorder(), dim=4, normalized=False),
+            "unit": embedding_model(_unit, dim=4, normalized=True),
+            "unknown": embedding_model(_unit, dim=4),
+        }
+    )
     async with client_for(app) as c:
         ok = await c.post("/v1/embeddings", json={"input": "ab", "dimensions": 4})
         assert ok.status_code == 200
@@ -86,9 +98,18 @@ async def test_dimensions_shortens_and_renormalises_and_refuses_above_the_model(
         # JSON's 2.0 is the integer 2, as JSON Schema (and the spec's "integer") reads it
         short = await c.post("/v1/embeddings", json={"input": ["ab", "bc"], "dimensions": 2.0})
         assert short.status_code == 200
+        # A model whose vectors are not unit length gets its own values, cut.
         for text, item in zip(["ab", "bc"], short.json()["data"], strict=True):
-            cut = np.asarray(vector(text)[:2])
-            assert item["embedding"] == pytest.approx(list(cut / np.linalg.norm(cut)), abs=1e-6)
+            assert item["embedding"] == pytest.approx(vector(text)[:2], abs=1e-6)
+        # A unit-length model's cut vectors are scaled back to unit length, and so are those
+        # of a model that does not say.
+        for name in ("unit", "unknown"):
+            body = {"model": name, "input": ["ab", "bc"], "dimensions": 2}
+            short = await c.post("/v1/embeddings", json=body)
+            for text, item in zip(["ab", "bc"], short.json()["data"], strict=True):
+                cut = np.asarray(vector(text)[:2])
+                unit = list(cut / np.linalg.norm(cut))
+                assert item["embedding"] == pytest.approx(unit, abs=1e-6), name
         r = await c.post("/v1/embeddings", json={"input": "a", "dimensions": 5})
         assert r.status_code == 422
         err = r.json()["error"]

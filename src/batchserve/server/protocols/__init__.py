@@ -3,7 +3,9 @@
 OpenAI embeddings (:mod:`~batchserve.server.protocols.openai`), KServe v2
 (:mod:`~batchserve.server.protocols.kserve`, its tensors in
 :mod:`~batchserve.server.protocols.tensors`) and Triton's extensions to it
-(:mod:`~batchserve.server.protocols.triton`). Each inference protocol is an
+(:mod:`~batchserve.server.protocols.triton`); the task APIs of TEI, Cohere, Jina and
+Infinity (:mod:`~batchserve.server.protocols.tasks`); and what every route says of a
+model's window (:mod:`~batchserve.server.protocols.window`). Each inference protocol is an
 :class:`~batchserve.server.exchange.Endpoint`; none knows which transport carries it.
 
 A new protocol is an endpoint: its ``parse(exchange, body)`` reads the exchange (the path's

@@ -14,6 +14,13 @@ data: see :mod:`batchserve.server.protocols.tensors`) into the items the batcher
   dict from input name to row. Its per-item outputs are stacked into the output ``output``
   (or, when they are dicts, one output per key).
 
+An embedding model's prompt is prepended to each text as on every other route (and as
+``SentenceTransformer.encode`` does): the one ``parameters.prompt_name`` names, else the
+folder's default prompt, so every route of a server gives one text the same vector; an
+unknown name is 422 naming ``parameters.prompt_name`` and the prompts the model has. The
+answer's ``X-Truncated-Inputs`` header says how many texts the model's window cut (over
+gRPC, the trailing metadata of that name).
+
 ``parameters.timeout`` is the request's timeout in microseconds, as Triton reads it. Outputs
 are binary when the request asks it (``outputs[].parameters.binary_data``, or
 ``parameters.binary_data_output`` when it lists no outputs), JSON otherwise. Errors are
@@ -37,10 +44,12 @@ import numpy as np
 
 from batchserve import __version__
 from batchserve.batcher import Served
+from batchserve.models.kinds import apply_prompt
 from batchserve.models.loader import LoadedModel
 from batchserve.server.exchange import Exchange, Parsed, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
 from batchserve.server.protocols.tensors import Tensor, decode_tensor, encode_tensor
+from batchserve.server.protocols.window import truncated_head
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
 from batchserve.server.tenancy import resolve_class
@@ -64,6 +73,7 @@ __all__ = [
     "parse_infer_request",
     "parsed",
     "priority_param",
+    "prompt_param",
     "server_metadata",
     "stack_outputs",
     "timeout_param",
@@ -110,6 +120,10 @@ class InferRequest:
         timeout_s: ``parameters.timeout`` converted to seconds, if given.
         priority: ``parameters.priority`` (Triton's level, 1 = most urgent, 0 = default), or
             a class name; read only by models with classes of work.
+        prompt_name: ``parameters.prompt_name``, the embedding model's prompt to prepend
+            (None: its default prompt, if it has one).
+        texts: an embedding model's texts as they ran (prompt prepended), once parsed for
+            the model: what its answer counts truncations of.
     """
 
     id: str | None
@@ -118,6 +132,8 @@ class InferRequest:
     binary_default: bool = False
     timeout_s: float | None = None
     priority: int | str | None = None
+    prompt_name: str | None = None
+    texts: tuple[str, ...] = ()
 
 
 def server_metadata() -> dict[str, Any]:
@@ -221,7 +237,26 @@ def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
         binary_default=params.get("binary_data_output") is True,
         timeout_s=timeout_param(params.get("timeout")),
         priority=priority_param(params.get("priority")),
+        prompt_name=prompt_param(params.get("prompt_name")),
     )
+
+
+def prompt_param(value: Any) -> str | None:
+    """``parameters.prompt_name``: the name of one of the model's prompts; None when not given.
+
+    Raises:
+        ApiError: ``invalid`` for anything but a non-empty string.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ApiError(
+            "invalid",
+            f"parameters.prompt_name must be the name of one of the model's prompts (a "
+            f"string), got {value!r:.40}",
+            param="parameters.prompt_name",
+        )
+    return value
 
 
 def priority_param(value: Any) -> int | str | None:
@@ -390,10 +425,14 @@ def parsed(model: ServedModel, req: InferRequest, limits: RequestLimits) -> Pars
     Its class of work from ``parameters.priority`` (for a model with classes) and its
     timeout from ``parameters.timeout``, when the request gives them.
 
+    An embedding model's texts get its prompt (``parameters.prompt_name``, else its
+    default), and the request keeps them for its answer (:attr:`InferRequest.texts`).
+
     Raises:
         ApiError: the inputs do not fit the model (see :func:`embedding_items`,
-            :func:`generic_items`), an output it does not produce is asked for, or the
-            priority names no class of the model's.
+            :func:`generic_items`), an output it does not produce is asked for, the prompt
+            is not one of the model's (or the model is no embedder), or the priority names
+            no class of the model's.
     """
     loaded = model.loaded
     assert loaded is not None
@@ -407,6 +446,18 @@ def parsed(model: ServedModel, req: InferRequest, limits: RequestLimits) -> Pars
                 f"outputs asks for {sorted(extra)}; this model produces ['{EMBEDDING_OUTPUT}']",
                 param="outputs",
             )
+        try:
+            items = apply_prompt(items, loaded.prompts, req.prompt_name, "parameters.prompt_name")
+        except KeyError as exc:
+            raise ApiError("invalid", exc.args[0], param="parameters.prompt_name") from None
+        req = dataclasses.replace(req, texts=tuple(items))
+    elif req.prompt_name is not None:
+        raise ApiError(
+            "invalid",
+            f"parameters.prompt_name applies to an embedding model; model {model.name!r} is "
+            f"a {loaded.kind} model",
+            param="parameters.prompt_name",
+        )
     elif loaded.kind == "reranker":
         items = _pairs(req, limits)
         _only_outputs(req, SCORE_OUTPUT)
@@ -576,10 +627,9 @@ class InferEndpoint:
         assert model is not None
         assert model.loaded is not None
         outputs = stack_outputs(model.loaded.kind, [s.output for s in served])
-        out, header_len = build_infer_response(
-            model=model.name, request=exchange.request, outputs=outputs
-        )
-        head = timing_head(served)
+        request: InferRequest = exchange.request
+        out, header_len = build_infer_response(model=model.name, request=request, outputs=outputs)
+        head = timing_head(served) + truncated_head(model.loaded, request.texts)
         if header_len is None:
             return Reply(200, [], out, head=head)
         head += b"inference-header-content-length: %d\r\n" % header_len

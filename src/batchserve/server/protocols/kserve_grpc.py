@@ -14,8 +14,10 @@ and FP16, ``int_contents`` for INT8..INT32, ``bytes_contents`` for BYTES...) or,
 input at once, as ``raw_input_contents`` (little-endian arrays; BYTES as each element's
 4-byte length and bytes), as tritonclient sends them. Outputs are always
 ``raw_output_contents``, as tritonclient reads them; every output is sent unless
-``outputs`` names some. ``parameters.timeout`` (microseconds) and ``parameters.priority``
-are read as over HTTP.
+``outputs`` names some. ``parameters.timeout`` (microseconds), ``parameters.priority`` and
+``parameters.prompt_name`` (a ``string_param``) are read as over HTTP. The answer's timing
+facts and ``x-truncated-inputs`` (how many texts the model's window cut) come as trailing
+metadata, the HTTP answer's headers.
 
 :class:`GrpcInferEndpoint` is ModelInfer's part of an exchange: the model is named by the
 message (so admission before decoding knows the key, the deadline and the drain, and with
@@ -43,6 +45,7 @@ from batchserve.server.protocols.tensors import (
     encode_tensor,
     pack_bytes,
 )
+from batchserve.server.protocols.window import truncated_head
 from batchserve.server.registry import Registry, ServedModel
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
@@ -162,6 +165,7 @@ def parse_model_infer(body: bytes) -> tuple[pb.ModelInferRequest, kserve.InferRe
     params = msg.parameters
     timeout = params.get("timeout")
     priority = params.get("priority")
+    prompt = params.get("prompt_name")
     request = kserve.InferRequest(
         id=msg.id or None,
         inputs=decoded,
@@ -169,6 +173,7 @@ def parse_model_infer(body: bytes) -> tuple[pb.ModelInferRequest, kserve.InferRe
         binary_default=True,
         timeout_s=kserve.timeout_param(None if timeout is None else _param(timeout)),
         priority=kserve.priority_param(None if priority is None else _param(priority)),
+        prompt_name=kserve.prompt_param(None if prompt is None else _param(prompt)),
     )
     return msg, request
 
@@ -201,7 +206,11 @@ class GrpcInferEndpoint:
             raise ParseError(model, exc) from None
 
     def answer(self, exchange: Exchange, served: list[Served[Any]]) -> Reply:
-        """The serialized ``ModelInferResponse``, every output raw, with the timing facts."""
+        """The serialized ``ModelInferResponse``, every output raw, with the timing facts.
+
+        The facts (the HTTP answer's headers: timing, ``x-truncated-inputs``) become the
+        call's trailing metadata.
+        """
         model = exchange.model
         assert model is not None
         assert model.loaded is not None
@@ -216,7 +225,8 @@ class GrpcInferEndpoint:
             response.outputs.add(name=name, datatype=desc["datatype"], shape=desc["shape"])
             assert raw is not None
             response.raw_output_contents.append(raw)
-        return Reply(200, [], response.SerializeToString(), head=timing_head(served))
+        head = timing_head(served) + truncated_head(model.loaded, request.texts)
+        return Reply(200, [], response.SerializeToString(), head=head)
 
     def error_body(self, error: ApiError) -> bytes:
         """The status message: the error's own (it names the field and the rule)."""

@@ -4,9 +4,16 @@ Parsing (:func:`parse_embeddings_request`) checks every field and names the one 
 a rule; nothing is queued for a request that fails it. ``input`` is a string or a list of
 strings (token arrays are refused: this server tokenizes itself); ``encoding_format`` is
 ``float`` (JSON numbers) or ``base64`` (little-endian float32 bytes, what the official
-client asks for by default); ``dimensions`` shortens each vector to its first N values and
-scales it back to unit length (what Matryoshka-trained models are for, and what OpenAI's
-``text-embedding-3`` models do); a value above the model's own dimension is refused.
+client asks for by default); ``dimensions`` shortens each vector to its first N values and,
+unless the model's vectors are not unit length, scales it back to unit length (what
+Matryoshka-trained models are for, and what OpenAI's ``text-embedding-3`` models do); a
+value above the model's own dimension is refused.
+
+The vectors are what the model folder's own modules return (unit length when they end in
+``Normalize``); the folder's default prompt is prepended to each text, as
+``SentenceTransformer.encode`` does. ``usage`` counts the tokens each text took in its pass
+(the prompt's included, after truncation to the model's window), and ``X-Truncated-Inputs``
+says how many texts were cut (:mod:`~batchserve.server.protocols.window`).
 
 Errors use OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``, with the
 server's reason as ``code`` (see :mod:`batchserve.server.statuses`).
@@ -32,6 +39,7 @@ from batchserve.batcher import Served
 from batchserve.models.kinds import apply_prompt, wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
+from batchserve.server.protocols.window import token_counts, truncated
 from batchserve.server.registry import Registry, ServedModel
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
@@ -209,11 +217,19 @@ def check_dimensions(requested: int | None, dimension: int | None) -> None:
     )
 
 
-def shorten(vectors: Sequence[Any], dimensions: int | None) -> Sequence[Any]:
-    """Each vector's first ``dimensions`` values, scaled back to unit length (None: as is)."""
+def shorten(
+    vectors: Sequence[Any], dimensions: int | None, *, normalized: bool = True
+) -> Sequence[Any]:
+    """Each vector's first ``dimensions`` values (None: as is).
+
+    Vectors that were unit length (``normalized``) are scaled back to unit length; others
+    are cut only, as ``SentenceTransformer.encode(..., truncate_dim=N)`` cuts them.
+    """
     if dimensions is None or not vectors or len(vectors[0]) <= dimensions:
         return vectors
     cut = np.asarray(vectors, dtype=np.float32)[:, :dimensions]
+    if not normalized:
+        return list(cut)
     norms = np.linalg.norm(cut, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return list(cut / norms)
@@ -312,22 +328,28 @@ class EmbeddingsEndpoint:
         return Parsed(model, req, req.texts)
 
     def answer(self, exchange: Exchange, served: list[Served[Any]]) -> Reply:
-        """One embedding per input, in order, with the token usage and timing headers."""
+        """One embedding per input, in order, with the token usage, timing and truncation."""
         req: EmbeddingsRequest = exchange.request
         model = exchange.model
         assert model is not None
-        assert model.loaded is not None
-        count = model.loaded.count_tokens
+        loaded = model.loaded
+        assert loaded is not None
         texts = req.texts
-        if count is not None:
-            tokens = sum(count(texts))
+        head = timing_head(served)
+        counts = token_counts(loaded, texts)
+        if counts is not None:
+            tokens = sum(counts)
+            cut = truncated(loaded, texts, counts)
+            if cut:
+                head += b"x-truncated-inputs: %d\r\n" % cut
         elif len(texts) == 1:
             tokens = len(texts[0].split())
         else:
             tokens = sum(len(t.split()) for t in texts)
-        vectors = shorten([s.output for s in served], req.dimensions)
+        unit = loaded.normalized is not False  # not known (None): as before, renormalised
+        vectors = shorten([s.output for s in served], req.dimensions, normalized=unit)
         body = embeddings_response(model.name, vectors, req.encoding_format, tokens, self.extra())
-        return Reply(200, [], body, head=timing_head(served))
+        return Reply(200, [], body, head=head)
 
     def request(self, body: bytes) -> EmbeddingsRequest:
         """The checked request (a protocol of the same shape overrides it)."""

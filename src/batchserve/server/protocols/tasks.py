@@ -20,11 +20,12 @@ Checks common to every task, done before anything is queued:
   holds (a request that could never be admitted whole is refused at once, 413, saying
   which limit); a rerank of 1,000 passages under those limits is served in passes;
 * an embedding model's prompt (``prompt_name``, else the folder's default prompt) is
-  prepended to each text, as ``SentenceTransformer.encode`` does;
+  prepended to each text, as ``SentenceTransformer.encode`` does; an unknown name is 422
+  naming the field and the prompts the model has;
 * ``truncate=false``: an item over the model's window is refused (413), naming the input
-  and its token count (the one case where the request is tokenized on the event loop).
-  Otherwise inputs over the window are truncated, and the answer says how many in the
-  ``X-Truncated-Inputs`` header.
+  and its token count. Otherwise inputs over the window are truncated, and the answer says
+  how many in the ``X-Truncated-Inputs`` header, and the tokens its items took in
+  ``X-Compute-Tokens``, as TEI does (:mod:`~batchserve.server.protocols.window`).
 
 The activation of a sequence classification model's logits is applied here, per request:
 a sigmoid for a reranker's one logit and a softmax for a classifier's, as TEI does, or none
@@ -45,6 +46,12 @@ from batchserve.batcher import Served
 from batchserve.models.kinds import apply_prompt, wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
+from batchserve.server.protocols.window import (
+    TRUNCATED_HEADER,
+    refuse_over_window,
+    token_counts,
+    truncated,
+)
 from batchserve.server.statuses import ApiError
 
 if TYPE_CHECKING:
@@ -65,9 +72,6 @@ __all__ = [
     "route_model",
     "text_list",
 ]
-
-#: The response header saying how many inputs were truncated to the model's window.
-TRUNCATED_HEADER = "X-Truncated-Inputs"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -98,12 +102,15 @@ class Task:
         kinds: the model kinds it answers.
         parse: a pure function from the body's JSON and the limits to a :class:`TaskRequest`.
         answer: the answer's body from the model, the request and each item's output.
+        field: the body's field that holds the items, as an error about item ``i`` names it
+            (``inputs[i]``).
     """
 
     route: str
     kinds: frozenset[str]
     parse: Callable[[Any, RequestLimits], TaskRequest]
     answer: Callable[[ServedModel, TaskRequest, list[Any]], bytes]
+    field: str = "input"
 
 
 def require_object(data: Any) -> dict[str, Any]:
@@ -306,23 +313,27 @@ class TaskEndpoint:
                 param="input",
             )
         if not req.truncate:
-            _refuse_over_window(loaded.fn, loaded.max_input_tokens, items)
+            refuse_over_window(loaded, items, task.field)
         return req, items
 
     def _model(self, name: str | None) -> ServedModel:
         return route_model(self.registry, name, self._kinds)
 
     def answer(self, exchange: Exchange, served: list[Served[Any]]) -> Reply:
-        """The task's answer, with the timing headers and the truncation count."""
+        """The task's answer, with the timing headers, the tokens and the truncation count."""
         req: TaskRequest = exchange.request
         model = exchange.model
         assert model is not None
+        assert model.loaded is not None
         assert req.task is not None
         body = req.task.answer(model, req, [s.output for s in served])
         head = timing_head(served)
-        truncated = _truncated(model, req.items)
-        if truncated:
-            head += b"x-truncated-inputs: %d\r\n" % truncated
+        counts = token_counts(model.loaded, req.items)
+        if counts is not None:
+            head += b"x-compute-tokens: %d\r\n" % sum(counts)
+            cut = truncated(model.loaded, req.items, counts)
+            if cut:
+                head += b"x-truncated-inputs: %d\r\n" % cut
         return Reply(200, [], body, head=head)
 
     def error_body(self, error: ApiError) -> bytes:
@@ -364,28 +375,6 @@ def route_model(registry: Registry, name: str | None, kinds: frozenset[str] | No
 def _kind(model: ServedModel) -> str | None:
     loaded = model.loaded
     return loaded.kind if loaded is not None else None
-
-
-def _refuse_over_window(fn: Any, window: int | None, items: Sequence[Any]) -> None:
-    untruncated = getattr(fn, "untruncated_tokens", None)
-    if window is None or untruncated is None:
-        return
-    for i, n in enumerate(untruncated(items)):
-        if n > window:
-            raise ApiError(
-                "too_large",
-                f"input {i} is {n} tokens, over the model's window of {window}; "
-                "send truncate=true (the default) to truncate it",
-                param=f"input[{i}]",
-            )
-
-
-def _truncated(model: ServedModel, items: Sequence[Any]) -> int:
-    loaded = model.loaded
-    measure = getattr(loaded.fn, "measure", None) if loaded is not None else None
-    if measure is None:
-        return 0
-    return sum(1 for _, cut in measure(items) if cut)
 
 
 def by_score(entry: dict[str, Any]) -> float:

@@ -6,8 +6,13 @@ listed in the manual (``docs/serving/rerank.md``). Each route is a
 
 * ``POST /embed``: ``inputs`` (a text or a list), ``truncate``, ``truncation_direction``,
   ``normalize``, ``prompt_name``, ``dimensions`` -> a list of vectors (a single text gets a
-  list of one, as TEI answers). ``dimensions`` keeps the first N values and renormalises.
-  An empty text is embedded (its special tokens alone), as TEI does.
+  list of one, as TEI answers). ``dimensions`` keeps the first N values; ``normalize``
+  (default true) then scales each vector to unit length, as TEI does (after the cut). With
+  ``normalize: false`` the vectors are the model's own: unscaled, unless the folder's
+  modules end in ``Normalize`` (TEI ignores that module and never normalises then; a
+  folder's own modules are what every engine here runs). ``truncate: false`` refuses an
+  input over the window (413, naming it and its tokens). An empty text is embedded (its
+  special tokens alone), as TEI does.
 * ``POST /rerank``: ``query``, ``texts`` (an empty one is scored), ``raw_scores``,
   ``return_text``, ``truncate`` -> ``[{index, score, text?}]`` sorted by score, highest
   first. A body with ``documents``
@@ -147,24 +152,41 @@ def _parse_embed(data: Any, limits: RequestLimits) -> TaskRequest:
     )
 
 
-def truncate_vector(vector: Any, dimensions: int | None, size: int | None) -> list[float]:
-    """``vector`` cut to its first ``dimensions`` values and scaled back to unit length.
+def truncate_vector(
+    vector: Any,
+    dimensions: int | None,
+    size: int | None,
+    *,
+    normalize: bool = True,
+    unit: bool = True,
+) -> list[float]:
+    """``vector`` cut to its first ``dimensions`` values, then scaled to unit length if asked.
+
+    Args:
+        vector: the model's vector.
+        dimensions: the values to keep (None: all).
+        size: the model's dimension, as an error names it.
+        normalize: scale the result to unit length (TEI's ``normalize``).
+        unit: ``vector`` is unit length already (the model normalises): a whole one is
+            left as it is.
 
     Raises:
         ApiError: ``invalid`` when ``dimensions`` is over the model's ``size``.
     """
     arr = np.asarray(vector, dtype=np.float32).reshape(-1)
-    if dimensions is None or dimensions == arr.size:
-        return [float(v) for v in arr]
-    if dimensions > arr.size:
+    if dimensions is not None and dimensions > arr.size:
         raise ApiError(
             "invalid",
             f"dimensions must be at most the model's {size or arr.size}, got {dimensions}",
             param="dimensions",
         )
-    cut = arr[:dimensions]
-    norm = float(np.linalg.norm(cut))
-    return [float(v) for v in (cut / norm if norm > 0 else cut)]
+    whole = dimensions is None or dimensions == arr.size
+    cut = arr if whole else arr[:dimensions]
+    if normalize and not (whole and unit):
+        norm = float(np.linalg.norm(cut))
+        if norm > 0:
+            cut = cut / norm
+    return [float(v) for v in cut]
 
 
 def check_dimensions(requested: int | None, size: int | None) -> None:
@@ -182,10 +204,16 @@ def check_dimensions(requested: int | None, size: int | None) -> None:
 
 
 def _answer_embed(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> bytes:
-    size = model.loaded.dimension if model.loaded is not None else None
+    loaded = model.loaded
+    assert loaded is not None
+    size = loaded.dimension
     dims = req.options["dimensions"]
     check_dimensions(dims, size)
-    return json_bytes([truncate_vector(v, dims, size) for v in outputs])
+    normalize = req.options["normalize"]
+    unit = loaded.normalized is True  # not known (None): scaled when asked
+    return json_bytes(
+        [truncate_vector(v, dims, size, normalize=normalize, unit=unit) for v in outputs]
+    )
 
 
 EMBED = Task(
@@ -193,6 +221,7 @@ EMBED = Task(
     kinds=frozenset({"embedding"}),
     parse=_parse_embed,
     answer=_answer_embed,
+    field="inputs",
 )
 
 
@@ -234,6 +263,7 @@ RERANK = Task(
     kinds=frozenset({"reranker"}),
     parse=_parse_rerank,
     answer=_answer_rerank,
+    field="texts",
 )
 
 
@@ -313,6 +343,7 @@ PREDICT = Task(
     kinds=frozenset({"classifier", "reranker"}),
     parse=_parse_predict,
     answer=_answer_predict,
+    field="inputs",
 )
 
 
@@ -383,6 +414,7 @@ ROOT_CLASSIFY = Task(
     kinds=frozenset({"classifier"}),
     parse=_parse_root_classify,
     answer=_answer_root_classify,
+    field="inputs",
 )
 
 

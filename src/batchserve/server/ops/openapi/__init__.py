@@ -43,6 +43,7 @@ def openapi_spec(
     secured: bool = True,
     limits: RequestLimits | None = None,
     dimensions: list[int] | None = None,
+    prompts: list[str] | None = None,
 ) -> dict[str, Any]:
     """The OpenAPI 3.1 document of the server serving ``models``.
 
@@ -53,6 +54,8 @@ def openapi_spec(
         limits: the request limits, stated in the schemas (the defaults if None).
         dimensions: the embedding dimensions the served models produce, if known: OpenAI's
             ``dimensions`` accepts up to the largest.
+        prompts: the names of the prompts the served embedding models define: a
+            ``prompt_name`` takes one of them.
     """
     security: dict[str, Any] = {"security": [{"bearer": []}]} if secured else {}
     limits = limits if limits is not None else RequestLimits()
@@ -241,7 +244,9 @@ def openapi_spec(
         "/": {"get": simple_op("Index", "Server name, models, links.", "Documentation")},
     }
     paths.update(operation_paths(model_param, lambda rs: error_responses(rs, "KServeError")))
-    for path, operations in task_paths(security, ok_infer, sorted(set(dimensions or []))).items():
+    names = sorted(set(prompts or []))
+    tasks = task_paths(security, ok_infer, sorted(set(dimensions or [])), names)
+    for path, operations in tasks.items():
         paths.setdefault(path, {}).update(operations)
     return {
         "openapi": "3.1.0",
@@ -259,7 +264,7 @@ def openapi_spec(
         "paths": paths,
         "components": {
             "schemas": {
-                **inference_schemas(models, limits, sorted(set(dimensions or []))),
+                **inference_schemas(models, limits, sorted(set(dimensions or [])), names),
                 **operation_schemas(),
             },
             "securitySchemes": {

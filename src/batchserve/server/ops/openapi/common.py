@@ -10,6 +10,7 @@ from typing import Any
 
 from batchserve.server.deadlines import GRPC_TIMEOUT_PATTERN, TIMEOUT_HEADER, WHEN_HEADER
 from batchserve.server.exchange import SERVER_TIMING, TIMING_HEADERS
+from batchserve.server.protocols.window import TRUNCATED_HEADER
 from batchserve.server.statuses import RETRY_REASONS, STATUS_TABLE
 from batchserve.units import POSITIVE_DURATION_PATTERN
 
@@ -20,6 +21,7 @@ __all__ = [
     "error_responses",
     "json_content",
     "ok_response",
+    "prompt_schema",
     "simple_op",
     "timing_headers",
 ]
@@ -149,7 +151,7 @@ _SERVER_TIMING = {
 
 
 def timing_headers() -> dict[str, Any]:
-    """The headers every inference answer carries (per-input timings, Server-Timing)."""
+    """The headers inference answers carry (per-input timings, Server-Timing, truncation)."""
     headers: dict[str, Any] = {
         name: {
             "description": desc + " Comma-separated, in input order.",
@@ -158,7 +160,28 @@ def timing_headers() -> dict[str, Any]:
         for name, desc in TIMING_HEADERS.items()
     }
     headers[SERVER_TIMING] = _SERVER_TIMING
+    headers[TRUNCATED_HEADER] = {
+        "description": "How many inputs the model's window cut (truncated to its tokens); "
+        "absent when none was. A request with `truncate: false` is refused instead (413).",
+        "schema": {"type": "integer", "minimum": 1},
+    }
     return headers
+
+
+def prompt_schema(prompts: list[str], *, nullable: bool) -> dict[str, Any]:
+    """``prompt_name``: one of the ``prompts`` the served models define (or null if ``nullable``).
+
+    With no prompts served, only null (or, not ``nullable``, nothing) is valid.
+    """
+    description = (
+        "An embedding model's prompt, prepended to each text: one of its folder's "
+        "(`config_sentence_transformers.json`); default: its default prompt, as on every "
+        "route. An unknown name (or one for another kind of model) is 422."
+    )
+    names: list[Any] = [*prompts, None] if nullable else list(prompts)
+    if not names:
+        return {"not": {}, "description": description + " No served model defines prompts."}
+    return {"enum": names, "description": description}
 
 
 def json_content(schema: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from batchserve.models.kinds import KINDS
+from batchserve.server.ops.openapi.common import prompt_schema
 from batchserve.server.protocols.kserve import MAX_TENSORS
 from batchserve.server.protocols.tensors import DTYPES, MAX_DIMS
 from batchserve.server.settings import RequestLimits
@@ -38,11 +39,15 @@ _FASTAPI_DETAIL = {
 
 
 def inference_schemas(
-    models: list[str], limits: RequestLimits, dimensions: list[int]
+    models: list[str],
+    limits: RequestLimits,
+    dimensions: list[int],
+    prompts: list[str] | None = None,
 ) -> dict[str, Any]:
     """The components the inference routes refer to.
 
-    For the served ``models``, the request ``limits`` and the embedding ``dimensions``.
+    For the served ``models``, the request ``limits``, the embedding ``dimensions`` and the
+    names of the ``prompts`` the models define.
     """
     # The limits are stated in words, not as maxItems/maxLength: they are settings of the
     # deployment, and a request over one is answered 413, like a body over the byte limit.
@@ -189,6 +194,7 @@ def inference_schemas(
                             "oneOf": [{"type": "integer"}, {"type": "string"}],
                         },
                         "binary_data_output": {"type": "boolean"},
+                        "prompt_name": prompt_schema(prompts or [], nullable=False),
                     },
                 },
                 "inputs": {

@@ -14,6 +14,7 @@ from batchserve.server.ops.openapi.common import (
     INFER_ERRORS,
     error_responses,
     json_content,
+    prompt_schema,
     simple_op,
 )
 
@@ -24,9 +25,11 @@ _TASKS = [
     (
         "/embed",
         "Embed texts (TEI)",
-        "`inputs` (a text or a list), `truncate`, `normalize`, `dimensions` (the first N "
-        "values, renormalised). An empty text is embedded (its special tokens alone), as TEI "
-        "does. An embedding model.",
+        "`inputs` (a text or a list), `truncate`, `normalize` (default true: unit vectors, "
+        "after `dimensions` cut them; false: the model folder's own), `dimensions` (the first "
+        "N values), `prompt_name` (one of the folder's prompts; default: its default "
+        "prompt). An empty text is embedded (its special tokens alone), as TEI does. An "
+        "embedding model.",
         "TEI",
         "TEIError",
     ),
@@ -52,7 +55,8 @@ _TASKS = [
     (
         "/similarity",
         "Sentence similarity (TEI)",
-        "`inputs: {source_sentence, sentences}`: one cosine per sentence. An embedding model.",
+        "`inputs: {source_sentence, sentences}`: one cosine per sentence; "
+        "`parameters.prompt_name`, `parameters.truncate`. An embedding model.",
         "TEI",
         "TEIError",
     ),
@@ -97,9 +101,14 @@ _TASKS = [
 ]
 
 _TASK_ERRORS = [*INFER_ERRORS, "wrong_kind", "empty"]
+_COMPUTE_TOKENS = {
+    "description": "The tokens the request's inputs took in their passes (after truncation, "
+    "a prompt's included), as TEI's header; absent for a model that counts none.",
+    "schema": {"type": "integer", "minimum": 0},
+}
 
 
-def _task_bodies(dimensions: list[int]) -> dict[str, Any]:
+def _task_bodies(dimensions: list[int], prompts: list[str]) -> dict[str, Any]:
     # The task routes' bodies: the fields that decide what is run (others are optional).
     # A query, a text to classify or compare must not be empty; a text to embed and a
     # passage to score may be (pipelines send a document without text as ``""``).
@@ -130,6 +139,18 @@ def _task_bodies(dimensions: list[int]) -> dict[str, Any]:
         "properties": {"source_sentence": text, "sentences": texts},
     }
     dims = {**count, **({"maximum": max(dimensions)} if dimensions else {})}
+    prompt = prompt_schema(prompts, nullable=True)
+    embed_parameters = {
+        "type": ["object", "null"],
+        "description": "TEI's fields, also read here (`truncate`, `normalize`, `dimensions`, "
+        "`prompt_name`).",
+        "properties": {
+            "truncate": flag,
+            "normalize": flag,
+            "dimensions": dims,
+            "prompt_name": prompt,
+        },
+    }
     pair = {"type": "array", "items": text, "minItems": 1, "maxItems": 2}
     rerank: dict[str, Any] = {"model": {"type": ["string", "null"]}, "query": text}
     ranked = {
@@ -157,17 +178,22 @@ def _task_bodies(dimensions: list[int]) -> dict[str, Any]:
                 "truncate": flag,
                 "normalize": flag,
                 "dimensions": dims,
+                "prompt_name": prompt,
+                "parameters": embed_parameters,
             },
         },
         "/similarity": {
             "type": "object",
             "required": ["inputs"],
-            "properties": {"inputs": similarity},
+            "properties": {"inputs": similarity, "parameters": embed_parameters},
         },
         "/": {
             "type": "object",
             "required": ["inputs"],
-            "properties": {"inputs": {"oneOf": [passage, passages, similarity]}},
+            "properties": {
+                "inputs": {"oneOf": [passage, passages, similarity]},
+                "parameters": {"type": ["object", "null"]},
+            },
         },
         "/rerank": {
             "oneOf": [
@@ -225,15 +251,18 @@ def _task_bodies(dimensions: list[int]) -> dict[str, Any]:
 
 
 def task_paths(
-    security: dict[str, Any], ok_infer: dict[str, Any], dimensions: list[int]
+    security: dict[str, Any],
+    ok_infer: dict[str, Any],
+    dimensions: list[int],
+    prompts: list[str] | None = None,
 ) -> dict[str, Any]:
     """The task routes' operations.
 
     ``security`` and ``ok_infer`` as the inference routes have them; ``dimensions`` the
-    embedding sizes served.
+    embedding sizes served; ``prompts`` the names of the prompts the served models define.
     """
     paths: dict[str, Any] = {}
-    bodies = _task_bodies(dimensions)
+    bodies = _task_bodies(dimensions, prompts or [])
     for path, summary, description, tag, error in _TASKS:
         paths[path] = {
             "post": {
@@ -246,7 +275,11 @@ def task_paths(
                 "parameters": [*DEADLINE_PARAMS, *CLASS_PARAMS],
                 "requestBody": {"required": True, "content": json_content(bodies[path])},
                 "responses": {
-                    "200": {**ok_infer, "content": json_content({})},
+                    "200": {
+                        **ok_infer,
+                        "headers": {**ok_infer["headers"], "X-Compute-Tokens": _COMPUTE_TOKENS},
+                        "content": json_content({}),
+                    },
                     **error_responses(_TASK_ERRORS, error),
                 },
             }
