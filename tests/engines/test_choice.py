@@ -389,12 +389,12 @@ def test_a_rerankers_engines_are_timed_on_pairs_and_gated_by_the_ranking_they_ke
     assert by["onnx-int8/int8"].quality is None
     reversed_ = by["openvino/float32"].quality
     assert isinstance(reversed_, SequenceVerdict)
-    assert reversed_.failed_bounds() == ["Spearman", "top", "score"]
+    assert reversed_.failed_bounds() == ["Spearman", "top", "score", "order"]
     assert by["onnx/float32"].gated is True
     assert by["torch/float32"].invariance == pytest.approx(1.0)
     table = verdict.table()
     assert table.splitlines()[0].split()[:2] == ["engine", "pairs/s"]
-    assert "FAIL: Spearman, top, score" in table
+    assert "FAIL: Spearman, top, score, order" in table
     assert "onnx/float32 *" in table
     # the verdict and its figures are read back from the cache as they were written
     again, fn = choose(source, **kwargs)

@@ -134,7 +134,7 @@ def _gate_sequence(path: Path, fn: Any, rt: Runtime) -> dict[str, Any]:
     )
     verdict = SequenceJudge(fn.kind, load_quality_set()).gate(
         Engine(rt.backend, fn.dtype), fn, reference
-    )
+    )  # at float32: every score within 1e-4, every order and label kept
     _log.warning("%s %s gate: %s", path.name, rt.backend, verdict.summary())
     if not verdict.passed:
         raise ConfigError(

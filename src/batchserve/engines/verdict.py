@@ -229,6 +229,8 @@ class Verdict:
             lines.append(f"{name:24} {t.items_per_s:8.1f} {up} {figures}  {_verdict(t)}")
         if sequence:
             from batchserve.engines.ranking_gate import (
+                FLOAT32_SCORE,
+                HALF_SCORE,
                 MIN_LABEL_KEPT,
                 MIN_SPEARMAN,
                 MIN_TOP_KEPT,
@@ -238,8 +240,10 @@ class Verdict:
             lines += [
                 "* served. Gated against torch/float32 (engines slower than it are not): a "
                 f"reranker's Spearman >= {MIN_SPEARMAN},",
-                f"  top passage kept >= {MIN_TOP_KEPT:.0%} and scores within {SCORE_TOLERANCE}; "
-                f"a classifier's label kept >= {MIN_LABEL_KEPT:.0%};",
+                f"  top passage kept >= {MIN_TOP_KEPT:.0%}; a classifier's label kept >= "
+                f"{MIN_LABEL_KEPT:.0%}; every score within {FLOAT32_SCORE} at float32",
+                f"  ({HALF_SCORE} at half precision, {SCORE_TOLERANCE} at int8), every order and "
+                "label kept but for ties within it;",
                 f"  and an item's score alone vs in a batch: 1 - its change >= {MIN_INVARIANCE}"
                 " (invariant).",
             ]
