@@ -19,6 +19,10 @@ vocabulary; the drivers and the outer layers import it; the core never does.
 * :mod:`~batchserve.engines.quality`, :mod:`~batchserve.engines.quality_set`,
   :mod:`~batchserve.engines.gate`: how close an engine's vectors are to the reference
   engine's, on the shipped quality set (``data/``), and the gate that refuses one too far.
+* :mod:`~batchserve.engines.pipeline`: a model folder read once, as sentence-transformers
+  reads it: how every engine tokenizes a text and pools its token embeddings.
+* :mod:`~batchserve.engines.edges`: the texts at a model's edges, and every engine held to
+  ``SentenceTransformer.encode`` on each of them.
 * :mod:`~batchserve.engines.embeddings`: the PyTorch engine (sentence-transformers).
 * :mod:`~batchserve.engines.export`, :mod:`~batchserve.engines.exported`: ONNX and OpenVINO
   exports into the cache, and the engine that runs them.

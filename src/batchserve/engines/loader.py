@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from batchserve.engines.runtime import Runtime, default_workers
 from batchserve.errors import ConfigError
 from batchserve.models import loader as models_loader
-from batchserve.models.kinds import folder_kind, folder_prompts
+from batchserve.models.kinds import folder_kind
 from batchserve.models.loader import LoadedModel, needs_engine, split_runtime
 
 if TYPE_CHECKING:
@@ -60,13 +60,14 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
     path = builtin_path() if base == "minilm" else Path(base)
     if base != "minilm" and folder_kind(path).kind in ("reranker", "classifier"):
         return _load_sequence(spec, path, rt)
-    prompts = folder_prompts(path)
     choice: dict[str, Any] | None = None
     if rt.backend == "auto":
         emb, verdict = choose_engine(path, rt)
         choice = verdict.to_dict()
     else:
         emb = _load_engine(path, rt)
+    pipeline = emb.pipeline
+    prompts = pipeline.prompts
     return LoadedModel(
         spec=spec,
         fn=emb,
@@ -81,8 +82,12 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
             "device": emb.device,
             "threads": emb.threads,
             "choice": choice,
+            "gate": emb.gate,
+            "pipeline": pipeline.describe(),
         },
         prompts=prompts if prompts.prompts else None,
+        pooling=emb.pooling,
+        normalized=emb.normalized,
     )
 
 
@@ -168,8 +173,16 @@ def _load_engine(path: Path, rt: Runtime, *, gated: bool = True, kind: str = "em
 
         return ExportedEmbedder.load(path, rt, gated=gated)
     from batchserve.engines.embeddings import SentenceEmbedder
+    from batchserve.engines.gate import gate_named
+    from batchserve.engines.hardware import Engine
 
-    return SentenceEmbedder.from_path(path, rt)
+    emb = SentenceEmbedder.from_path(path, rt)
+    if gated:  # held to the library on the edge texts (its own model, at float32)
+        library = emb.sentence_transformer if emb.dtype == "float32" else None
+        emb.gate = gate_named(
+            path, Engine("torch", emb.dtype), emb, rt.cache_path(), library=library
+        )
+    return emb
 
 
 def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[Any, Verdict]:
