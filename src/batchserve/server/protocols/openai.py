@@ -4,9 +4,12 @@ Parsing (:func:`parse_embeddings_request`) checks every field and names the one 
 a rule; nothing is queued for a request that fails it. ``input`` is a string or a list of
 strings (token arrays are refused: this server tokenizes itself); ``encoding_format`` is
 ``float`` (JSON numbers) or ``base64`` (little-endian float32 bytes, what the official
-client asks for by default); ``dimensions`` shortens each vector to its first N values and
-scales it back to unit length (what Matryoshka-trained models are for, and what OpenAI's
-``text-embedding-3`` models do); a value above the model's own dimension is refused.
+client asks for by default); ``dimensions`` shortens each vector to its first N values and,
+for a model whose vectors are unit length, scales it back to unit length (what
+Matryoshka-trained models are for, and what OpenAI's ``text-embedding-3`` models do); a
+value above the model's own dimension is refused. The vectors are what the model's own
+modules return: a folder with no ``Normalize`` module is answered unnormalized, as
+``SentenceTransformer.encode`` answers it.
 
 Errors use OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``, with the
 server's reason as ``code`` (see :mod:`batchserve.server.statuses`).
@@ -209,11 +212,19 @@ def check_dimensions(requested: int | None, dimension: int | None) -> None:
     )
 
 
-def shorten(vectors: Sequence[Any], dimensions: int | None) -> Sequence[Any]:
-    """Each vector's first ``dimensions`` values, scaled back to unit length (None: as is)."""
+def shorten(
+    vectors: Sequence[Any], dimensions: int | None, *, normalized: bool = True
+) -> Sequence[Any]:
+    """Each vector's first ``dimensions`` values (None: as is).
+
+    Vectors that were unit length (``normalized``) are scaled back to unit length; others
+    are cut only, as ``SentenceTransformer.encode(..., truncate_dim=N)`` cuts them.
+    """
     if dimensions is None or not vectors or len(vectors[0]) <= dimensions:
         return vectors
     cut = np.asarray(vectors, dtype=np.float32)[:, :dimensions]
+    if not normalized:
+        return list(cut)
     norms = np.linalg.norm(cut, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return list(cut / norms)
@@ -325,7 +336,11 @@ class EmbeddingsEndpoint:
             tokens = len(texts[0].split())
         else:
             tokens = sum(len(t.split()) for t in texts)
-        vectors = shorten([s.output for s in served], req.dimensions)
+        vectors = shorten(
+            [s.output for s in served],
+            req.dimensions,
+            normalized=model.loaded.normalized is not False,
+        )
         body = embeddings_response(model.name, vectors, req.encoding_format, tokens, self.extra())
         return Reply(200, [], body, head=timing_head(served))
 
