@@ -217,7 +217,8 @@ def unigram(*, window: int) -> Any:
                  unk_token="<unk>", mask_token="<mask>")  # fmt: skip
 
 
-def _tokenizer(spec: Spec) -> Any:
+def tokenizer_of(spec: Spec) -> Any:
+    """``spec``'s tokenizer, trained here (its family's kind, its window)."""
     window = spec.window or 512
     if spec.family in ("bert", "distilbert"):
         return wordpiece(lowercase=not spec.lower_case, cls="[CLS]", sep="[SEP]",
@@ -233,7 +234,8 @@ def _tokenizer(spec: Spec) -> Any:
     return byte_bpe(kind="roberta", window=window)
 
 
-def _model(spec: Spec, tokenizer: Any) -> Any:
+def model_of(spec: Spec, tokenizer: Any) -> Any:
+    """``spec``'s transformer with random weights, seeded by its name."""
     import torch
     import transformers as tf
 
@@ -294,8 +296,8 @@ def _model(spec: Spec, tokenizer: Any) -> Any:
 def build(spec: Spec, root: Path) -> Path:
     """Make ``spec``'s folder under ``root`` (a second or so); returns its path."""
     folder = root / spec.name
-    tokenizer = _tokenizer(spec)
-    model = _model(spec, tokenizer).eval()
+    tokenizer = tokenizer_of(spec)
+    model = model_of(spec, tokenizer).eval()
     if spec.layout == "st6":
         raw = root / f".{spec.name}-raw"
         model.save_pretrained(str(raw))

@@ -188,3 +188,33 @@ def test_a_module_no_engine_runs_is_refused_naming_it(zoo: Zoo, tmp_path: Path) 
     (folder / "modules.json").write_text(json.dumps(listed[:1]))
     with pytest.raises(ConfigError, match="has no Pooling module"):
         TextPipeline.read(folder)
+
+
+def test_a_folder_the_library_renders_as_chat_is_tokenized_by_it_on_torch_alone(
+    tmp_path: Path, engine_cache: Path
+) -> None:
+    # A bare Qwen3 folder whose tokenizer has a chat template: sentence-transformers 6
+    # renders every text through it (the "message" modality).
+    from sentence_transformers import SentenceTransformer
+
+    import zoo
+    from batchserve.engines.loader import load_model
+
+    spec = zoo.Spec(name="qwen3-chat", family="qwen3", layout="bare", window=256)
+    tokenizer = zoo.tokenizer_of(spec)
+    tokenizer.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+        "{% endfor %}"
+    )
+    folder = tmp_path / spec.name
+    zoo.model_of(spec, tokenizer).save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    assert TextPipeline.read(folder).renders_messages
+    texts = ["a text", "  spaces around  ", "another, longer text than the others"]
+    want = SentenceTransformer(str(folder), device="cpu").encode(texts)
+    model = load_model(f"{folder}:backend=torch,threads=1")
+    got = np.asarray(model.fn(texts))
+    cos = np.sum(got * want, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+    assert np.all(cos >= 0.9999)
+    with pytest.raises(ConfigError, match="renders qwen3-chat's texts through its chat template"):
+        load_model(f"{folder}:backend=onnx,cache_dir={engine_cache}")
