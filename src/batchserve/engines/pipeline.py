@@ -6,9 +6,9 @@ An embedding folder says, in files several versions of sentence-transformers wro
 different places, how a text becomes a vector: the window, the tokenizer and its padding
 side, lower-casing, the prompts and whether their tokens are pooled, the pooling mode, any
 ``Dense`` projections and whether a ``Normalize`` module ends it. :meth:`TextPipeline.read`
-reads all of it once, the way the *installed* sentence-transformers does (6.x; the figures
-below are from 6.3.0, and every rule is checked against its ``encode`` by the suite's zoo of
-tiny folders), and every engine tokenizes and pools through the one object it returns:
+reads all of it once, the way the *installed* sentence-transformers does (6.x: the rules
+below are read from 6.3.0's code, and each is checked against its ``encode`` by the suite's
+zoo of tiny folders), and every engine tokenizes and pools through the one object it returns:
 torch (:mod:`~batchserve.engines.embeddings`), ONNX Runtime and OpenVINO
 (:mod:`~batchserve.engines.exported`), and what the exports put in their graphs
 (:mod:`~batchserve.engines.export`: the transformer alone, its output the token
