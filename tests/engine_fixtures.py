@@ -100,3 +100,27 @@ def classifier_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
         labels=("negative", "neutral", "positive"),
         seed=1,
     )
+
+
+class Zoo:
+    """The zoo's folders (``tests/zoo.py``), each built the first time a test asks for it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._built: dict[str, Path] = {}
+
+    def folder(self, name: str) -> Path:
+        """The folder of the zoo's spec ``name``, built once per session."""
+        import zoo
+
+        if name not in self._built:
+            spec = next(s for s in zoo.ZOO if s.name == name)
+            self._built[name] = zoo.build(spec, self.root)
+        return self._built[name]
+
+
+@pytest.fixture(scope="session")
+def zoo(tmp_path_factory: pytest.TempPathFactory) -> Zoo:
+    """The zoo of tiny embedding folders of every family, pooling and layout."""
+    pytest.importorskip("sentence_transformers")
+    return Zoo(tmp_path_factory.mktemp("zoo"))

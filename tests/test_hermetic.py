@@ -77,6 +77,7 @@ def served_before(home: Path, engine_cache: Path) -> Path:
     passes; the export is a copy of the run's (made once, in ``engine_cache``).
     """
     from batchserve.engines.choice import choose
+    from batchserve.engines.edges import Edges
     from batchserve.engines.embeddings import builtin_path
     from batchserve.engines.export import ensure_exported, model_folder
     from batchserve.engines.gate import default_quality_set, set_digest
@@ -90,9 +91,16 @@ def served_before(home: Path, engine_cache: Path) -> Path:
     folder = model_folder(source, cache)
     shutil.copytree(onnx.folder, folder / onnx.folder.name)
     qs = default_quality_set({})
-    good = Quality(texts=10, mean_cosine=0.999, min_cosine=0.99, queries=4, ranking_agreement=1)
+    # both engines' gate records pass, the edge texts included (the fakes are no model)
+    edges = Edges(
+        texts=20, min_cosine=1.0, worst="x", norm_error=0.0, floor=0.9999, norm_bound=1e-3
+    )
+    good = Quality(
+        texts=10, mean_cosine=1.0, min_cosine=0.99999, queries=4, ranking_agreement=1, edges=edges
+    )
     (folder / "gate").mkdir()
-    (folder / "gate" / f"onnx-float32-{set_digest(qs)}.json").write_text(json.dumps(good.to_dict()))
+    for name in ("onnx-float32", "torch-float32"):
+        (folder / "gate" / f"{name}-{set_digest(qs)}.json").write_text(json.dumps(good.to_dict()))
     machine = Machine.here()
     device = resolve_device("auto", cuda_devices=len(machine.cuda_devices), mps=machine.mps)
     threads = default_threads()

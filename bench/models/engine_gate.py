@@ -76,7 +76,7 @@ def main() -> int:
         )
         fn: Any = _load_engine(source, runtime, gated=False)
         cpu = time.process_time()
-        q = itself(fn, qs) if engine == REFERENCE else against(ref, fn, qs)
+        q = itself(fn, qs) if engine == REFERENCE else against(ref, fn, qs, precision=engine.dtype)
         cpu = time.process_time() - cpu
         row = {
             "engine": str(engine),

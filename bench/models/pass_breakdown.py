@@ -49,7 +49,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from batchserve.engines.embeddings import SentenceEmbedder, builtin_path, load_sentence_transformer
-from batchserve.engines.exported import ExportedEmbedder, _feeds
+from batchserve.engines.exported import ExportedEmbedder
 from batchserve.engines.loader import load_model
 from batchserve.engines.runtime import default_threads
 from batchserve.errors import ConfigError
@@ -99,13 +99,8 @@ def matmul_rate(threads: int, seconds: float = 1.0) -> float:
 
 def tokenize(fn: Any, batch: list[str]) -> tuple[dict[str, Any], list[int]]:
     """The engine's own tokenization of a pass: features padded to its longest, lengths."""
-    if isinstance(fn, ExportedEmbedder):
-        if fn._lower:
-            batch = [t.lower() for t in batch]
-        return _feeds(fn._tokenizer, batch, fn._inputs, fn.max_seq_length)
-    if isinstance(fn, SentenceEmbedder):
-        features = fn._preprocess(batch)
-        return features, [int(c) for c in features["attention_mask"].sum(dim=1).tolist()]
+    if isinstance(fn, ExportedEmbedder | SentenceEmbedder):
+        return fn.features(batch)
     raise TypeError(f"not an engine of the built-in model: {type(fn).__name__}")
 
 

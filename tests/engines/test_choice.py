@@ -3,8 +3,11 @@
 The fake engines cost a known time per text (a sleep, which releases the GIL as a real
 engine's pass does), so their measured order is certain on a busy machine: each is at least
 2.5x apart from the next, and a pass lasts milliseconds, far above a thread's start. Their
-quality figures are put in the gate's cache beforehand, so no real model runs here; the
-real engines (the float32 ones) are chosen end to end in ``tests/server/test_engine_choice.py``.
+quality figures are put in the gate's cache beforehand, and their figures on the model's
+edge texts are what :func:`edge_figures` says (the fakes are no model for sentence-transformers
+to hold them to), so no real model runs here; the real engines (the float32 ones) are
+chosen end to end in ``tests/server/test_engine_choice.py``, and every engine of the zoo's
+folders is held to the library in ``tests/engines/test_zoo.py``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from batchserve.engines import edges
 from batchserve.engines.choice import choose, cpu_share
 from batchserve.engines.export import model_folder
 from batchserve.engines.gate import set_digest
@@ -29,16 +33,41 @@ from batchserve.engines.quality import MIN_INVARIANCE, Quality
 from batchserve.engines.quality_set import QualitySet
 from batchserve.engines.ranking_gate import SequenceJudge, SequenceVerdict, score_similarity
 from batchserve.engines.verdict import BUSY_SHARE, Trial, Verdict, gate_order, pick
+from batchserve.errors import ConfigError
 
 EPYC = Machine(cpu_model="AMD EPYC", cpu_flags=frozenset({"avx2", "fma"}), cores=2)
 ALL = {"torch", "onnx", "onnx-int8", "openvino", "openvino-int8"}
-GOOD = Quality(texts=10, mean_cosine=0.995, min_cosine=0.97, queries=4, ranking_agreement=1.0)
+GOOD = Quality(texts=10, mean_cosine=0.99999, min_cosine=0.99995, queries=4, ranking_agreement=1.0)
 BAD = Quality(texts=10, mean_cosine=0.95, min_cosine=0.80, queries=4, ranking_agreement=0.75)
 QS = QualitySet(
     texts=tuple(f"text number {i} " + "word " * (i % 7) for i in range(24)),
     queries=("a query",),
     passages=("a passage", "another"),
 )
+
+
+#: Each engine's figures on the edge texts, by backend (absent: every text at cosine 1).
+EDGE_COSINE: dict[str, tuple[float, str]] = {}
+
+
+@pytest.fixture(autouse=True)
+def edge_figures(monkeypatch: pytest.MonkeyPatch) -> dict[str, tuple[float, str]]:
+    """The fakes' figures on the edge texts, set per test in the returned table."""
+    EDGE_COSINE.clear()
+
+    def check(source: Path, engine: Engine, candidate: Any, cache: Path, **_: Any) -> edges.Edges:
+        cosine, worst = EDGE_COSINE.get(engine.backend, (1.0, "the empty string"))
+        return edges.Edges(
+            texts=20,
+            min_cosine=cosine,
+            worst=worst,
+            norm_error=0.0,
+            floor=edges.cosine_floor(engine.dtype),
+            norm_bound=edges.norm_bound(engine.dtype),
+        )
+
+    monkeypatch.setattr(edges, "check", check)
+    return EDGE_COSINE
 
 
 def trial(backend: str, dtype: str, rate: float | None, quality: Quality | None = None) -> Trial:
@@ -271,6 +300,52 @@ def test_an_engine_whose_vectors_depend_on_the_batch_is_screened_out_before_its_
     assert again.trials == verdict.trials
 
 
+def test_an_engine_that_misses_the_library_on_one_edge_text_is_not_chosen(
+    source: Path, tmp_path: Path
+) -> None:
+    # The fastest engine keeps every text of the set but cuts a long text at 512 tokens.
+    cache = tmp_path / "cache"
+    fakes = {
+        Engine("torch", "float32"): Fake(0.010),
+        Engine("onnx", "float32"): Fake(0.002),  # fastest: wrong past 512 tokens
+        Engine("openvino", "float32"): Fake(0.004),  # second: right everywhere
+    }
+    cut = edges.Edges(
+        texts=20, min_cosine=0.18, worst="a text longer than the window (1309 tokens, window "
+        "8192)", norm_error=0.0, floor=0.9999, norm_bound=1e-3,
+    )  # fmt: skip
+    seed_gate(source, cache, Engine("onnx", "float32"), dataclasses.replace(GOOD, edges=cut))
+    seed_gate(source, cache, Engine("openvino", "float32"), GOOD)
+    kwargs = torch_only(cache) | {
+        "load": fakes.__getitem__,
+        "installed": {"torch", "onnx", "openvino"},
+    }
+    verdict, _ = choose(source, **kwargs)
+    assert verdict.chosen == Engine("openvino", "float32")
+    onnx = verdict.trial(Engine("onnx", "float32"))
+    assert onnx is not None
+    assert isinstance(onnx.quality, Quality)
+    assert onnx.gated is False
+    assert onnx.quality.failed_bounds() == ["edges"]
+    assert onnx.quality.failures() == [
+        "cosine to sentence-transformers on a text longer than the window (1309 tokens, "
+        "window 8192) must be >= 0.9999, got 0.1800"
+    ]
+    row = next(line for line in verdict.table().splitlines() if line.startswith("onnx/"))
+    assert "0.180000 " in row
+    assert row.endswith("FAIL: edges")
+
+
+def test_a_folder_the_reference_itself_misses_is_refused_with_the_text(
+    source: Path, tmp_path: Path, edge_figures: dict[str, tuple[float, str]]
+) -> None:
+    edge_figures["torch"] = (0.62, "a query with prompt 'query'")
+    with pytest.raises(ConfigError) as info:
+        choose(source, **torch_only(tmp_path / "cache"))
+    assert "no engine gives this folder's vectors as sentence-transformers does" in str(info.value)
+    assert "on a query with prompt 'query' must be >= 0.9999, got 0.6200" in str(info.value)
+
+
 def test_a_damaged_verdict_is_measured_again(source: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     kwargs = torch_only(cache)
@@ -389,12 +464,12 @@ def test_a_rerankers_engines_are_timed_on_pairs_and_gated_by_the_ranking_they_ke
     assert by["onnx-int8/int8"].quality is None
     reversed_ = by["openvino/float32"].quality
     assert isinstance(reversed_, SequenceVerdict)
-    assert reversed_.failed_bounds() == ["Spearman", "top", "score"]
+    assert reversed_.failed_bounds() == ["Spearman", "top", "score", "order"]
     assert by["onnx/float32"].gated is True
     assert by["torch/float32"].invariance == pytest.approx(1.0)
     table = verdict.table()
     assert table.splitlines()[0].split()[:2] == ["engine", "pairs/s"]
-    assert "FAIL: Spearman, top, score" in table
+    assert "FAIL: Spearman, top, score, order" in table
     assert "onnx/float32 *" in table
     # the verdict and its figures are read back from the cache as they were written
     again, fn = choose(source, **kwargs)

@@ -195,32 +195,30 @@ def test_added_rows_never_reach_the_answer(rows: int) -> None:
     assert got.shape == (rows, 8)
 
 
-def test_the_sentence_transformers_step_gives_the_eager_vectors_on_the_cpu() -> None:
-    # The step a GPU captures (the mask handed 4-D, then pooling and normalize), replayed
-    # by the stand-in on the CPU: the same vectors as the engine's eager pass, for texts
+def test_the_transformer_step_gives_the_eager_vectors_on_the_cpu() -> None:
+    # The step a GPU captures (the transformer, its mask handed 4-D), replayed by the
+    # stand-in on the CPU and pooled by the pipeline: the engine's eager vectors, for texts
     # of mixed lengths padded into a bucket wider and taller than the sub-pass.
     from batchserve.engines.corpus import reference_paragraphs
     from batchserve.engines.embeddings import SentenceEmbedder, _graph_step
     from batchserve.engines.runtime import Runtime
 
     fn = SentenceEmbedder.builtin(Runtime(backend="torch", device="cpu", threads=1))
-    step_ = _graph_step(fn.sentence_transformer, normalize=True)
+    step_ = _graph_step(fn.sentence_transformer, fn.pipeline)
     assert step_ is not None
     graphs = GraphedPasses(
-        step_,
-        fn._forward_eager,
-        device="cpu",
-        check=cosine_within(0.9999),
-        capture=StandIn(),
+        step_, fn._hidden, device="cpu", check=cosine_within(0.9999), capture=StandIn()
     )
     texts = [*list(reference_paragraphs())[:5], "Hi", " spaces around "]
-    features = fn._preprocess(texts)
+    features, _ = fn.features(texts)
     for _ in range(2):  # a capture, then a replay
-        got = graphs(dict(features))
+        got = fn.pipeline.pool(graphs(dict(features)), features)
     assert graphs.statistics()["off"] is None
     want = fn(texts)
     cos = np.sum(got * want, axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
     assert float(cos.min()) >= 0.9999
+    shaped = fn._shaped(4, 32)
+    assert shaped["input_ids"].shape == shaped["attention_mask"].shape == (4, 32)
 
 
 def test_the_sequence_step_gives_the_eager_logits_on_the_cpu(reranker_folder: Any) -> None:

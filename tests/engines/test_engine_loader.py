@@ -10,6 +10,7 @@ from batchserve.config import CostEstimate
 from batchserve.engines import loader
 from batchserve.engines.runtime import Runtime, default_workers
 from batchserve.errors import ConfigError
+from batchserve.models.kinds import Prompts
 from batchserve.models.loader import needs_engine
 
 
@@ -37,9 +38,16 @@ def test_the_specs_options_override_the_runtime_given(
 ) -> None:
     seen: list[Runtime] = []
 
+    class Pipeline:
+        prompts = Prompts(prompts={})
+
+        def describe(self) -> dict[str, str]:
+            return {"layout": "save_pretrained"}
+
     class Fake:
         dimension, max_seq_length = 3, 16
         backend, dtype, device, threads = "onnx", "float32", "cpu", 1
+        pooling, normalized, gate, pipeline = "cls", False, None, Pipeline()
 
         def count_tokens(self, texts: list[str]) -> list[int]:
             return [len(t) for t in texts]
@@ -55,8 +63,10 @@ def test_the_specs_options_override_the_runtime_given(
     assert (seen[0].backend, seen[0].threads) == ("onnx", 1)
     assert (m.kind, m.dimension, m.max_input_tokens) == ("embedding", 3, 16)
     assert m.workers == default_workers("cpu", 1)
+    assert (m.pooling, m.normalized, m.prompts) == ("cls", False, None)
     assert m.engine == {
         "backend": "onnx", "precision": "float32", "device": "cpu", "threads": 1, "choice": None,
+        "gate": None, "pipeline": {"layout": "save_pretrained"},
     }  # fmt: skip
     with pytest.raises(ConfigError, match="threads must be an integer"):
         loader.load_model(f"{tmp_path}:threads=x", given)

@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("sentence_transformers")
 
 from batchserve.engines.corpus import reference_paragraphs
+from batchserve.engines.edges import edge_texts
 from batchserve.engines.embeddings import SentenceEmbedder, builtin_path
 from batchserve.engines.export import model_folder
 from batchserve.engines.gate import (
@@ -26,6 +27,7 @@ from batchserve.engines.gate import (
     set_digest,
 )
 from batchserve.engines.hardware import REFERENCE, Engine
+from batchserve.engines.pipeline import TextPipeline
 from batchserve.engines.quality import all_texts
 from batchserve.engines.quality_set import QualitySet, neighbour_paragraphs
 from batchserve.engines.quality_set import load as load_quality_set
@@ -68,9 +70,13 @@ def test_an_engines_figures_are_measured_once_and_kept(tmp_path: Path) -> None:
     assert (first.texts, first.queries, first.probes, first.passes) == (3, 1, 3, True)
     assert first.mean_cosine > 0.9999
     assert first.invariance >= 0.9999
-    # every text once, then the three invariance probes alone and twice in a batch
-    embedded = len(all_texts(SMALL)) + 3 + 2 * 3
+    # every text once, the three invariance probes alone and twice in a batch, and the
+    # texts at the model's edges once, against sentence-transformers itself
+    edges = edge_texts(TextPipeline.read(builtin_path()))
+    embedded = len(all_texts(SMALL)) + 3 + 2 * 3 + len(edges)
     assert candidate.texts == embedded
+    assert first.edges is not None
+    assert (first.edges.texts, first.edges.floor, first.edges.passes) == (len(edges), 0.999, True)
     folder = model_folder(builtin_path(), tmp_path)
     assert (folder / f"reference-{set_digest(SMALL)}.npy").is_file()
     record = folder / "gate" / f"torch-bfloat16-mixed-{set_digest(SMALL)}.json"
@@ -128,9 +134,13 @@ def test_the_reference_is_kept_in_parts_the_shipped_one_from_the_package(
     assert kept[0].stat().st_mtime_ns == before
 
 
-def test_the_reference_engine_is_gated_for_its_invariance_alone(tmp_path: Path) -> None:
+def test_the_reference_engine_is_gated_for_its_invariance_and_edges_alone(tmp_path: Path) -> None:
     torch_fp32 = SentenceEmbedder.builtin(Runtime(backend="torch", device="cpu", threads=1))
     q = gate(builtin_path(), REFERENCE, torch_fp32, tmp_path, quality_set=WITH_NEIGHBOURS)
     assert q.invariance >= 0.9999
     assert (q.nearest_kept, q.probes, q.passes) == (1.0, 3, True)
+    # held to sentence-transformers itself on the edge texts, to the float32 floor
+    assert q.edges is not None
+    assert (q.edges.floor, q.edges.passes) == (0.9999, True)
+    assert q.edges.min_cosine >= 0.9999
     assert not list(tmp_path.rglob("reference-*.npy"))  # no reference needed for itself

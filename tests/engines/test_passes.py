@@ -219,7 +219,7 @@ def test_torch_answers_a_cut_pass_as_the_whole_pass() -> None:
     from batchserve.engines.runtime import Runtime
 
     engine = SentenceEmbedder.builtin(Runtime(device="cpu"))
-    whole = engine._forward(engine._preprocess(list(TEXTS)))
+    whole = engine._forward(engine.features(list(TEXTS))[0])
     check_cut_pass_equals_whole(engine, whole)
 
 
@@ -227,11 +227,10 @@ def test_torch_answers_a_cut_pass_as_the_whole_pass() -> None:
 def test_onnx_fp32_answers_a_cut_pass_as_the_whole_pass(engine_cache: Path) -> None:
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
-    from batchserve.engines.exported import ExportedEmbedder, _feeds
+    from batchserve.engines.exported import ExportedEmbedder
     from batchserve.engines.loader import load_model
 
     engine = load_model(f"minilm:backend=onnx,cache_dir={engine_cache}").fn
     assert isinstance(engine, ExportedEmbedder)
-    feeds, _ = _feeds(engine._tokenizer, list(TEXTS), engine._inputs, engine.max_seq_length)
-    whole = engine._forward(feeds)
+    whole = engine._forward(engine.features(list(TEXTS))[0])
     check_cut_pass_equals_whole(engine, whole)

@@ -35,12 +35,15 @@ def test_the_table_puts_speed_beside_quality_and_says_why_a_backend_was_refused(
         repeats=1,
         created="",
     )
-    good = Quality(texts=10, mean_cosine=0.995, min_cosine=0.97, queries=4, ranking_agreement=1.0)
+    good = Quality(
+        texts=10, mean_cosine=0.995, min_cosine=0.97, queries=4, ranking_agreement=1.0,
+        precision="int8",
+    )  # fmt: skip
     bad = Quality(texts=10, mean_cosine=0.96, min_cosine=0.9, queries=0, ranking_agreement=1.0)
     text = format_backends(
         [
-            BackendResult(backend="onnx", spec="s", profile=prof, quality=good),
-            BackendResult(backend="onnx-int8", spec="s", profile=prof, quality=bad),
+            BackendResult(backend="onnx-int8", spec="s", profile=prof, quality=good),
+            BackendResult(backend="onnx", spec="s", profile=prof, quality=bad),
             BackendResult(
                 backend="openvino-int8", spec="s", profile=None, quality=None, refused="gate: x"
             ),
@@ -96,7 +99,10 @@ def test_profile_backends_measures_afresh_and_prints_the_table(
     from batchserve.engines.verdict import Trial, Verdict
 
     calls: list[tuple[pathlib.Path, Runtime, bool]] = []
-    good = Quality(texts=10, mean_cosine=0.995, min_cosine=0.97, queries=4, ranking_agreement=1.0)
+    good = Quality(
+        texts=10, mean_cosine=0.995, min_cosine=0.97, queries=4, ranking_agreement=1.0,
+        precision="int8",
+    )  # fmt: skip
     verdict = Verdict(
         chosen=Engine("onnx-int8", "int8"),
         device="cpu",

@@ -105,9 +105,33 @@ def test_embed_all_batches_and_keeps_the_order() -> None:
 def test_nearest_and_round_trip_of_the_figures() -> None:
     eye = np.eye(3, dtype=np.float32)
     assert nearest(eye[[2, 0]], eye) == [2, 0]
-    q = Quality(texts=3, mean_cosine=0.995, min_cosine=0.97, queries=2, ranking_agreement=1.0)
+    q = Quality(
+        texts=3, mean_cosine=0.995, min_cosine=0.97, queries=2, ranking_agreement=1.0,
+        precision="int8",
+    )  # fmt: skip
     assert Quality.from_dict(q.to_dict()) == q
-    assert q.to_dict()["passes"] is True
+    assert q.to_dict()["passes"] is True  # int8 has no per-text floor
+
+
+def test_one_text_far_off_fails_the_floor_of_its_precision_whatever_the_mean() -> None:
+    # The gate that passed a text at cosine 0.0016 bounded only the mean.
+    q = Quality(
+        texts=1000, mean_cosine=0.9990, min_cosine=0.0016, queries=2, ranking_agreement=1.0,
+        worst_text="a 1,309-token text",
+    )  # fmt: skip
+    assert q.floor == 0.9999
+    assert q.failed_bounds() == ["min cos"]
+    assert not q.servable  # at float32 a wrong vector is never served, named or not
+    assert q.failures(index=False) == [
+        "cosine to torch float32 on every text must be >= 0.9999, got 0.0016 on "
+        "'a 1,309-token text'"
+    ]
+    half = dataclasses.replace(q, precision="bfloat16-mixed", min_cosine=0.9985)
+    assert half.floor == 0.999
+    assert half.servable  # a reduced precision named on purpose: served with a warning
+    assert not half.passes  # ... but never chosen by auto
+    assert dataclasses.replace(half, min_cosine=0.9995).passes
+    assert Quality.from_dict(q.to_dict()) == q
 
 
 def unit(rows: npt.ArrayLike) -> npt.NDArray[np.float32]:
@@ -260,6 +284,7 @@ def test_the_bounds_each_fail_alone_and_only_meaning_refuses_a_named_engine() ->
     good = Quality(
         texts=10, mean_cosine=0.995, min_cosine=0.97, queries=4, ranking_agreement=1.0,
         neighbours=100, nearest_kept=0.97, top10_overlap=0.93, invariance=0.99995, probes=64,
+        precision="int8",
     )  # fmt: skip
     assert good.passes
     assert good.servable

@@ -158,7 +158,8 @@ def run_backends(args: argparse.Namespace, sizes: list[int], inputs: list[str]) 
             if reference is None:
                 ref_spec = with_runtime(args.model, {**options, "backend": "torch"})
                 reference = model.fn if backend == "torch" else load_model(ref_spec).fn
-            quality = compare(reference, model.fn, qs)  # type: ignore[arg-type]
+            precision = str((model.engine or {}).get("precision", "float32"))
+            quality = compare(reference, model.fn, qs, precision=precision)  # type: ignore[arg-type]
         results.append(BackendResult(backend=backend, spec=spec, profile=profile, quality=quality))
         out = Path(args.output)
         save_profile(profile, out.with_name(f"{out.stem}-{backend}{out.suffix or '.json'}"))

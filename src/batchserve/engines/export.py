@@ -19,11 +19,13 @@ A crash leaves at most a temporary folder, which the next export removes.
 What each backend is made of (for a reranker's or classifier's folder, the model's
 ``logits`` instead of the pipeline's ``sentence_embedding``; no ``openvino-int8`` for them):
 
-* ``onnx``: the whole pipeline (transformer, pooling, normalize) traced with
-  ``torch.onnx.export`` (TorchScript exporter, opset 17; eager attention, which traces to
-  the pattern ONNX Runtime's optimizer recognises), inputs ``input_ids``,
-  ``attention_mask`` (and ``token_type_ids`` when the tokenizer makes them), output
-  ``sentence_embedding``; dynamic batch and sequence axes.
+* ``onnx``: the transformer module traced with ``torch.onnx.export`` (TorchScript
+  exporter, opset 17; eager attention, which traces to the pattern ONNX Runtime's optimizer
+  recognises), inputs ``input_ids``, ``attention_mask`` (and ``token_type_ids`` when the
+  tokenizer makes them), output ``token_embeddings``; dynamic batch and sequence axes. The
+  pooling, ``Dense`` and ``Normalize`` modules are not in the graph: the folder's text
+  pipeline (:mod:`batchserve.engines.pipeline`) computes them from the token embeddings,
+  as it does for the torch engine.
 * ``onnx-int8``: the ``onnx`` file through ONNX Runtime's transformer optimizer (attention,
   layer norms and GELU fused into its own ops), then its dynamic quantization: the weights
   of the linear layers and of the fused attention as int8 with one scale per output
@@ -89,8 +91,9 @@ __all__ = [
     "write_cached",
 ]
 
-#: How the backends are made; bump it when that changes.
-RECIPE = 5
+#: How the backends are made; bump it when that changes (6: an embedder's graph ends at the
+#: transformer's token embeddings).
+RECIPE = 6
 _MARKER = "export.json"
 _ONNX_FILE = "model.onnx"
 _OV_FILE = "model.xml"
@@ -338,35 +341,38 @@ def _export_onnx(source: Path, path: Path) -> None:
         return
 
     from batchserve.engines.embeddings import load_sentence_transformer
+    from batchserve.engines.pipeline import MODEL_INPUTS, TextPipeline
 
-    # Eager attention traces to the plain pattern that ONNX Runtime's optimizer fuses into
-    # its Attention op (the SDPA trace it does not recognise).
+    # The transformer alone: its token embeddings are pooled by the folder's text pipeline
+    # (engines.pipeline), the torch engine's own code, so every pooling mode, Dense and
+    # Normalize is one code on every engine. Eager attention traces to the plain pattern
+    # that ONNX Runtime's optimizer fuses into its Attention op (the SDPA trace it does not
+    # recognise).
+    pipeline = TextPipeline.read(source)
     st = load_sentence_transformer(
         source, device="cpu", model_kwargs={"attn_implementation": "eager"}
     )
-    prepare = getattr(st, "preprocess", None) or st.tokenize
-    features = prepare(["an example text to trace", "two"])
-    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in features]
+    features, _ = pipeline.tokenize(["an example text to trace", "two"])
+    names = [n for n in MODEL_INPUTS if n in features]
 
-    class Pipeline(torch.nn.Module):
+    class Transformer(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.st = st
+            self.module = st[0]
 
         def forward(self, *inputs: Any) -> Any:
-            out = self.st(dict(zip(names, inputs, strict=True)))
-            return out["sentence_embedding"]
+            return self.module(dict(zip(names, inputs, strict=True)))["token_embeddings"]
 
     axes = {n: {0: "batch", 1: "sequence"} for n in names}
-    axes["sentence_embedding"] = {0: "batch"}
+    axes["token_embeddings"] = {0: "batch", 1: "sequence"}
     with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            Pipeline().eval(),
-            tuple(features[n] for n in names),
+            Transformer().eval(),
+            tuple(torch.from_numpy(features[n]) for n in names),
             str(path),
             input_names=names,
-            output_names=["sentence_embedding"],
+            output_names=["token_embeddings"],
             dynamic_axes=axes,
             opset_version=17,
             dynamo=False,
@@ -449,27 +455,20 @@ def _quantize_openvino(source: Path, src: Path, dst: Path) -> int:
     # NNCF's post-training quantization with the transformer preset (it keeps the parts int8
     # handles badly, such as the attention's softmax, in floating point). The activations'
     # scales come from real passes over shipped texts of every length.
-    from transformers import AutoTokenizer
+    from batchserve.engines.pipeline import TextPipeline
 
     nncf = telemetry.nncf()
     ov = telemetry.openvino()
 
     model = ov.Core().read_model(str(src))
     names = [port.get_any_name() for port in model.inputs]
-    tokenizer = AutoTokenizer.from_pretrained(str(source), local_files_only=True)
+    pipeline = TextPipeline.read(source)
     texts = sorted(load_quality_set().texts[::_CALIBRATION_STRIDE], key=len)
     batches = []
     for start in range(0, len(texts), _CALIBRATION_BATCH):
-        enc = tokenizer(
-            texts[start : start + _CALIBRATION_BATCH],
-            padding=True,
-            truncation=True,
-            max_length=256,
-            return_tensors="np",
-        )
-        batches.append(
-            {n: enc[n].astype("int64") if n in enc else 0 * enc["input_ids"] for n in names}
-        )
+        features, _ = pipeline.tokenize(texts[start : start + _CALIBRATION_BATCH])
+        ids = features["input_ids"]
+        batches.append({n: features.get(n, 0 * ids) for n in names})
     # NNCF draws progress bars on stdout/stderr; a server's log is no place for them.
     with (
         warnings.catch_warnings(),

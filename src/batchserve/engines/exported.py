@@ -1,15 +1,18 @@
 """A sentence-transformers model exported to ONNX Runtime or OpenVINO, as a batch function.
 
 Theory of operation: one call is one pass, as with
-:class:`~batchserve.engines.embeddings.SentenceEmbedder`, and the answers agree with it
-(fp32: cosine >= 0.9999, a tested property). The texts are tokenized exactly as
-sentence-transformers does (the model folder's own tokenizer, whitespace stripped, padded
-to the longest, truncated at ``max_seq_length``); the pass runs as length-sorted
-sub-passes through the same runner as torch's
+:class:`~batchserve.engines.embeddings.SentenceEmbedder`, and the answers agree with it and
+with ``SentenceTransformer.encode`` (fp32: cosine >= 0.9999 per text, a tested property for
+every family and pooling of the suite's zoo, and a bound of the quality gate). The texts
+are tokenized by the folder's text pipeline, the torch engine's own
+(:class:`~batchserve.engines.pipeline.TextPipeline`: the window, special tokens, padding
+side, lower-casing and whitespace as the installed sentence-transformers reads them); the
+pass runs as length-sorted sub-passes through the same runner as torch's
 (:class:`~batchserve.engines.passes.SubPasses`, with this engine's own learned cost); the
-exported graph runs the transformer, pooling and normalization of each (see
-:mod:`batchserve.engines.export`), and the result is normalized again (a no-op for a graph
-that ends in ``Normalize``).
+exported graph runs the transformer alone (its output the token embeddings, see
+:mod:`batchserve.engines.export`), and the pipeline pools them, applies any ``Dense`` and,
+where the folder ends in it, ``Normalize``, in numpy: one code for every engine, so every
+pooling mode (left padding and ``include_prompt: false`` included) is the torch engine's.
 
 Threads and streams: one pass uses the runtime's ``threads`` (see
 :func:`~batchserve.engines.runtime.default_threads`). ONNX Runtime runs concurrent calls
@@ -25,15 +28,13 @@ Precision: OpenVINO computes at the precision it is compiled for (its
 CPU has AVX-512 BF16 or AMX); the int8 IR is left to OpenVINO's own choice for the layers
 it keeps in floating point.
 
-Thread-safety: tokenization holds a lock (the fast tokenizer keeps state); ONNX Runtime's
-``InferenceSession.run`` may be called from several threads at once, and OpenVINO gets one
-infer request per calling thread. Both release the GIL during a pass.
+Thread-safety: tokenization holds the pipeline's lock (the fast tokenizer keeps state);
+ONNX Runtime's ``InferenceSession.run`` may be called from several threads at once, and
+OpenVINO gets one infer request per calling thread. Both release the GIL during a pass.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -44,22 +45,14 @@ import numpy.typing as npt
 
 from batchserve.engines.hardware import Engine
 from batchserve.engines.passes import PassStatistics, SubPasses, prior
+from batchserve.engines.pipeline import TextPipeline
 from batchserve.engines.runtime import Runtime, default_threads, default_workers, place_exported
 from batchserve.errors import ConfigError
 from batchserve.models.token_counts import TokenCounts, estimate_tokens
 
 __all__ = ["ExportedEmbedder"]
 
-_log = logging.getLogger(__name__)
 _Run = Callable[[dict[str, npt.NDArray[np.int64]]], npt.NDArray[Any]]
-
-
-def _st_config(source: Path) -> dict[str, Any]:
-    path = source / "sentence_bert_config.json"
-    if path.is_file():
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        return data
-    return {}
 
 
 def _onnx_runner(
@@ -116,20 +109,24 @@ class ExportedEmbedder:
     """An exported embedding model as a batch function from texts to float32 vectors.
 
     Args:
-        tokenizer: the model's Hugging Face fast tokenizer.
-        run: runs one pass on ``input_ids``/``attention_mask``/``token_type_ids`` arrays.
+        pipeline: the folder's text pipeline (tokenizing, pooling, ``Dense``, ``Normalize``).
+        run: runs the transformer on one pass's ``input_ids``/``attention_mask``/
+            ``token_type_ids`` arrays; returns its token embeddings.
         input_names: the graph's inputs (a subset of those three).
-        max_seq_length: texts are truncated to this many tokens.
-        dimension: the embedding's length.
         backend: the backend's name, for reports.
         threads: CPU threads per pass, for reports.
-        lower_case: lower-case texts before tokenizing (the model's ``do_lower_case``).
         dtype: the precision it computes in, for reports.
 
     Calling it blocks for the pass: run it in a worker. It may be called from several
     threads at once.
 
     Attributes:
+        dimension: a vector's length.
+        max_seq_length: the window in tokens (longer texts are truncated).
+        pooling: the folder's pooling (``mean``, ``cls``, ``lasttoken``...).
+        normalized: whether its vectors are unit length (the folder ends in ``Normalize``).
+        pipeline: the :class:`~batchserve.engines.pipeline.TextPipeline`.
+        gate: the gate's figures, when :meth:`load` gated it (None otherwise).
         passes: its :class:`~batchserve.engines.passes.SubPasses` (the plan's bounds, the
             learned cost; :meth:`statistics` reads it).
     """
@@ -139,33 +136,29 @@ class ExportedEmbedder:
 
     def __init__(
         self,
-        tokenizer: Any,
+        pipeline: TextPipeline,
         run: _Run,
         *,
         input_names: Sequence[str],
-        max_seq_length: int,
-        dimension: int,
         backend: str,
         threads: int,
-        lower_case: bool = False,
         dtype: str = "float32",
     ) -> None:
-        self._tokenizer = tokenizer
+        self.pipeline = pipeline
         self._run = run
         self._inputs = list(input_names)
-        self._lower = lower_case
-        self._lock = threading.Lock()
         self._counts = TokenCounts()
-        self.max_seq_length = max_seq_length
-        self.dimension = dimension
+        self.max_seq_length = pipeline.window
+        self.dimension = pipeline.dimension
+        self.pooling = pipeline.pooling
+        self.normalized = pipeline.normalized
         self.backend = backend
         self.threads = threads
         self.dtype = dtype
+        #: The gate's figures when it was loaded on purpose (None: not gated here).
+        self.gate: dict[str, Any] | None = None
         #: The pass runner: sub-passes planned on this engine's learned cost.
-        self.passes = SubPasses(
-            prior("cpu", threads),
-            left_padded=getattr(tokenizer, "padding_side", "right") == "left",
-        )
+        self.passes = SubPasses(prior("cpu", threads), left_padded=pipeline.padding_side == "left")
 
     @classmethod
     def open(
@@ -190,61 +183,64 @@ class ExportedEmbedder:
             streams: passes that may run at once (OpenVINO's streams).
 
         Raises:
+            ConfigError: the folder's texts are rendered through a chat template (only the
+                torch engine reproduces it), or its graph's width is not its pooling's.
             ImportError: the backend's package is missing.
         """
         if dtype is None:
             dtype = "int8" if backend.endswith("-int8") else "float32"
-        from transformers import AutoTokenizer
-
         threads = threads or default_threads()
-        config = _st_config(source)
-        tokenizer = AutoTokenizer.from_pretrained(str(source), local_files_only=True)
-        max_len = int(config.get("max_seq_length") or min(tokenizer.model_max_length, 512))
+        pipeline = TextPipeline.read(source)
         opener = _openvino_runner if backend.startswith("openvino") else _onnx_runner
         run, names = opener(model_file, threads, dtype, max(1, streams))
-        probe = run(_feeds(tokenizer, ["probe"], names, max_len)[0])
-        return cls(
-            tokenizer,
-            run,
-            input_names=names,
-            max_seq_length=max_len,
-            dimension=int(probe.shape[-1]),
-            backend=backend,
-            threads=threads,
-            lower_case=bool(config.get("do_lower_case", False)),
-            dtype=dtype,
-        )
+        model = cls(pipeline, run, input_names=names, backend=backend, threads=threads, dtype=dtype)
+        probe = model(["probe"])  # the first pass compiles; its width checks the graph
+        if probe.shape != (1, pipeline.dimension):
+            raise ConfigError(
+                f"{model_file} answers vectors of shape {probe.shape[1:]}, not the folder's "
+                f"{pipeline.dimension}: export it again (remove {model_file.parent})"
+            )
+        return model
 
     @classmethod
     def load(cls, source: Path, runtime: Runtime, *, gated: bool = True) -> ExportedEmbedder:
         """Export ``source`` for ``runtime.backend`` if not cached, gate it, load it.
 
         Blocks while exporting (once per model and backend; see
-        :func:`~batchserve.engines.export.ensure_exported`) and, for a reduced precision
-        (int8, bfloat16), while its quality gate runs the first time
-        (:func:`~batchserve.engines.gate.gate`; cached after).
+        :func:`~batchserve.engines.export.ensure_exported`) and while its gate runs the
+        first time (:func:`~batchserve.engines.gate.gate_named`; cached after): at float32
+        the edge texts against sentence-transformers (seconds), at a reduced precision
+        (int8, bfloat16) the whole quality gate. The figures are kept as :attr:`gate`.
 
         Args:
             source: the model folder.
             runtime: backend, precision, threads, cache folder.
-            gated: run the quality gate on a reduced precision (``auto`` gates the
-                engines it may choose itself, so it loads them ungated).
+            gated: run the gate (``auto`` gates the engines it may choose itself, so it
+                loads them ungated).
 
         Raises:
             ConfigError: the device is not the CPU, the CPU cannot compute in the
-                precision, or a reduced precision does not keep the meaning (the gate's
-                mean cosine or nearest passage; the message gives the figures). One that
-                keeps it but fails the index-shaped bounds (nearest neighbours, batch
-                invariance: dynamic int8) is served as asked, with a warning that says
-                what it costs.
+                precision, the folder's texts are rendered through a chat template (only
+                torch reproduces it), a float32 engine misses the per-text floor on one of
+                the model's edge texts, or a reduced precision does not keep the meaning
+                (the gate's mean cosine or nearest passage); the message gives the
+                figures. A reduced precision that keeps the meaning but fails the
+                index-shaped bounds (nearest neighbours, batch invariance: dynamic int8)
+                is served as asked, with a warning that says what it costs.
             ImportError: the backend's extra is missing.
         """
         from batchserve.engines.export import ensure_exported
-        from batchserve.engines.gate import gate
+        from batchserve.engines.gate import gate_named
 
         dtype = place_exported(runtime)
         threads = runtime.threads or default_threads()
         workers = default_workers("cpu", threads)
+        if TextPipeline.read(source).renders_messages:
+            raise ConfigError(
+                f"backend {runtime.backend}: sentence-transformers renders {Path(source).name}'s "
+                "texts through its chat template, which only the torch engine reproduces; "
+                "serve it with --backend torch"
+            )
         exported = ensure_exported(Path(source), runtime.backend, runtime.cache_path())
         model = cls.open(
             Path(source),
@@ -254,26 +250,21 @@ class ExportedEmbedder:
             dtype=dtype,
             streams=workers,
         )
-        if gated and dtype != "float32":
-            engine = Engine(runtime.backend, dtype)
-            quality = gate(
-                Path(source), engine, model, runtime.cache_path(), threads=threads, workers=workers
+        if gated:
+            model.gate = gate_named(
+                Path(source),
+                Engine(runtime.backend, dtype),
+                model,
+                runtime.cache_path(),
+                threads=threads,
+                workers=workers,
             )
-            if not quality.servable:
-                raise ConfigError(
-                    f"backend {runtime.backend} at {dtype} failed the quality gate on the "
-                    f"shipped text set ({'; '.join(quality.failures(index=False))}); use "
-                    "float32 or --backend auto"
-                )
-            if not quality.passes:
-                _log.warning(
-                    "backend %s at %s is served as asked, but --backend auto would not "
-                    "choose it: %s",
-                    runtime.backend,
-                    dtype,
-                    "; ".join(quality.failures()),
-                )
         return model
+
+    @property
+    def tokenizer(self) -> Any:
+        """The folder's tokenizer (the pipeline's)."""
+        return self.pipeline.tokenizer
 
     def __call__(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embed ``texts`` in one pass (length-sorted sub-passes); one row per text, in order.
@@ -296,21 +287,25 @@ class ExportedEmbedder:
                 raise TypeError(f"input {i} must be a string, got {type(text).__name__}")
         if not batch:
             return np.zeros((0, self.dimension), dtype=np.float32), []
-        if self._lower:
-            batch = [t.lower() for t in batch]
-        with self._lock:
-            feeds, counts = _feeds(self._tokenizer, batch, self._inputs, self.max_seq_length)
-        vectors = self.passes.run(feeds, counts, self._forward)
-        self._counts.remember(list(texts), counts)
+        features, counts = self.features(batch)
+        vectors = self.passes.run(features, counts, self._forward)
+        self._counts.remember(batch, counts)
         return vectors, counts
 
-    def _forward(self, feeds: dict[str, npt.NDArray[np.int64]]) -> npt.NDArray[np.float32]:
-        # One sub-pass (its rows sliced and columns cut: copied contiguous for the runtime).
-        out = np.asarray(
-            self._run({k: np.ascontiguousarray(v) for k, v in feeds.items()}), dtype=np.float32
-        )
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return np.ascontiguousarray(out / np.maximum(norms, 1e-12), dtype=np.float32)
+    def features(self, texts: Sequence[str]) -> tuple[dict[str, Any], list[int]]:
+        """One pass's features, as the pipeline tokenizes it, and each text's tokens."""
+        features, counts = self.pipeline.tokenize(texts)
+        for name in self._inputs:
+            if name not in features:  # a graph input the tokenizer does not make (token types)
+                features[name] = np.zeros_like(features["input_ids"])
+        return features, counts
+
+    def _forward(self, features: dict[str, Any]) -> npt.NDArray[np.float32]:
+        # One sub-pass (its rows sliced and columns cut: copied contiguous for the runtime);
+        # the graph's token embeddings pooled by the pipeline.
+        feeds = {n: np.ascontiguousarray(features[n]) for n in self._inputs}
+        tokens = np.asarray(self._run(feeds), dtype=np.float32)
+        return self.pipeline.pool(tokens, features)
 
     def statistics(self) -> PassStatistics:
         """What this engine's passes computed (sub-passes, tokens) and the cost it learned."""
@@ -320,36 +315,10 @@ class ExportedEmbedder:
         """About how many tokens ``text`` takes in a pass, before it is tokenized (cheap)."""
         return estimate_tokens(text, self.max_seq_length)
 
+    def untruncated_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Tokens per text before truncation to the window (special tokens included)."""
+        return self.pipeline.untruncated(texts)
+
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Tokens per text as the model sees them (special tokens included, truncated)."""
-        return self._counts.get(texts, self._tokenize_counts)
-
-    def _tokenize_counts(self, texts: list[str]) -> list[int]:
-        if self._lower:
-            texts = [t.lower() for t in texts]
-        with self._lock:
-            enc = self._tokenizer(
-                [t.strip() for t in texts],
-                add_special_tokens=True,
-                truncation=True,
-                max_length=self.max_seq_length,
-            )
-        return [len(ids) for ids in enc["input_ids"]]
-
-
-def _feeds(
-    tokenizer: Any, texts: list[str], names: Sequence[str], max_len: int
-) -> tuple[dict[str, npt.NDArray[np.int64]], list[int]]:
-    enc = tokenizer(
-        [t.strip() for t in texts],
-        padding=True,
-        truncation="longest_first",
-        max_length=max_len,
-        return_tensors="np",
-    )
-    feeds = {n: np.asarray(enc[n], dtype=np.int64) for n in names if n in enc}
-    for n in names:
-        if n not in feeds:  # a graph input the tokenizer does not make (token types)
-            feeds[n] = np.zeros_like(feeds["input_ids"])
-    counts = [int(c) for c in enc["attention_mask"].sum(axis=1)]
-    return feeds, counts
+        return self._counts.get(texts, self.pipeline.count)

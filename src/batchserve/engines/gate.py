@@ -21,7 +21,10 @@ ships with the package (``data/reference-<model hash>-<set hash>.npy``, written 
 paragraphs' part cannot ship, as their text follows the Python version.
 
 The reference engine goes through the gate too, against its own vectors: its figures are
-1 by definition, except its batch invariance, which is measured as any engine's is.
+1 by definition, except its batch invariance, which is measured as any engine's is, and
+its edges: every engine, the reference included, is held to ``SentenceTransformer.encode``
+itself, text by text, on the texts at the model's edges (:mod:`batchserve.engines.edges`;
+cached in the same folder).
 
 A file is written to a temporary name and renamed into place, so a reader never sees half
 of one; two processes that race compute the same thing twice and
@@ -39,21 +42,25 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from batchserve.engines import edges
 from batchserve.engines.export import model_folder, write_atomic, write_cached
 from batchserve.engines.hardware import REFERENCE, Engine
 from batchserve.engines.quality import Embed, Quality, against, all_texts, embed_all, itself
 from batchserve.engines.quality_set import QualitySet, neighbour_paragraphs
 from batchserve.engines.quality_set import load as load_quality_set
 from batchserve.engines.quality_set import read as read_quality_set
+from batchserve.errors import ConfigError
 
 __all__ = [
     "QUALITY_SET_ENV",
     "default_quality_set",
     "gate",
+    "gate_named",
     "reference_vectors",
     "set_digest",
     "write_shipped_reference",
@@ -100,22 +107,21 @@ def reference_vectors(
     *,
     threads: int | None = None,
     workers: int = 1,
+    reference: Embed | None = None,
 ) -> npt.NDArray[np.float32]:
     """The unit embeddings by torch float32 of every text of ``qs``, computed once and cached.
 
     In the order of :func:`~batchserve.engines.quality.all_texts`. Blocks while computing
     a part that is not cached (about a minute of one core for the shipped set, as much for
-    the paragraphs), with ``workers`` passes of ``threads`` threads at once.
+    the paragraphs), with ``workers`` passes of ``threads`` threads at once, by
+    ``reference`` (the torch float32 engine already loaded) or, if None, one loaded here.
     """
     folder = model_folder(source, cache_dir)
     core = dataclasses.replace(qs, neighbours=())
-    parts = [
-        _part(
-            source, folder, all_texts(core), _shipped_reference(folder.name, core), threads, workers
-        )
-    ]
+    shipped = _shipped_reference(folder.name, core)
+    parts = [_part(source, folder, all_texts(core), shipped, threads, workers, reference)]
     if qs.neighbours:
-        parts.append(_part(source, folder, list(qs.neighbours), None, threads, workers))
+        parts.append(_part(source, folder, list(qs.neighbours), None, threads, workers, reference))
     return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
@@ -126,6 +132,7 @@ def _part(
     shipped: Path | None,
     threads: int | None,
     workers: int,
+    reference: Embed | None,
 ) -> npt.NDArray[np.float32]:
     # One part of the reference: the cache's file, else the package's, else computed.
     path = folder / f"reference-{_digest(texts)}.npy"
@@ -138,7 +145,9 @@ def _part(
                 return vectors
         except (OSError, ValueError):
             pass  # missing or damaged: the next, or computed below
-    return _compute_reference(source, texts, path, threads=threads, workers=workers)
+    return _compute_reference(
+        source, texts, path, threads=threads, workers=workers, reference=reference
+    )
 
 
 def _compute_reference(
@@ -149,14 +158,16 @@ def _compute_reference(
     threads: int | None,
     workers: int,
     keep: Callable[[Path, bytes], object] = write_cached,
+    reference: Embed | None = None,
 ) -> npt.NDArray[np.float32]:
-    # torch float32 on the CPU embeds every text; the vectors are saved to path.
-    from batchserve.engines.embeddings import SentenceEmbedder
-    from batchserve.engines.runtime import Runtime
+    # torch float32 embeds every text; the vectors are saved to path.
+    if reference is None:
+        from batchserve.engines.embeddings import SentenceEmbedder
+        from batchserve.engines.runtime import Runtime
 
-    reference = SentenceEmbedder.from_path(
-        source, Runtime(backend="torch", device="cpu", dtype="float32", threads=threads)
-    )
+        reference = SentenceEmbedder.from_path(
+            source, Runtime(backend="torch", device="cpu", dtype="float32", threads=threads)
+        )
     vectors = embed_all(reference, texts, workers=workers)
     buf = io.BytesIO()
     np.save(buf, vectors)
@@ -192,6 +203,7 @@ def gate(
     quality_set: QualitySet | None = None,
     threads: int | None = None,
     workers: int = 1,
+    reference: Embed | None = None,
 ) -> Quality:
     """``engine``'s quality figures (see :mod:`batchserve.engines.quality`), cached.
 
@@ -203,10 +215,12 @@ def gate(
         quality_set: the texts; None takes :func:`default_quality_set`.
         threads: CPU threads of the reference's passes, if it must be computed.
         workers: passes at once (the candidate's and the reference's).
+        reference: the torch float32 engine, if loaded (its vectors, and its library's
+            on the edge texts, are then computed without loading the model again).
 
     Blocks while embedding the set with ``candidate`` (and the reference, the first time):
     for MiniLM on one core, about a minute per engine for the shipped set and the
-    paragraphs (the reference engine: its invariance only, seconds).
+    paragraphs (the reference engine: its invariance and edges only, seconds).
     """
     qs = quality_set if quality_set is not None else default_quality_set()
     digest = set_digest(qs)
@@ -220,14 +234,21 @@ def gate(
             pass  # a damaged file: measured again below
     if engine == REFERENCE:  # against itself: 1 by definition, but for its invariance
         quality = itself(candidate, qs)
+        library = getattr(candidate, "sentence_transformer", None)
     else:
-        ref = reference_vectors(source, cache_dir, qs, threads=threads, workers=workers)
-        quality = against(ref, candidate, qs, workers=workers)
+        ref = reference_vectors(
+            source, cache_dir, qs, threads=threads, workers=workers, reference=reference
+        )
+        quality = against(ref, candidate, qs, workers=workers, precision=engine.dtype)
+        library = getattr(reference, "sentence_transformer", None)
+    quality = dataclasses.replace(
+        quality, edges=edges.check(source, engine, candidate, cache_dir, library=library)
+    )
     write_cached(path, json.dumps(quality.to_dict(), indent=1).encode())
     kept = "-" if quality.nearest_kept is None else f"{quality.nearest_kept:.1%}"
     overlap = "-" if quality.top10_overlap is None else f"{quality.top10_overlap:.3f}"
     _log.warning(
-        "%s quality gate in %.0fs: mean cosine %.4f (min %.4f) over %d texts, nearest "
+        "%s quality gate in %.0fs: mean cosine %.4f (min %.6f) over %d texts, nearest "
         "passage kept for %.1f%% of %d queries, nearest neighbour kept %s and top-10 "
         "overlap %s over %d paragraphs, batch invariance %.6f over %d texts: %s",
         engine,
@@ -245,3 +266,86 @@ def gate(
         "passed" if quality.passes else "FAILED (" + "; ".join(quality.failures()) + ")",
     )
     return quality
+
+
+def gate_named(
+    source: Path,
+    engine: Engine,
+    candidate: Embed,
+    cache_dir: Path,
+    *,
+    threads: int | None = None,
+    workers: int = 1,
+    library: Any = None,
+) -> dict[str, Any]:
+    """The gate of an engine named on purpose (``--backend X``): its figures, or a refusal.
+
+    At float32 (and for torch at any precision) the engine is held to the library on the
+    model's edge texts (:func:`batchserve.engines.edges.check`: seconds, once per model and
+    engine): a float32 engine that misses the floor on one is refused, naming the text and
+    the figure (a float32 vector is never served wrong); a torch half-precision one is
+    served with a warning. An exported engine at a reduced precision goes through the whole
+    gate (:func:`gate`, cached), as before: refused when it loses the meaning, served with a
+    warning when it only fails the index-shaped bounds or the per-text floor.
+
+    Args:
+        source: the model folder.
+        engine: the engine named.
+        candidate: its batch function.
+        cache_dir: the cache folder.
+        threads: CPU threads of the reference's passes, if they must be computed.
+        workers: passes at once.
+        library: a loaded ``SentenceTransformer`` of ``source`` at float32 to hold the
+            engine to (None loads one, the first time).
+
+    Returns:
+        The figures, JSON-ready (what ``/status`` shows as the engine's ``gate``).
+
+    Raises:
+        ConfigError: the engine is refused; the message gives the figures.
+    """
+    if engine.dtype == "float32" or engine.backend == "torch":
+        figures = edges.check(source, engine, candidate, cache_dir, library=library)
+        _log.warning(
+            "%s on %s's edge texts: cosine to sentence-transformers >= %.6f over %d texts "
+            "(worst: %s)",
+            engine,
+            source.name,
+            figures.min_cosine,
+            figures.texts,
+            figures.worst,
+        )
+        if not figures.passes:
+            failed = "; ".join(figures.failures())
+            if engine.dtype == "float32":
+                use = (
+                    "serve it with --backend torch"
+                    if engine.backend != "torch"
+                    else "batchserve's pipeline does not reproduce this folder"
+                )
+                raise ConfigError(
+                    f"backend {engine.backend} at float32 does not give {source.name}'s "
+                    f"vectors ({failed}); {use}"
+                )
+            _log.warning(
+                "backend %s at %s is served as asked, but --backend auto would not choose it: %s",
+                engine.backend,
+                engine.dtype,
+                failed,
+            )
+        return {"edges": figures.to_dict()}
+    quality = gate(source, engine, candidate, cache_dir, threads=threads, workers=workers)
+    if not quality.servable:
+        raise ConfigError(
+            f"backend {engine.backend} at {engine.dtype} failed the quality gate on the "
+            f"shipped text set ({'; '.join(quality.failures(index=False))}); use "
+            "float32 or --backend auto"
+        )
+    if not quality.passes:
+        _log.warning(
+            "backend %s at %s is served as asked, but --backend auto would not choose it: %s",
+            engine.backend,
+            engine.dtype,
+            "; ".join(quality.failures()),
+        )
+    return quality.to_dict()

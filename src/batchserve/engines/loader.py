@@ -30,14 +30,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from batchserve.engines.runtime import Runtime, default_workers
 from batchserve.errors import ConfigError
 from batchserve.models import loader as models_loader
-from batchserve.models.kinds import folder_kind, folder_prompts
+from batchserve.models.kinds import folder_kind
 from batchserve.models.loader import (
     SOURCE_KEYS,
     LoadedModel,
@@ -87,20 +86,21 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
         )
     if found.kind in ("reranker", "classifier"):
         return _load_sequence(spec, path, rt)
-    prompts = folder_prompts(path)
     choice: dict[str, Any] | None = None
     if rt.backend == "auto":
         emb, verdict = choose_engine(path, rt)
         choice = verdict.to_dict()
     else:
         emb = _load_engine(path, rt)
+    pipeline = emb.pipeline
+    prompts = pipeline.prompts
     return LoadedModel(
         spec=spec,
         fn=emb,
         kind="embedding",
         dimension=emb.dimension,
         count_tokens=emb.count_tokens,
-        untruncated_tokens=_untruncated(emb, path),
+        untruncated_tokens=emb.untruncated_tokens,
         max_input_tokens=emb.max_seq_length,
         workers=default_workers(emb.device, emb.threads),
         engine={
@@ -109,11 +109,12 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
             "device": emb.device,
             "threads": emb.threads,
             "choice": choice,
+            "gate": emb.gate,
+            "pipeline": pipeline.describe(),
         },
         prompts=prompts if prompts.prompts else None,
-        # Today's engines scale every vector to unit length; an engine that returns what
-        # the folder's modules return says whether they are (its ``normalized``).
-        normalized=getattr(emb, "normalized", True),
+        pooling=emb.pooling,
+        normalized=emb.normalized,
     )
 
 
@@ -142,22 +143,6 @@ def model_folder(base: str, revision: str | None = None) -> Path:
     if not os.path.isdir(base):
         raise ConfigError(f"no model folder {base!r} here")
     return Path(base)
-
-
-def _untruncated(fn: Any, path: Path) -> Callable[[Sequence[Any]], list[int]] | None:
-    # The engine's own count before truncation; for an engine that has none, the folder's
-    # tokenizer's (engines.window). None when that cannot be read either: the routes then
-    # refuse nothing for its length and report no truncation.
-    own = getattr(fn, "untruncated_tokens", None)
-    if callable(own):
-        return own  # type: ignore[no-any-return]
-    from batchserve.engines.window import FolderTokens
-
-    try:
-        return FolderTokens(path)
-    except (OSError, ValueError) as exc:
-        _log.warning("%s: no tokenizer to count untruncated tokens with (%s)", path, exc)
-        return None
 
 
 def _load_sequence(spec: str, path: Path, rt: Runtime) -> LoadedModel:
@@ -209,7 +194,7 @@ def _gate_sequence(path: Path, fn: Any, rt: Runtime) -> dict[str, Any]:
     )
     verdict = SequenceJudge(fn.kind, load_quality_set()).gate(
         Engine(rt.backend, fn.dtype), fn, reference
-    )
+    )  # at float32: every score within 1e-4, every order and label kept
     _log.warning("%s %s gate: %s", path.name, rt.backend, verdict.summary())
     if not verdict.passed:
         raise ConfigError(
@@ -256,8 +241,16 @@ def _load_engine(path: Path, rt: Runtime, *, gated: bool = True, kind: str = "em
 
         return ExportedEmbedder.load(path, rt, gated=gated)
     from batchserve.engines.embeddings import SentenceEmbedder
+    from batchserve.engines.gate import gate_named
+    from batchserve.engines.hardware import Engine
 
-    return SentenceEmbedder.from_path(path, rt)
+    emb = SentenceEmbedder.from_path(path, rt)
+    if gated:  # held to the library on the edge texts (its own model, at float32)
+        library = emb.sentence_transformer if emb.dtype == "float32" else None
+        emb.gate = gate_named(
+            path, Engine("torch", emb.dtype), emb, rt.cache_path(), library=library
+        )
+    return emb
 
 
 def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[Any, Verdict]:

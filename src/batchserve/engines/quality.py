@@ -7,7 +7,14 @@ batches, compares them with the reference's (torch float32) embeddings of the sa
 and measures:
 
 * **cosine**: of each text's two embeddings (the set's texts and its neighbour paragraphs):
-  their mean and minimum;
+  their mean and minimum, the minimum held to a per-text floor that depends on the
+  engine's precision (:func:`~batchserve.engines.edges.cosine_floor`: 0.9999 at float32,
+  0.999 at half precision; int8 has none), so that one text far off is not hidden by the
+  mean;
+* **the edges**: every engine, the reference too, against ``SentenceTransformer.encode``
+  itself on the texts at the model's edges (past its window, past 512 tokens, spaces
+  around, the empty string, many scripts, each prompt; :mod:`batchserve.engines.edges`),
+  text by text, to the same floor;
 * **retrieval agreement** (QA kept): each query of the retrieval set is ranked against all
   passages by cosine; the fraction of queries whose nearest passage is the same under both;
 * **nearest kept** and **top-10 overlap** on the *neighbours*: many paragraphs on the same
@@ -25,11 +32,13 @@ and measures:
 Two verdicts come out of the figures (:class:`Quality`):
 
 * :attr:`Quality.servable`: the meaning is kept (mean cosine >= :data:`MIN_MEAN_COSINE`,
-  QA kept >= :data:`MIN_RANKING_AGREEMENT`): the floor for serving an engine asked for by
-  name;
+  QA kept >= :data:`MIN_RANKING_AGREEMENT`), and, at float32, every text is within the
+  floor (a float32 vector is never served wrong): the floor for serving an engine asked
+  for by name;
 * :attr:`Quality.passes`: every bound, the index-shaped ones too (nearest kept >=
   :data:`MIN_NEAREST_KEPT`, top-10 overlap >= :data:`MIN_TOP10_OVERLAP`, invariance >=
-  :data:`MIN_INVARIANCE`): what ``--backend auto`` requires of an engine before serving it.
+  :data:`MIN_INVARIANCE`) and every text within the floor: what ``--backend auto``
+  requires of an engine before serving it.
 
 The figures are what ``batchserve profile`` prints beside each engine's cost curve, what
 the ``auto`` verdict's table shows, and what the gate caches so it runs once per model and
@@ -48,6 +57,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from batchserve.engines.edges import Edges, cosine_floor
 from batchserve.engines.quality_set import QualitySet
 
 __all__ = [
@@ -108,6 +118,10 @@ class Quality:
         invariance: the smallest cosine between a text embedded alone and in a batch.
         probes: how many texts the invariance was measured on.
         seconds: what measuring took (the candidate's passes; the reference's excluded).
+        precision: the engine's precision (it sets the per-text floor).
+        worst_text: the start of the text of the smallest cosine.
+        edges: the figures on the model's edge texts against the library (None: not
+            measured).
     """
 
     texts: int
@@ -121,6 +135,14 @@ class Quality:
     invariance: float = 1.0
     probes: int = 0
     seconds: float = 0.0
+    precision: str = "float32"
+    worst_text: str = ""
+    edges: Edges | None = None
+
+    @property
+    def floor(self) -> float | None:
+        """The cosine every text must reach at this precision (None: not bounded)."""
+        return cosine_floor(self.precision)
 
     @property
     def servable(self) -> bool:
@@ -137,9 +159,12 @@ class Quality:
 
         Args:
             index: include the index-shaped bounds (nearest kept, top-10 overlap,
-                invariance); False gives only the meaning's (mean cosine, QA kept).
+                invariance); False gives only the meaning's (mean cosine, QA kept, and at
+                float32 the per-text floor: a float32 engine is never served wrong).
         """
         out = []
+        if self.precision == "float32" or index:
+            out += self._floor_failures()
         if self.mean_cosine < MIN_MEAN_COSINE:
             out.append(
                 f"mean cosine to fp32 must be >= {MIN_MEAN_COSINE}, got {self.mean_cosine:.4f}"
@@ -167,9 +192,26 @@ class Quality:
             )
         return out
 
+    def _floor_failures(self) -> list[str]:
+        out = []
+        floor = self.floor
+        if floor is not None and self.texts and not self.min_cosine >= floor:
+            out.append(
+                f"cosine to torch float32 on every text must be >= {floor}, got "
+                f"{self.min_cosine:.4f} on {self.worst_text!r}"
+            )
+        if self.edges is not None:
+            out += self.edges.failures()
+        return out
+
     def failed_bounds(self) -> list[str]:
         """The short names of the bounds missed (``mean cos``, ``QA``, ``NN``, ...)."""
         names = []
+        floor = self.floor
+        if floor is not None and self.texts and not self.min_cosine >= floor:
+            names.append("min cos")
+        if self.edges is not None and not self.edges.passes:
+            names.append("edges")
         if self.mean_cosine < MIN_MEAN_COSINE:
             names.append("mean cos")
         if self.ranking_agreement < MIN_RANKING_AGREEMENT:
@@ -196,6 +238,10 @@ class Quality:
             "invariance": self.invariance,
             "probes": self.probes,
             "seconds": self.seconds,
+            "precision": self.precision,
+            "floor": self.floor,
+            "worst_text": self.worst_text,
+            "edges": None if self.edges is None else self.edges.to_dict(),
             "servable": self.servable,
             "passes": self.passes,
         }
@@ -208,6 +254,7 @@ class Quality:
             KeyError: a field is missing (a file of an older gate, measured again).
         """
         kept, overlap = data["nearest_kept"], data["top10_overlap"]
+        edges = data["edges"]
         return cls(
             texts=int(data["texts"]),
             mean_cosine=float(data["mean_cosine"]),
@@ -220,6 +267,9 @@ class Quality:
             invariance=float(data["invariance"]),
             probes=int(data["probes"]),
             seconds=float(data["seconds"]),
+            precision=str(data["precision"]),
+            worst_text=str(data["worst_text"]),
+            edges=None if edges is None else Edges.from_dict(edges),
         )
 
 
@@ -373,13 +423,21 @@ def invariance(
     return worst, count
 
 
-def compare(reference: Embed, candidate: Embed, qs: QualitySet, *, batch_size: int = 32) -> Quality:
+def compare(
+    reference: Embed,
+    candidate: Embed,
+    qs: QualitySet,
+    *,
+    batch_size: int = 32,
+    precision: str = "float32",
+) -> Quality:
     """Measure ``candidate`` against ``reference`` on ``qs`` (see the module docstring).
 
-    Blocks while both embed every text (seconds to minutes on a CPU).
+    Blocks while both embed every text (seconds to minutes on a CPU). ``precision`` is the
+    candidate's (it sets the per-text floor).
     """
     ref = embed_all(reference, all_texts(qs), batch_size=batch_size)
-    return against(ref, candidate, qs, batch_size=batch_size)
+    return against(ref, candidate, qs, batch_size=batch_size, precision=precision)
 
 
 def itself(reference: Embed, qs: QualitySet, *, batch_size: int = 32) -> Quality:
@@ -417,6 +475,7 @@ def against(
     *,
     batch_size: int = 32,
     workers: int = 1,
+    precision: str = "float32",
 ) -> Quality:
     """Measure ``candidate`` against the reference's embeddings ``ref`` of :func:`all_texts`.
 
@@ -429,9 +488,11 @@ def against(
         qs: the texts.
         batch_size: texts per pass.
         workers: passes at once.
+        precision: the candidate's precision (it sets the per-text floor).
     """
     start = time.perf_counter()
-    cand = embed_all(candidate, all_texts(qs), batch_size=batch_size, workers=workers)
+    texts = all_texts(qs)
+    cand = embed_all(candidate, texts, batch_size=batch_size, workers=workers)
     n, q, p = len(qs.texts), len(qs.queries), len(qs.passages)
     m = len(qs.neighbours)
     compared = np.r_[0:n, n + q + p : n + q + p + m]
@@ -445,6 +506,7 @@ def against(
     if m:
         kept, overlap = neighbour_agreement(ref[n + q + p :], cand[n + q + p :])
     worst, probes = invariance(candidate, qs.texts, batch_size=batch_size)
+    lowest = texts[int(compared[int(np.argmin(cosines))])] if len(compared) else ""
     return Quality(
         texts=len(compared),
         mean_cosine=float(np.mean(cosines)) if len(compared) else 1.0,
@@ -457,4 +519,6 @@ def against(
         invariance=worst,
         probes=probes,
         seconds=time.perf_counter() - start,
+        precision=precision,
+        worst_text=lowest[:80],
     )

@@ -13,6 +13,13 @@ gate runs the candidate and the torch reference on the shipped quality set
 * **a classifier**: the label (the largest logit) is the reference's for at least
   :data:`MIN_LABEL_KEPT` of the texts.
 
+Beside these rates, a per-item floor that depends on the engine's precision
+(:func:`score_floor`): at float32 every score (a reranker's sigmoid, a classifier's softmax)
+within 1e-4 of the reference's, every query's order kept and every label kept (but between
+items whose reference scores lie within the floor of each other, a tie); at half precision
+the same within 1e-2; int8 is judged by the rates alone (its scores within
+:data:`SCORE_TOLERANCE`). One item far off is not hidden by a rate.
+
 A pure function of the two engines' answers (:func:`gate_sequence`), so the thresholds are
 tested with plain numbers.
 
@@ -37,7 +44,9 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "FLOAT32_SCORE",
     "GATE_QUERIES",
+    "HALF_SCORE",
     "GATE_TEXTS",
     "MIN_LABEL_KEPT",
     "MIN_SPEARMAN",
@@ -47,6 +56,7 @@ __all__ = [
     "SequenceVerdict",
     "gate_sequence",
     "probabilities",
+    "score_floor",
     "score_similarity",
     "spearman",
 ]
@@ -54,8 +64,12 @@ __all__ = [
 MIN_SPEARMAN = 0.99
 MIN_TOP_KEPT = 0.95
 MIN_LABEL_KEPT = 0.99
-#: The largest difference of a reranker's sigmoid score to the reference's that passes.
+#: The largest difference of a reranker's sigmoid score to the reference's that passes int8.
 SCORE_TOLERANCE = 0.05
+#: ... at float32, where the order and every label must be kept too.
+FLOAT32_SCORE = 1e-4
+#: ... at half precision.
+HALF_SCORE = 1e-2
 #: The gate's slice of the quality set for a reranker: these many queries, each against
 #: every passage (a MiniLM-L6 reranker scores them twice in about a minute on one core),
 #: and a classifier's texts.
@@ -63,6 +77,18 @@ GATE_QUERIES = 16
 GATE_TEXTS = 256
 
 Scorer = Callable[[Sequence[Any]], npt.NDArray[np.float32]]
+
+
+def score_floor(dtype: str) -> float | None:
+    """How far an engine in ``dtype`` may move any item's score, its order and label kept.
+
+    None (int8): only the rates and :data:`SCORE_TOLERANCE` bound it.
+    """
+    if dtype == "float32":
+        return FLOAT32_SCORE
+    if dtype.removesuffix("-mixed") in ("float16", "bfloat16"):
+        return HALF_SCORE
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,6 +103,10 @@ class SequenceVerdict:
         max_score_diff: the largest sigmoid score difference (reranker).
         label_kept: share of texts whose label is kept (classifier).
         items: pairs or texts compared.
+        floor: the per-item floor of the engine's precision (:func:`score_floor`; None:
+            int8, bound by the rates alone).
+        order_kept: share of queries whose order is kept, ties within the floor aside
+            (reranker), or of texts whose label is (classifier); None without a floor.
     """
 
     kind: str
@@ -87,6 +117,8 @@ class SequenceVerdict:
     max_score_diff: float | None = None
     label_kept: float | None = None
     items: int = 0
+    floor: float | None = None
+    order_kept: float | None = None
 
     @property
     def passes(self) -> bool:
@@ -100,10 +132,13 @@ class SequenceVerdict:
             names.append("Spearman")
         if self.top_kept is not None and self.top_kept < MIN_TOP_KEPT:
             names.append("top")
-        if self.max_score_diff is not None and self.max_score_diff > SCORE_TOLERANCE:
+        bound = SCORE_TOLERANCE if self.floor is None else self.floor
+        if self.max_score_diff is not None and self.max_score_diff > bound:
             names.append("score")
         if self.label_kept is not None and self.label_kept < MIN_LABEL_KEPT:
             names.append("label")
+        if self.order_kept is not None and self.order_kept < 1.0:
+            names.append("order")
         return names
 
     def to_dict(self) -> dict[str, Any]:
@@ -118,14 +153,20 @@ class SequenceVerdict:
 
     def summary(self) -> str:
         """One line: the figures and the verdict."""
+        bound = SCORE_TOLERANCE if self.floor is None else self.floor
         if self.kind == "reranker":
             figures = (
                 f"Spearman mean {self.spearman_mean:.4f} (>= {MIN_SPEARMAN}), min "
                 f"{self.spearman_min:.4f}, top kept {self.top_kept:.1%} (>= {MIN_TOP_KEPT:.0%}), "
-                f"max score diff {self.max_score_diff:.4f} (<= {SCORE_TOLERANCE})"
+                f"max score diff {self.max_score_diff:.2e} (<= {bound})"
             )
         else:
             figures = f"label kept {self.label_kept:.1%} (>= {MIN_LABEL_KEPT:.0%})"
+            if self.max_score_diff is not None:
+                figures += f", max score diff {self.max_score_diff:.2e} (<= {bound})"
+        if self.order_kept is not None:
+            what = "order" if self.kind == "reranker" else "label"
+            figures += f", every {what} kept: {self.order_kept:.1%}"
         return f"{figures} over {self.items} items: {'pass' if self.passed else 'FAIL'}"
 
 
@@ -148,6 +189,7 @@ def gate_sequence(
     queries: Sequence[str],
     passages: Sequence[str],
     texts: Sequence[str],
+    dtype: str = "int8",
 ) -> SequenceVerdict:
     """Compare ``candidate`` with ``reference`` as a user's ranking or labels would.
 
@@ -158,30 +200,64 @@ def gate_sequence(
         queries: a reranker's queries.
         passages: the passages ranked for each query.
         texts: a classifier's texts.
+        dtype: the candidate's precision: it sets the per-item floor (:func:`score_floor`).
     """
+    floor = score_floor(dtype)
     if kind == "reranker":
         pairs = [(q, p) for q in queries for p in passages]
         ref = np.asarray(reference(pairs), dtype=np.float64)[:, 0].reshape(len(queries), -1)
         got = np.asarray(candidate(pairs), dtype=np.float64)[:, 0].reshape(len(queries), -1)
         rhos = [spearman(r, g) for r, g in zip(ref, got, strict=True)]
         top = float(np.mean(np.argmax(ref, axis=1) == np.argmax(got, axis=1)))
-        diff = float(np.max(np.abs(1 / (1 + np.exp(-ref)) - 1 / (1 + np.exp(-got)))))
+        p_ref, p_got = probabilities(kind, ref), probabilities(kind, got)
+        diff = float(np.max(np.abs(p_ref - p_got)))
         mean = float(np.mean(rhos))
-        return SequenceVerdict(
+        order = None if floor is None else _order_kept(p_ref, p_got, floor)
+        verdict = SequenceVerdict(
             kind=kind,
-            passed=mean >= MIN_SPEARMAN and top >= MIN_TOP_KEPT and diff <= SCORE_TOLERANCE,
+            passed=False,
             spearman_mean=mean,
             spearman_min=float(np.min(rhos)),
             top_kept=top,
             max_score_diff=diff,
             items=len(pairs),
+            floor=floor,
+            order_kept=order,
         )
-    ref_labels = np.argmax(np.asarray(reference(list(texts))), axis=1)
-    got_labels = np.argmax(np.asarray(candidate(list(texts))), axis=1)
-    kept = float(np.mean(ref_labels == got_labels))
-    return SequenceVerdict(
-        kind=kind, passed=kept >= MIN_LABEL_KEPT, label_kept=kept, items=len(texts)
+        return dataclasses.replace(verdict, passed=not verdict.failed_bounds())
+    ref_p = probabilities(kind, np.asarray(reference(list(texts))))
+    got_p = probabilities(kind, np.asarray(candidate(list(texts))))
+    kept = float(np.mean(np.argmax(ref_p, axis=1) == np.argmax(got_p, axis=1)))
+    verdict = SequenceVerdict(
+        kind=kind,
+        passed=False,
+        label_kept=kept,
+        items=len(texts),
+        max_score_diff=None if floor is None else float(np.max(np.abs(ref_p - got_p))),
+        floor=floor,
+        order_kept=None if floor is None else _labels_kept(ref_p, got_p, floor),
     )
+    return dataclasses.replace(verdict, passed=not verdict.failed_bounds())
+
+
+def _order_kept(ref: npt.NDArray[Any], got: npt.NDArray[Any], floor: float) -> float:
+    # The share of queries (rows) whose passages keep their order, but for pairs whose
+    # reference scores lie within the floor of each other (a tie the floor allows to flip).
+    kept = 0
+    for r, g in zip(ref, got, strict=True):
+        apart = (r[:, None] - r[None, :]) > floor
+        flipped = apart & (g[:, None] <= g[None, :])
+        kept += not bool(flipped.any())
+    return kept / len(ref) if len(ref) else 1.0
+
+
+def _labels_kept(ref: npt.NDArray[Any], got: npt.NDArray[Any], floor: float) -> float:
+    # The share of texts whose label is kept, but for those whose two best reference
+    # probabilities lie within the floor of each other (a tie).
+    top2 = np.sort(ref, axis=1)[:, -2:] if ref.shape[1] > 1 else np.zeros((len(ref), 2))
+    tie = (top2[:, 1] - top2[:, 0]) <= floor
+    same = np.argmax(ref, axis=1) == np.argmax(got, axis=1)
+    return float(np.mean(same | tie)) if len(ref) else 1.0
 
 
 def probabilities(kind: str, logits: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
@@ -293,4 +369,5 @@ class SequenceJudge:
             queries=qs.queries[:GATE_QUERIES],
             passages=qs.passages,
             texts=qs.texts[:GATE_TEXTS],
+            dtype=engine.dtype,
         )

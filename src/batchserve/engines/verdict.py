@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from batchserve.engines.edges import FLOAT32_FLOOR, HALF_FLOOR
 from batchserve.engines.hardware import REFERENCE, Engine
 from batchserve.engines.quality import (
     MIN_INVARIANCE,
@@ -30,8 +31,9 @@ from batchserve.engines.ranking_gate import SequenceVerdict
 __all__ = ["BUSY_SHARE", "FORMAT", "Figures", "Trial", "Verdict", "gate_order", "pick"]
 
 #: Format of the cached verdict; a file of another format is measured again (3: timed on
-#: the reference manual's paragraphs, each engine in sub-passes).
-FORMAT = 3
+#: the reference manual's paragraphs, each engine in sub-passes; 4: a per-text floor and
+#: the edge texts against the library).
+FORMAT = 4
 #: Below this share of the CPU the timed passes asked for, other work held the cores while
 #: the engines were timed, and the verdict says so (its rates, and so its choice, may not
 #: be what a quiet machine gives). Measured on a 2-core EPYC, two 1-thread workers: MiniLM
@@ -229,6 +231,8 @@ class Verdict:
             lines.append(f"{name:24} {t.items_per_s:8.1f} {up} {figures}  {_verdict(t)}")
         if sequence:
             from batchserve.engines.ranking_gate import (
+                FLOAT32_SCORE,
+                HALF_SCORE,
                 MIN_LABEL_KEPT,
                 MIN_SPEARMAN,
                 MIN_TOP_KEPT,
@@ -238,8 +242,10 @@ class Verdict:
             lines += [
                 "* served. Gated against torch/float32 (engines slower than it are not): a "
                 f"reranker's Spearman >= {MIN_SPEARMAN},",
-                f"  top passage kept >= {MIN_TOP_KEPT:.0%} and scores within {SCORE_TOLERANCE}; "
-                f"a classifier's label kept >= {MIN_LABEL_KEPT:.0%};",
+                f"  top passage kept >= {MIN_TOP_KEPT:.0%}; a classifier's label kept >= "
+                f"{MIN_LABEL_KEPT:.0%}; every score within {FLOAT32_SCORE} at float32",
+                f"  ({HALF_SCORE} at half precision, {SCORE_TOLERANCE} at int8), every order and "
+                "label kept but for ties within it;",
                 f"  and an item's score alone vs in a batch: 1 - its change >= {MIN_INVARIANCE}"
                 " (invariant).",
             ]
@@ -250,8 +256,11 @@ class Verdict:
             f"  nearest passage kept for >= {MIN_RANKING_AGREEMENT:.0%} of queries (QA kept), "
             f"each paragraph's nearest kept for",
             f"  >= {MIN_NEAREST_KEPT:.0%} (NN kept), its {TOP_K} nearest overlapping >= "
-            f"{MIN_TOP10_OVERLAP} (top-10), and a text's vector",
-            f"  alone vs in a batch >= {MIN_INVARIANCE} (invariant).",
+            f"{MIN_TOP10_OVERLAP} (top-10), a text's vector",
+            f"  alone vs in a batch >= {MIN_INVARIANCE} (invariant); every text's cosine "
+            f"(min cos) >= {FLOAT32_FLOOR} at float32,",
+            f"  {HALF_FLOOR} at half precision, and on each text at the model's edges to "
+            "sentence-transformers itself (edges).",
         ]
         return "\n".join(lines)
 
@@ -306,7 +315,8 @@ class Verdict:
 
 
 _EMBEDDING_HEAD = (
-    f"{'mean cos':>8} {'min cos':>8} {'QA kept':>7} {'NN kept':>7} {'top-10':>6} {'invariant':>9}"
+    f"{'mean cos':>8} {'min cos':>8} {'QA kept':>7} {'NN kept':>7} {'top-10':>6} "
+    f"{'edges':>8} {'invariant':>9}"
 )
 _SEQUENCE_HEAD = f"{'Spearman':>8} {'top kept':>8} {'score':>7} {'label':>7} {'invariant':>9}"
 
@@ -330,12 +340,13 @@ def _figures(t: Trial) -> str:
     q = t.quality
     if not isinstance(q, Quality):
         screened = f"{t.invariance:9.6f}" if t.invariance is not None else f"{'-':>9}"
-        return f"{'-':>8} {'-':>8} {'-':>7} {'-':>7} {'-':>6} {screened}"
+        return f"{'-':>8} {'-':>8} {'-':>7} {'-':>7} {'-':>6} {'-':>8} {screened}"
     qa = f"{q.ranking_agreement:7.1%}" if q.queries else f"{'-':>7}"
     kept = f"{q.nearest_kept:7.1%}" if q.nearest_kept is not None else f"{'-':>7}"
     overlap = f"{q.top10_overlap:6.3f}" if q.top10_overlap is not None else f"{'-':>6}"
     invariant = f"{q.invariance:9.6f}" if q.probes else f"{'-':>9}"
-    return f"{q.mean_cosine:8.4f} {q.min_cosine:8.4f} {qa} {kept} {overlap} {invariant}"
+    edges = f"{q.edges.min_cosine:8.6f}" if q.edges is not None else f"{'-':>8}"
+    return f"{q.mean_cosine:8.4f} {q.min_cosine:8.4f} {qa} {kept} {overlap} {edges} {invariant}"
 
 
 def _verdict(t: Trial) -> str:

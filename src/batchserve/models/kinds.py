@@ -67,11 +67,13 @@ __all__ = [
     "SERVES",
     "FolderKind",
     "Kind",
+    "PromptedText",
     "Prompts",
     "apply_prompt",
     "folder_kind",
     "folder_prompts",
     "item_of",
+    "prompt_of",
     "wrong_kind",
 ]
 
@@ -353,10 +355,47 @@ def folder_prompts(path: str | Path) -> Prompts:
     return Prompts(prompts=prompts, default=default)
 
 
+class PromptedText(str):
+    """A text with a prompt prepended: the joined string, which still knows its two parts.
+
+    It is a ``str`` (the prompt, then the text), so everything that reads an embedder's
+    items (token counts, estimates, the batcher) reads it as the text the model sees; an
+    engine reads :attr:`prompt` to keep the prompt's tokens out of the pooling where the
+    folder says so (``include_prompt: false``), as ``SentenceTransformer.encode(...,
+    prompt_name=...)`` does.
+
+    Attributes:
+        prompt: the prompt (never empty: an empty prompt is no prompt).
+        text: the text as the caller sent it.
+    """
+
+    prompt: str
+    text: str
+
+    def __new__(cls, prompt: str, text: str) -> PromptedText:
+        """``prompt + text``, knowing both."""
+        obj = super().__new__(cls, prompt + text)
+        obj.prompt = prompt
+        obj.text = text
+        return obj
+
+    def __getnewargs__(self) -> tuple[str, str]:  # type: ignore[override]
+        return self.prompt, self.text
+
+
+def prompt_of(item: object) -> str | None:
+    """The prompt ``item`` was given (a :class:`PromptedText`'s), else None."""
+    return item.prompt if isinstance(item, PromptedText) else None
+
+
 def apply_prompt(
     texts: list[str], prompts: Prompts | None, name: str | None, field: str = "prompt_name"
 ) -> list[str]:
     """``texts`` with the prompt ``name`` (or the default, if None) prepended.
+
+    Each prompted text is a :class:`PromptedText` (the joined string, knowing its prompt);
+    an empty prompt (sentence-transformers saves ``"document": ""``) leaves the texts as
+    they are, as ``encode`` does.
 
     Args:
         texts: the inputs.
@@ -379,7 +418,9 @@ def apply_prompt(
     if prompt is None:
         known = ", ".join(sorted(prompts.prompts)) or "none"
         raise KeyError(f"{field} {name!r} is not known: this model defines {known}")
-    return [prompt + t for t in texts]
+    if not prompt:
+        return texts
+    return [PromptedText(prompt, t) for t in texts]
 
 
 def wrong_kind(name: str, kind: str, route: str) -> str:

@@ -111,10 +111,13 @@ class LoadedModel:
         labels: a reranker's or classifier's label per logit, in order (``id2label``).
         prompts: an embedding model's named prompts and its default (a folder's
             ``config_sentence_transformers.json``); None: it defines none.
+        pooling: an embedding model's pooling as its folder states it (``mean``, ``cls``,
+            ``max``, ``lasttoken``, ``weightedmean``, ``mean_sqrt_len_tokens``; several
+            joined by ``+``); None: not known.
         normalized: whether an embedding model's vectors are unit length as it returns
-            them (a folder ending in a ``Normalize`` module, the synthetic model); None: not
-            known. A route asked for unit vectors (TEI's ``normalize``, the default) scales
-            only those not known to be.
+            them (a folder ending in a ``Normalize`` module, the synthetic model); None:
+            not known. A route asked for unit vectors (TEI's ``normalize``, the default)
+            scales only those not known to be.
     """
 
     spec: str
@@ -129,6 +132,7 @@ class LoadedModel:
     engine: dict[str, Any] | None = None
     labels: tuple[str, ...] = ()
     prompts: Prompts | None = None
+    pooling: str | None = None
     normalized: bool | None = None
 
 
@@ -277,7 +281,9 @@ def describe(spec: str, fn: BatchFn) -> LoadedModel:
     """What the protocols need to know of the model object ``fn``, read from its attributes.
 
     An object declares itself an embedding model with ``kind = "embedding"`` and an integer
-    ``dimension`` (a ``SentenceEmbedder`` qualifies); anything else is generic. One that
+    ``dimension`` (a ``SentenceEmbedder`` qualifies; it may state ``max_seq_length``,
+    ``pooling`` and ``normalized``, see :class:`~batchserve.models.base.EmbeddingEngine`);
+    anything else is generic. One that
     states its cost (``initial_cost``, a :class:`~batchserve.config.CostEstimate`) is not
     warmed up to measure it. An embedding model may also say how it counts tokens
     (``count_tokens``, ``untruncated_tokens``, ``max_seq_length``) and that its vectors are
@@ -294,6 +300,7 @@ def describe(spec: str, fn: BatchFn) -> LoadedModel:
         return LoadedModel(spec=spec, fn=fn, initial_cost=initial_cost)
     max_tokens = getattr(fn, "max_seq_length", None)
     untruncated = getattr(fn, "untruncated_tokens", None)
+    pooling = getattr(fn, "pooling", None)
     normalized = getattr(fn, "normalized", None)
     return LoadedModel(
         spec=spec,
@@ -304,6 +311,7 @@ def describe(spec: str, fn: BatchFn) -> LoadedModel:
         untruncated_tokens=untruncated if callable(untruncated) else None,
         max_input_tokens=max_tokens if isinstance(max_tokens, int) else None,
         initial_cost=initial_cost,
+        pooling=pooling if isinstance(pooling, str) else None,
         normalized=normalized if isinstance(normalized, bool) else None,
     )
 

@@ -472,8 +472,18 @@ def choose_root(data: Any, kind: str) -> Task:
 # -- GET /info ----------------------------------------------------------------------------
 
 
+#: TEI's names for the pooling modes it shares with sentence-transformers.
+_TEI_POOLING = {"lasttoken": "last_token"}
+
+
 def info(model: ServedModel, limits: RequestLimits) -> dict[str, Any]:
-    """TEI's ``/info`` for ``model``."""
+    """TEI's ``/info`` for ``model``.
+
+    ``model_type.embedding.pooling`` is the folder's own pooling (TEI's ``cls``, ``mean``,
+    ``last_token``; sentence-transformers' ``max``, ``weightedmean``,
+    ``mean_sqrt_len_tokens`` by their names; ``mean`` for a model that states none) and
+    ``max_input_length`` its window.
+    """
     loaded = model.loaded
     kind = loaded.kind if loaded is not None else "embedding"
     labels = loaded.labels if loaded is not None else ()
@@ -486,7 +496,9 @@ def info(model: ServedModel, limits: RequestLimits) -> dict[str, Any]:
             }
         }
     else:
-        model_type = {"embedding": {"pooling": "mean"}}
+        pooling = (loaded.pooling if loaded is not None else None) or "mean"
+        # TEI spells last-token pooling ``last_token``; the other modes keep their names.
+        model_type = {"embedding": {"pooling": _TEI_POOLING.get(pooling, pooling)}}
     engine = (loaded.engine if loaded is not None else None) or {}
     config = model.config
     return {
