@@ -41,7 +41,8 @@ class Spec:
     Attributes:
         name: the folder's name.
         family: ``bert``, ``distilbert``, ``roberta``, ``xlmr``, ``mpnet``, ``modernbert``,
-            ``qwen2``, ``qwen3`` or ``qwen2-causal`` (a ``Qwen2ForCausalLM`` checkpoint).
+            ``qwen2`` or ``qwen3`` (a decoder's base model; a bare ``...ForCausalLM`` is refused
+            at start, ``tests/models/test_kinds.py``).
         layout: ``st6`` (``SentenceTransformer.save``), ``legacy`` (files as versions 2 to 5
             wrote them) or ``bare`` (``save_pretrained`` alone).
         pooling: the pooling mode (``bare``: what sentence-transformers picks).
@@ -96,7 +97,7 @@ ZOO: tuple[Spec, ...] = (
          prompts=_QUERY, default_prompt="query", normalize=False, window=1024),
     Spec(name="bert-instructor-legacy", family="bert", layout="legacy",
          pooling="mean_sqrt_len_tokens", include_prompt=False, prompts=_QUERY, window=96),
-    Spec(name="qwen2-causal-bare", family="qwen2-causal", layout="bare", window=2048),
+    Spec(name="qwen2-bare", family="qwen2", layout="bare", window=2048),
 )  # fmt: skip
 
 
@@ -288,9 +289,7 @@ def model_of(spec: Spec, tokenizer: Any) -> Any:
             "pad_token_id": None}  # fmt: skip
     if family == "qwen3":
         return tf.Qwen3Model(tf.Qwen3Config(head_dim=16, **qwen))
-    if family == "qwen2":
-        return tf.Qwen2Model(tf.Qwen2Config(**qwen))
-    return tf.Qwen2ForCausalLM(tf.Qwen2Config(**qwen))
+    return tf.Qwen2Model(tf.Qwen2Config(**qwen))
 
 
 def build(spec: Spec, root: Path) -> Path:

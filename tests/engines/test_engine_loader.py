@@ -52,6 +52,9 @@ def test_the_specs_options_override_the_runtime_given(
         def count_tokens(self, texts: list[str]) -> list[int]:
             return [len(t) for t in texts]
 
+        def untruncated_tokens(self, texts: list[str]) -> list[int]:
+            return [len(t) for t in texts]
+
     def fake_load(path: Path, rt: Runtime, *, gated: bool = True) -> Fake:
         assert path == tmp_path
         seen.append(rt)

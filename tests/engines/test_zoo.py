@@ -54,8 +54,8 @@ def engines() -> list[tuple[str, str]]:
 
 
 def expected_pooling(spec: Spec) -> str:
-    if spec.layout == "bare":  # what sentence-transformers builds for a bare folder
-        return "lasttoken" if spec.family == "qwen2-causal" else "mean"
+    if spec.layout == "bare":  # what sentence-transformers builds for a bare base model
+        return "mean"
     return spec.pooling
 
 
