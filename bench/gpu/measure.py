@@ -66,6 +66,7 @@ from batchserve.config import BatchConfig, CostEstimate
 from batchserve.loadgen.texts import reference_paragraphs
 from batchserve.sim import simulate
 from batchserve.subpasses import PassCost, PassCostModel, Shape
+from batchserve_testing.bench import load_report, start_load
 from batchserve_testing.harness import Server
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -516,48 +517,22 @@ def drive(
     seconds: float,
 ) -> dict[str, Any]:
     """``batchserve load`` at ``rate`` requests/s, split evenly over ``urls``; summed figures."""
-    procs = []
-    for url in urls:
-        argv = [
-            sys.executable,
-            "-m",
-            "batchserve",
-            "load",
+    procs = [
+        start_load(
             url,
-            "--model",
-            name,
-            "--texts",
-            str(texts_file),
-            "--inputs",
-            str(inputs),
-            "--rate",
-            f"{rate / len(urls):.1f}",
-            "--duration",
-            f"{seconds:g}s",
-            "--timeout",
-            f"{DEADLINE_S:g}s",
-            "--processes",
-            "auto",
-            "--json",
-            "--quiet",
-        ]
-        procs.append(
-            subprocess.Popen(
-                argv,
-                cwd=ROOT,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env={**os.environ, "HF_HUB_OFFLINE": "1"},
-            )
+            {
+                "model": name,
+                "texts": texts_file,
+                "inputs": inputs,
+                "rate": f"{rate / len(urls):.1f}",
+                "duration": f"{seconds:g}s",
+                "timeout": f"{DEADLINE_S:g}s",
+                "processes": "auto",
+            },
         )
-    reports = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=seconds + 120)
-        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-        if not lines:
-            raise RuntimeError(f"the load generator exited {proc.returncode}: {err[-1500:]}")
-        reports.append(json.loads(lines[-1]))
+        for url in urls
+    ]
+    reports = [load_report(proc, seconds + 120) for proc in procs]
     ok = sum(r["ok"] for r in reports)
     sent = sum(r["sent"] for r in reports)
     p50 = statistics.median(r["p50_ms"] for r in reports)
@@ -1093,8 +1068,8 @@ def _gate_word(trial: dict[str, Any]) -> str:
     return "passed the gate" if gated else "failed the gate"
 
 
-def write(run: Run) -> None:
-    """Every file, from what the run measured so far."""
+def write(run: Run, *, raw_too: bool = True) -> None:
+    """Every file, from what the run measured so far (the raw one too, unless not)."""
     run.out.mkdir(parents=True, exist_ok=True)
     date = run.date
     for name, (title, columns) in TABLES.items():
@@ -1112,6 +1087,8 @@ def write(run: Run) -> None:
             "skipped": run.skipped,
         }
         (run.out / f"{name}.json").write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    if not raw_too:
+        return
     raw = {
         **run.raw,
         "command": run.command,
@@ -1204,7 +1181,7 @@ def merge(raws: Sequence[pathlib.Path], out: pathlib.Path) -> int:
         skipped=list(runs[-1].get("skipped", [])),
         date=str(runs[0]["date"]),
     )
-    write(run)
+    write(run, raw_too=False)  # the raw figures are the runs' own files
     print(table(run), flush=True)
     return 0
 

@@ -39,7 +39,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 import urllib.request
@@ -53,7 +52,7 @@ from batchserve.models.token_counts import estimate_tokens
 from batchserve.sim import simulate
 from batchserve.subpasses import PassCost, PassCostModel, Shape, plan, predict_s, shape
 from batchserve.workload.arrivals import arrival_times
-from batchserve_testing.bench import batchserve
+from batchserve_testing.bench import batchserve, load_report, start_load
 
 #: This script's folder (the server imports the stand-in model from it), the repository,
 #: and where the texts the generator sends are written.
@@ -209,47 +208,21 @@ class Load:
 def drive(url: str, load: Load, seed: int, texts: Path, arrivals: str) -> dict[str, Any]:
     """One ``batchserve load`` run (this Python, the OpenAI API, one text a request, the
     texts in order); its JSON summary."""
-    argv = [
-        sys.executable,
-        "-m",
-        "batchserve",
-        "load",
+    proc = start_load(
         url,
-        "--api",
-        "openai",
-        "--model",
-        MODEL_NAME,
-        "--texts",
-        str(texts),
-        "--arrivals",
-        arrivals,
-        "--rate",
-        f"{load.rate:g}",
-        "--duration",
-        f"{load.duration_s:g}s",
-        "--timeout",
-        f"{load.deadline_ms:g}ms",
-        "--client-timeout",
-        f"{load.deadline_ms:g}ms",
-        "--seed",
-        str(seed),
-        "--json",
-        "--quiet",
-    ]
-    res = subprocess.run(
-        argv,
-        cwd=ROOT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        capture_output=True,
-        text=True,
-        timeout=load.duration_s + 120,
-        check=False,
+        {
+            "api": "openai",
+            "model": MODEL_NAME,
+            "texts": texts,
+            "arrivals": arrivals,
+            "rate": f"{load.rate:g}",
+            "duration": f"{load.duration_s:g}s",
+            "timeout": f"{load.deadline_ms:g}ms",
+            "client_timeout": f"{load.deadline_ms:g}ms",
+            "seed": seed,
+        },
     )
-    for line in reversed(res.stdout.strip().splitlines()):
-        if line.startswith("{"):
-            summary: dict[str, Any] = json.loads(line)
-            return summary
-    raise RuntimeError(f"the generator exited {res.returncode}: {res.stderr[-2000:]}")
+    return load_report(proc, load.duration_s + 120)
 
 
 def status(url: str) -> dict[str, Any]:

@@ -6,7 +6,8 @@
   app under other ASGI servers), until the block ends; :func:`running` starts one of the
   request path's contenders (:data:`CONTENDERS`, :data:`OTEL_CONTENDERS`) that way;
 * :func:`wrk`: the closed-loop client (Debian's ``wrk``); the project's open-loop load
-  generator is :func:`batchserve.loadgen.run_load` (or ``batchserve load``);
+  generator is :func:`batchserve.loadgen.run_load` in process, or ``batchserve load`` in
+  processes of its own: :func:`start_load` starts one, :func:`load_report` reads its JSON;
 * :func:`free_port`, :func:`cpu_s`, :func:`process_cpu_s`: from :mod:`batchserve_testing`,
   which the tests use too (nothing here imports from ``tests/``).
 
@@ -19,6 +20,7 @@ The apps the contenders serve (the yardstick, the RSGI app, the null app) are in
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pathlib
 import re
@@ -28,7 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from batchserve_testing.process import children, cpu_s, free_port, process_cpu_s
 
@@ -47,10 +49,12 @@ __all__ = [
     "children",
     "contender",
     "cpu_s",
+    "load_report",
     "free_port",
     "process_cpu_s",
     "running",
     "serving",
+    "start_load",
     "wrk",
 ]
 
@@ -112,6 +116,39 @@ def batchserve(flags: list[str], *, env: dict[str, str] | None = None) -> Iterat
         )
     finally:
         _stop(proc, 30)
+
+
+def start_load(url: str, flags: dict[str, object]) -> subprocess.Popen[str]:
+    """``batchserve load URL --FLAG VALUE ... --json --quiet`` with this Python, started.
+
+    ``flags`` maps a flag's name without its dashes (``client_timeout`` for
+    ``--client-timeout``) to its value. Read its figures with :func:`load_report`.
+    """
+    argv = [sys.executable, "-m", "batchserve", "load", url]
+    for key, value in flags.items():
+        argv += ["--" + key.replace("_", "-"), str(value)]
+    return subprocess.Popen(
+        [*argv, "--json", "--quiet"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **_ENV},
+    )
+
+
+def load_report(proc: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
+    """The JSON summary a :func:`start_load` run prints, once it ends (``timeout_s`` at most).
+
+    Raises:
+        RuntimeError: it printed none (its exit status and the end of its stderr say why).
+    """
+    out, err = proc.communicate(timeout=timeout_s)
+    for line in reversed(out.strip().splitlines()):
+        if line.startswith("{"):
+            report: dict[str, Any] = json.loads(line)
+            return report
+    raise RuntimeError(f"the load generator exited {proc.returncode}: {err[-2000:]}")
 
 
 @contextlib.contextmanager
