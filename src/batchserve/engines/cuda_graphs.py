@@ -157,9 +157,9 @@ class GraphedPasses:
 
     Args:
         step: the pass to capture (static buffers in, one row per item out).
-        eager: the engine's own forward of one sub-pass (features on the CPU, a float32
-            row per item out): what runs when no graph does, and what a capture is checked
-            against.
+        eager: the engine's own forward of one sub-pass (features on the CPU, the step's
+            output for those items out, as float32 on the CPU): what runs when no graph
+            does, and what a capture is checked against.
         device: the torch device the buffers live on.
         check: whether a capture's rows agree with the eager ones (:func:`cosine_within`,
             :func:`logits_within`).
@@ -207,7 +207,7 @@ class GraphedPasses:
         return None if items is None or tokens is None else (items, tokens)
 
     def __call__(self, features: Mapping[str, Any]) -> npt.NDArray[np.float32]:
-        """One sub-pass (features on the CPU, items x width): a float32 row per item."""
+        """One sub-pass (features on the CPU, items x width): its items' rows, float32."""
         n, width = features["attention_mask"].shape
         bucket = None if self.off_reason is not None else self.bucket(int(n), int(width))
         with self._lock:
