@@ -21,12 +21,8 @@ pytest.importorskip("sentence_transformers")
 import torch
 from sentence_transformers.sentence_transformer import modules
 
-from batchserve.engines.pipeline import (
-    POOLING_MODES,
-    DenseLayer,
-    TextPipeline,
-    prompt_mask,
-)
+from batchserve.engines.pipeline import TextPipeline
+from batchserve.engines.pooling import POOLING_MODES, DenseLayer, prompt_mask
 from batchserve.errors import ConfigError
 from batchserve.models.kinds import PromptedText, Prompts, apply_prompt
 from engine_fixtures import Zoo

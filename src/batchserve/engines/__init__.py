@@ -26,6 +26,8 @@ vocabulary; the drivers and the outer layers import it; the core never does.
   engine's, on the shipped quality set (``data/``), and the gate that refuses one too far.
 * :mod:`~batchserve.engines.pipeline`: a model folder read once, as sentence-transformers
   reads it: how every engine tokenizes a text and pools its token embeddings.
+* :mod:`~batchserve.engines.pooling`: the pooling, ``Dense`` and ``Normalize`` arithmetic
+  the pipeline runs, in numpy.
 * :mod:`~batchserve.engines.edges`: the texts at a model's edges, and every engine held to
   ``SentenceTransformer.encode`` on each of them.
 * :mod:`~batchserve.engines.embeddings`: the PyTorch engine (sentence-transformers);

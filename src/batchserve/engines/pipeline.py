@@ -42,7 +42,8 @@ What is read, and from where:
   of several prompts and none.
 * **pooling** (``cls``, ``max``, ``mean``, ``mean_sqrt_len_tokens``, ``weightedmean``,
   ``lasttoken``, or several concatenated), then each ``Dense`` (its weights and activation
-  as sentence-transformers loads them), then ``Normalize``: computed here in numpy
+  as sentence-transformers loads them), then ``Normalize``: computed in numpy
+  (:mod:`~batchserve.engines.pooling`)
   (float32) from the token embeddings, exactly as the library's padded pooling computes
   them, so every pooling mode, every projection and the normalization are one code for
   every engine. An engine returns what the folder's modules return: unit vectors only
@@ -66,28 +67,29 @@ import importlib.metadata
 import json
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
+from batchserve.engines.pooling import (
+    POOLING_MODES,
+    DenseLayer,
+    activation_name,
+    pool,
+    prompt_mask,
+)
 from batchserve.errors import ConfigError
 from batchserve.models.kinds import Prompts, folder_prompts, prompt_of
 
 __all__ = [
     "EXTRA_HINT",
     "MODEL_INPUTS",
-    "POOLING_MODES",
     "STRIPS",
-    "DenseLayer",
     "TextPipeline",
-    "prompt_mask",
 ]
 
-#: The pooling modes sentence-transformers knows, in its order of concatenation.
-POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 #: The features a transformer reads; the rest of a pass's features are the pipeline's own.
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 #: The transformer's configuration file, under each name sentence-transformers has read.
@@ -122,90 +124,6 @@ STRIPS = _library_major() < 6
 _Array = npt.NDArray[Any]
 #: A library's own ``preprocess(texts, prompt=...)``, for the folders it must tokenize.
 Preprocess = Callable[..., dict[str, Any]]
-
-
-def _activation(module: Any) -> str:
-    # The activation sentence-transformers loaded for a Dense module, as a name numpy runs.
-    import torch
-
-    names = {
-        torch.nn.Tanh: "tanh",
-        torch.nn.Identity: "identity",
-        torch.nn.ReLU: "relu",
-        torch.nn.Sigmoid: "sigmoid",
-        torch.nn.SiLU: "silu",
-    }
-    for cls, name in names.items():
-        if type(module) is cls:
-            return name
-    if type(module) is torch.nn.GELU:
-        return "gelu_tanh" if module.approximate == "tanh" else "gelu"
-    raise ConfigError(
-        f"the Dense module's activation {type(module).__name__} is not one batchserve runs "
-        "(Tanh, Identity, ReLU, GELU, Sigmoid, SiLU)"
-    )
-
-
-def _activate(name: str, x: _Array) -> _Array:
-    if name == "tanh":
-        return np.tanh(x)
-    if name == "relu":
-        return np.maximum(x, 0)
-    if name == "sigmoid":
-        return 1.0 / (1.0 + np.exp(-x))
-    if name == "silu":
-        return x / (1.0 + np.exp(-x))
-    if name == "gelu":
-        from math import sqrt
-
-        erf = np.vectorize(_erf, otypes=[np.float64])
-        return np.asarray(0.5 * x * (1.0 + erf(x / sqrt(2.0))), dtype=np.float32)
-    if name == "gelu_tanh":
-        inner = np.tanh(0.7978845608028654 * (x + 0.044715 * x**3))
-        return np.asarray(0.5 * x * (1.0 + inner), dtype=np.float32)
-    return x
-
-
-def _erf(v: float) -> float:
-    from math import erf
-
-    return erf(v)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DenseLayer:
-    """A ``Dense`` module as numpy runs it: ``activation(x @ weight.T + bias)`` (+ residual).
-
-    Attributes:
-        weight: ``(out_features, in_features)``.
-        bias: ``(out_features,)``, or None.
-        activation: ``tanh``, ``identity``, ``relu``, ``sigmoid``, ``silu``, ``gelu``,
-            ``gelu_tanh``.
-        residual: the residual's projection ``(out, in)`` when the module adds one and the
-            sizes differ; None otherwise.
-        use_residual: add the input (or its projection) to the output.
-    """
-
-    weight: _Array
-    bias: _Array | None
-    activation: str
-    residual: _Array | None = None
-    use_residual: bool = False
-
-    def __call__(self, x: _Array) -> _Array:
-        """The layer's output for the rows ``x``."""
-        out = x @ self.weight.T
-        if self.bias is not None:
-            out = out + self.bias
-        out = _activate(self.activation, out)
-        if self.use_residual:
-            out = out + (x if self.residual is None else x @ self.residual.T)
-        return np.asarray(out, dtype=np.float32)
-
-
-@dataclass(frozen=True, slots=True)
-class _Normalize:
-    pass
 
 
 class TextPipeline:
@@ -524,7 +442,7 @@ class TextPipeline:
         attention = np.asarray(features["attention_mask"])
         mask = np.asarray(features.get("pooling_mask", attention))
         out = np.concatenate(
-            [_pool(mode, tokens, attention, mask) for mode in self.pooling_modes], axis=1
+            [pool(mode, tokens, attention, mask) for mode in self.pooling_modes], axis=1
         )
         for step in self._steps:
             if isinstance(step, DenseLayer):
@@ -533,46 +451,6 @@ class TextPipeline:
                 norms = np.linalg.norm(out, axis=1, keepdims=True)
                 out = out / np.maximum(norms, 1e-12)
         return np.ascontiguousarray(out, dtype=np.float32)
-
-
-def prompt_mask(attention: _Array, lengths: Sequence[int]) -> _Array:
-    """The pooling mask: ``attention`` with each row's first ``lengths[i]`` real tokens zeroed.
-
-    A row's real tokens start after its left padding, if any (sentence-transformers 6's
-    ``Pooling._exclude_prompt_from_mask``, one prompt length per row).
-    """
-    mask = attention.copy()
-    first = attention.argmax(axis=1)
-    for row, n in enumerate(lengths):
-        if n:
-            mask[row, : int(first[row]) + n] = 0
-    return mask
-
-
-def _pool(mode: str, tokens: _Array, attention: _Array, mask: _Array) -> _Array:
-    # sentence-transformers 6's padded pooling (Pooling._forward_padded), mode by mode.
-    n, width, _ = tokens.shape
-    m = mask.astype(np.float32)[:, :, None]
-    rows = np.arange(n)
-    if mode == "cls":
-        return np.asarray(tokens[rows, mask.argmax(axis=1)], dtype=np.float32)
-    if mode == "max":
-        return np.asarray(np.where(m > 0, tokens, -np.inf).max(axis=1), dtype=np.float32)
-    if mode in ("mean", "mean_sqrt_len_tokens"):
-        total = (tokens * m).sum(axis=1, dtype=np.float32)
-        count = np.maximum(m.sum(axis=1), 1e-9)
-        return np.asarray(total / (count if mode == "mean" else np.sqrt(count)), np.float32)
-    if mode == "weightedmean":
-        positions = np.arange(1, width + 1, dtype=np.float32)[None, :]
-        weights = (m[:, :, 0] * (positions - attention.argmax(axis=1)[:, None]))[:, :, None]
-        total = (tokens * weights).sum(axis=1, dtype=np.float32)
-        return np.asarray(total / np.maximum(weights.sum(axis=1), 1e-9), dtype=np.float32)
-    if mode == "lasttoken":
-        flipped = mask[:, ::-1]
-        last = flipped.argmax(axis=1)
-        last = np.where(flipped.max(axis=1) == 0, width - 1, last)
-        return np.asarray((tokens * m)[rows, width - last - 1], dtype=np.float32)
-    raise ConfigError(f"pooling mode must be one of {', '.join(POOLING_MODES)}, got {mode!r}")
 
 
 # -- reading the folder's files -----------------------------------------------------------
@@ -729,7 +607,7 @@ def _dense(where: Path) -> tuple[DenseLayer, int]:
     layer = DenseLayer(
         weight=numpy(linear.weight),
         bias=None if linear.bias is None else numpy(linear.bias),
-        activation=_activation(module.activation_function),
+        activation=activation_name(module.activation_function),
         residual=None if residual is None else numpy(residual.weight),
         use_residual=bool(getattr(module, "use_residual", False)),
     )
