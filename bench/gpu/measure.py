@@ -685,7 +685,7 @@ def serve_model(
         if choice is not None:
             run.raw.setdefault("auto", {})[model.label] = choice
             write(run)
-        setting = f"batch {TUNED['max_batch_size']}, {TUNED['workers']} workers"
+        setting = _label(TUNED)
         for inputs, shape, share in ((32, "32 a request", 1.1), (1, "1 a request", 0.6)):
             if not run.fits(f"{model.label} {shape}", 4 * seconds):
                 continue
@@ -770,6 +770,7 @@ def compare_settings(
 
 
 def _label(settings: dict[str, int]) -> str:
+    """A setting's name in the tables: its batch size and workers."""
     return f"batch {settings['max_batch_size']}, {settings['workers']} workers"
 
 
@@ -800,9 +801,7 @@ def several_servers(
                 for _ in range(count)
             ]
             servers = [f.result() for f in futures]
-        setting = (
-            f"{count} servers, each batch {TUNED['max_batch_size']}, {TUNED['workers']} workers"
-        )
+        setting = f"{count} servers, each {_label(TUNED)}"
         for inputs, shape, share in ((1, "1 a request", 0.6), (32, "32 a request", 1.1)):
             if not run.fits(f"{model.label} on {count} servers, {shape}", 3 * seconds):
                 continue
@@ -881,7 +880,7 @@ def simulate_model(run: Run, model: Model, texts: list[str], seconds: float) -> 
     for row in run.raw.get("served", []):
         if row["model"] != model.label or row["shape"] != "32 a request":
             continue
-        if not row["setting"].startswith(f"batch {TUNED['max_batch_size']}, {TUNED['workers']}"):
+        if row["setting"] != _label(TUNED):
             continue
         predicted = simulated(sizes, cost, 32, row["offered_per_s"], seconds, TUNED)
         run.raw.setdefault("sim", []).append(
