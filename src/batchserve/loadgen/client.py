@@ -21,14 +21,19 @@ failed dial fails the oldest waiter, so an unreachable server cannot hang the ru
 abandoned (:meth:`Pool.abandon`, at the client's give-up time). A connection that had
 already served a request and dies before the first byte of its answer (the keep-alive race
 with a server closing it) gets its request retried once.
+
+Requests are submitted within :meth:`Pool.running`, whose task group owns the connection
+attempts: none outlives the run, and one that fails in a way the pool does not handle ends
+the run with its error rather than leaving its request to wait for the give-up time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import cast
 
@@ -217,7 +222,11 @@ class Pool:
         # but popping its first key costs a scan past every key deleted before it.
         self._waiting: deque[int] = deque()
         self._waiting_set: set[int] = set()
+        # The connection attempts in progress: counted against the caps, cancelled by
+        # ``close``. The task group of ``running`` owns them (awaits them, raises their
+        # errors); this set only names them, as a task group cannot cancel its tasks.
         self._dials: set[asyncio.Task[None]] = set()
+        self._group: asyncio.TaskGroup | None = None
         self._retried: set[int] = set()
         self._open = 0  # connected, not yet lost
         self._peak = 0
@@ -276,8 +285,23 @@ class Pool:
                 f"cannot connect to {self._host}:{self._port}: {failures[0]}"
             ) from failures[0]
 
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The block within which requests are submitted: its task group owns the dials.
+
+        Leaving it waits for the connection attempts in progress (:meth:`close`, called
+        first, cancels them). A dial that raises what the pool does not handle (anything but
+        ``OSError``) cancels the block and is raised from it.
+        """
+        async with asyncio.TaskGroup() as group:
+            self._group = group
+            yield
+
     def submit(self, index: int) -> None:
-        """Send request ``index`` now on an idle connection, else queue it and dial."""
+        """Send request ``index`` now on an idle connection, else queue it and dial.
+
+        Within :meth:`running` only (a dial is a task of its group).
+        """
         if self._idle:
             conn, _ = self._idle.popitem()
             self._inflight[index] = conn
@@ -424,9 +448,14 @@ class Pool:
             self._max_dials - len(self._dials),
             self._max - self._open - len(self._dials),
         )
+        if room <= 0:
+            return
+        group = self._group
+        if group is None:
+            raise RuntimeError("a Pool submits requests within `async with pool.running()` only")
         for _ in range(room):
             self._opened += 1
-            task = self._loop.create_task(self._dial())
+            task = group.create_task(self._dial())
             self._dials.add(task)
             task.add_done_callback(self._dials.discard)
 

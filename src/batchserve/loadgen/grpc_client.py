@@ -21,7 +21,8 @@ open-loop schedule, the same records. What differs is only the wire:
   as a failed connection over HTTP.
 
 grpcio's asyncio API runs each call as a task of its own; :class:`GrpcPool` adds one
-coroutine per call that awaits it and records the answer. A request abandoned at the
+coroutine per call that awaits it and records the answer, a task of the group of
+:meth:`GrpcPool.running` (leaving it waits for every one). A request abandoned at the
 client's give-up time has its call cancelled (the server sees the cancellation).
 
 Needs the ``grpc`` extra (grpcio and protobuf).
@@ -30,8 +31,9 @@ Needs the ``grpc`` extra (grpcio and protobuf).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
 import grpc.aio
@@ -150,7 +152,7 @@ class GrpcPool:
         self._on_sent = on_sent
         self._on_done = on_done
         self._inflight: dict[int, grpc.aio.UnaryUnaryCall[bytes, bytes]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._group: asyncio.TaskGroup | None = None
         self._connected = False
 
     def statistics(self) -> PoolStatistics:
@@ -180,15 +182,27 @@ class GrpcPool:
             ) from None
         self._connected = True
 
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The block within which calls are started: its task group owns their waiters.
+
+        Leaving it waits until every call's answer is recorded (or its call cancelled:
+        :meth:`close`); a waiter that raises cancels the block and is raised from it.
+        """
+        async with asyncio.TaskGroup() as group:
+            self._group = group
+            yield
+
     def submit(self, index: int) -> None:
-        """Start the call of request ``index`` now."""
+        """Start the call of request ``index`` now (within :meth:`running` only)."""
+        group = self._group
+        if group is None:
+            raise RuntimeError("a GrpcPool starts calls within `async with pool.running()` only")
         metadata = self._metadata(index)
         self._on_sent(index, self.now())
         call = self._infer(self._data(index), metadata=metadata)
         self._inflight[index] = call
-        task = asyncio.ensure_future(self._wait(index, call))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        group.create_task(self._wait(index, call))
 
     def abandon(self, index: int, reason: str) -> bool:
         """End request ``index`` now with status 0 and ``reason``, cancelling its call.
@@ -209,9 +223,7 @@ class GrpcPool:
             call.cancel()
 
     async def wait_closed(self) -> None:
-        """Close the channel once the calls' coroutines are done."""
-        if self._tasks:
-            await asyncio.wait(list(self._tasks))
+        """Close the channel (after :meth:`running`: the calls' waiters are done)."""
         await self._channel.close()
 
     async def _wait(self, index: int, call: grpc.aio.UnaryUnaryCall[bytes, bytes]) -> None:

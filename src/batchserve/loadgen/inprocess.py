@@ -79,22 +79,21 @@ async def run_open_loop(
         else:
             latencies.append(clock.now() - scheduled)
 
-    tasks: list[asyncio.Task[None]] = []
-
-    def submit(offset: float, at: float) -> None:
-        try:
-            ticket = batcher.submit_nowait(
-                offset, deadline=None if timeout_s is None else at + timeout_s
-            )
-        except Rejected as exc:
-            rejected[exc.reason] = rejected.get(exc.reason, 0) + 1
-            return
-        tasks.append(asyncio.ensure_future(wait(ticket, at)))
-
     start = clock.now() + 0.01
-    await _send(schedule, start, clock, submit)
-    if tasks:
-        await asyncio.gather(*tasks)
+    # Each admitted item's wait is a task of the group: leaving it waits for every answer.
+    async with asyncio.TaskGroup() as waits:
+
+        def submit(offset: float, at: float) -> None:
+            try:
+                ticket = batcher.submit_nowait(
+                    offset, deadline=None if timeout_s is None else at + timeout_s
+                )
+            except Rejected as exc:
+                rejected[exc.reason] = rejected.get(exc.reason, 0) + 1
+                return
+            waits.create_task(wait(ticket, at))
+
+        await _send(schedule, start, clock, submit)
     elapsed = max(clock.now() - start, duration_s)
     await batcher.shutdown()
     stats = batcher.statistics()

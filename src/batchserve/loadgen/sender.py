@@ -32,6 +32,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Protocol
@@ -177,8 +178,11 @@ class Wire(Protocol):
     async def warm(self, count: int) -> None:
         """Connect before the run (raises OSError naming the address)."""
 
+    def running(self) -> AbstractAsyncContextManager[None]:
+        """The block of the run: a task group owns the client's tasks, none outlives it."""
+
     def submit(self, index: int) -> None:
-        """Send request ``index`` now."""
+        """Send request ``index`` now (within ``running``)."""
 
     def abandon(self, index: int, reason: str) -> bool:
         """End request ``index`` now with status 0 and ``reason``, if it has not ended."""
@@ -322,24 +326,25 @@ class Sender:
                 on_progress(self.progress())
             timers[1] = loop.call_later(progress_every_s, report)
 
-        timers.append(loop.call_later(0.05, sweep))
-        timers.append(loop.call_later(progress_every_s, report))
-        self._timer = make_timer(loop, self._dispatch)
-        self._timer.arm(self._due[0] if self._n else start_at)
-        if self._n == 0:
-            self._finished.set_result(None)
-        try:
-            await self._finished
-        finally:
-            for timer in timers:
-                timer.cancel()
-            self._timer.close()
-            if not self._finished.done():  # cancelled: abandon what is left
-                self._next = self._n
-                for pos in range(self._n):
-                    pool.abandon(pos, "cancelled")
-            pool.close()
-        end_at = max(now(), start_at)
+        async with pool.running():
+            timers.append(loop.call_later(0.05, sweep))
+            timers.append(loop.call_later(progress_every_s, report))
+            self._timer = make_timer(loop, self._dispatch)
+            self._timer.arm(self._due[0] if self._n else start_at)
+            if self._n == 0:
+                self._finished.set_result(None)
+            try:
+                await self._finished
+            finally:
+                for timer in timers:
+                    timer.cancel()
+                self._timer.close()
+                if not self._finished.done():  # cancelled: abandon what is left
+                    self._next = self._n
+                    for pos in range(self._n):
+                        pool.abandon(pos, "cancelled")
+                pool.close()
+            end_at = max(now(), start_at)
         await pool.wait_closed()  # let closing finish before the loop ends
         cpu_s = cpu_seconds(thread_only=self._thread_only_cpu) - cpu0
         if on_progress is not None:
