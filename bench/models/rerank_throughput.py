@@ -79,6 +79,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from batchserve_testing import encode_alone
 from batchserve_testing.bench import ROOT, batchserve, free_port
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -137,20 +138,18 @@ class Yardstick:
         return [float(x) for x in out]
 
     def rate(self, requests: list[Request], threads: int) -> float:
-        """Pairs per second at ``threads`` torch threads, one padded batch per request."""
-        import torch
+        """Pairs per second at ``threads`` torch threads, one padded batch per request.
 
-        torch.set_num_threads(threads)
-        pairs = 0
-        t0 = time.perf_counter()
-        for query, docs in requests:
-            scores = self._model.predict(
-                [(query, d) for d in docs], batch_size=len(docs), show_progress_bar=False
-            )
-            if len(scores) != len(docs):
-                raise RuntimeError(f"predict gave {len(scores)} scores for {len(docs)} pairs")
-            pairs += len(docs)
-        return pairs / (time.perf_counter() - t0)
+        The yardstick "encode alone" (:mod:`batchserve_testing.encode_alone`), one pass.
+        """
+        batches = [[(query, d) for d in docs] for query, docs in requests]
+        return encode_alone.rate(self._predict, batches, warm=0, threads=threads).items_per_s
+
+    def _predict(self, pairs: list[Any]) -> object:
+        scores = self._model.predict(pairs, batch_size=len(pairs), show_progress_bar=False)
+        if len(scores) != len(pairs):
+            raise RuntimeError(f"predict gave {len(scores)} scores for {len(pairs)} pairs")
+        return scores
 
 
 def _whole(answer: Any, n: int) -> bool:

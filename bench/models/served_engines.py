@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from batchserve_testing import encode_alone
 from batchserve_testing.bench import batchserve
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -120,15 +121,6 @@ def send(port: int, texts: list[str], per_request: int, concurrency: int) -> tup
     return len(texts) / wall, np.asarray(rows, dtype=np.float32)
 
 
-def encode_rate(st: Any, texts: list[str], per_request: int) -> float:
-    """The yardstick: ``encode`` on each request's texts as one padded batch; texts/s."""
-    t0 = time.perf_counter()
-    for i in range(0, len(texts), per_request):
-        batch = texts[i : i + per_request]
-        st.encode(batch, batch_size=len(batch), convert_to_numpy=True)
-    return len(texts) / (time.perf_counter() - t0)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -177,8 +169,6 @@ def main() -> int:
     workers = default_workers("cpu", threads)
     concurrency = args.concurrency or workers
     yardstick_threads = args.yardstick_threads or workers * threads
-    import torch
-
     st = load_sentence_transformer(builtin_path(), device="cpu")
     env = {"BATCHSERVE_CACHE_DIR": args.cache_dir} if args.cache_dir else {}
     wanted = set(args.contenders.split(","))
@@ -209,9 +199,11 @@ def main() -> int:
             print(f"[round {r + 1}] {name}: {rate:.1f} texts/s", file=sys.stderr)
         if "encode" not in wanted:
             continue
-        torch.set_num_threads(yardstick_threads)
-        st.encode(texts[: args.per_request], batch_size=args.per_request)
-        rate = encode_rate(st, texts, args.per_request)
+        # The yardstick: each request's texts as one padded batch, after one warm-up batch.
+        batches = encode_alone.cut(texts, args.per_request)
+        rate = encode_alone.rate(
+            encode_alone.encode(st), batches, threads=yardstick_threads
+        ).items_per_s
         rates["encode"].append(rate)
         print(f"[round {r + 1}] encode: {rate:.1f} texts/s", file=sys.stderr)
     best = {name: max(v) for name, v in rates.items()}

