@@ -4,7 +4,8 @@ Run as a fresh clone runs them: the tests' own directories are not on the path. 
 live in folders by what they measure (``bench/<group>/<script>.py``). No script imports
 from ``tests/`` or edits ``sys.path``: what both need is in ``batchserve_testing``
 (``batchserve_testing.bench`` for the bench), and a script's own folder is on the path when
-it runs by path (so ``bench/peers/compare.py`` imports ``compare_servers``).
+it runs by path (so ``bench/peers/compare.py`` imports its program, the package
+``bench/peers/comparison/``, and ``token_batching.py`` the same package's modules).
 """
 
 from __future__ import annotations
@@ -24,9 +25,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 #: The folders, by what their scripts measure.
 GROUPS = {"apps", "server", "scenarios", "fleets", "models", "peers", "tools", "gpu"}
-#: Scripts that are modules for other scripts, not commands (``peers/compare_real.py`` is
-#: compare.py's real scenario: ``bench/peers/compare.py --scenarios real --help``).
-MODULES = {"apps/null_app.py", "peers/compare_real.py"}
+#: Scripts that are modules for other programs, not commands (an ASGI server imports it).
+MODULES = {"apps/null_app.py"}
+#: Packages of a group's folder: the program behind one of its scripts, whose modules are
+#: imported by its scripts and never run by path (``peers/comparison/``, behind
+#: ``peers/compare.py``).
+PACKAGES = sorted(
+    str(p.parent.relative_to(BENCH))
+    for p in BENCH.glob("*/*/__init__.py")
+    if ".venvs" not in p.parts
+)
 
 
 def _runs_in_a_peer_venv(path: pathlib.Path) -> bool:
@@ -68,6 +76,7 @@ def test_every_script_is_listed_in_the_bench_readme() -> None:
     readme = (BENCH / "README.md").read_text()
     missing = [s for s in SCRIPTS if f"`{s}`" not in readme]
     missing += [m for m in MODULES if f"`{m}`" not in readme]
+    missing += [f"{p}/" for p in PACKAGES if f"`{p}/`" not in readme]
     assert not missing, f"bench/README.md's table has no line for {missing}"
 
 
@@ -101,11 +110,33 @@ def test_every_command_in_the_readme_names_a_script_and_flags_it_defines() -> No
             continue  # e.g. granian importing an app
         script = ROOT / scripts[0]
         assert script.is_file(), f"bench/README.md: {command}: no {scripts[0]}"
-        source = script.read_text()
+        source = _with_its_packages(script)
         if argv[0] != "python":  # a peer's script: its flags are in its venv's _common.py
             source += (script.parent / "_common.py").read_text()
         for flag in (a.split("=")[0] for a in argv if a.startswith("--")):
             assert f'"{flag}"' in source, f"bench/README.md: {scripts[0]} defines no {flag}"
+
+
+def _with_its_packages(script: pathlib.Path) -> str:
+    """A script's source, and that of every package of its folder it imports (its flags)."""
+    source = script.read_text()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            package = script.parent / node.module.split(".")[0]
+            if (package / "__init__.py").is_file():
+                source += "".join(p.read_text() for p in sorted(package.glob("*.py")))
+    return source
+
+
+def test_the_packages_are_programs_behind_scripts_not_scripts() -> None:
+    assert PACKAGES == ["peers/comparison"]
+    for package in PACKAGES:
+        for module in sorted((BENCH / package).glob("*.py")):
+            tree = ast.parse(module.read_text())
+            mains = [
+                n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)
+            ]
+            assert not mains, f"{module.relative_to(ROOT)} runs as a script: run its entry point"
 
 
 #: Modules of tests/, by the names a script would import them under.
@@ -169,11 +200,16 @@ def test_no_script_prints_a_verdict_or_quotes_a_target() -> None:
                 assert found is None, f"{path.name}:{node.lineno} says {found.group()!r}"
 
 
+#: Subcommands of a script, each with a ``--help`` of its own.
+SUBCOMMANDS = ["peers/compare.py report", "peers/compare.py servers"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", SCRIPTS + SUBCOMMANDS)
 def test_every_script_answers_help_from_the_repository_root(script: str) -> None:
+    path, *words = script.split()
     done = subprocess.run(
-        [sys.executable, f"bench/{script}", "--help"],
+        [sys.executable, f"bench/{path}", *words, "--help"],
         cwd=ROOT,
         env=_env(),
         capture_output=True,

@@ -145,6 +145,10 @@ def test_every_bench_and_script_named_in_a_command_exists() -> None:
             script = ROOT / argv[1]
             assert script.is_file(), f"{where}: {shlex.join(argv)}: no {argv[1]}"
             source = script.read_text()
+            # A script's flags may be its package's (bench/peers/compare.py: comparison/).
+            for package in script.parent.glob("*/__init__.py"):
+                if f"from {package.parent.name}." in source:
+                    source += "".join(p.read_text() for p in package.parent.glob("*.py"))
             for flag in (a.split("=")[0] for a in argv[2:] if a.startswith("--")):
                 assert f'"{flag}"' in source, f"{where}: {argv[1]} defines no {flag}"
         elif argv[0].startswith("scripts/"):

@@ -27,7 +27,7 @@ batchserve, the padding waste (padded tokens / real tokens) from ``/status``. Th
 prints, per repeat and as the median: by tokens / by count at the same settings, by tokens /
 the best count-only setting, by tokens / Infinity, by tokens / encode alone.
 
-Run: ``.venv/bin/python bench/token_batching.py [--repeats 2] [--seconds 20] [--json]``
+Run: ``.venv/bin/python bench/peers/token_batching.py [--repeats 2] [--seconds 20] [--json]``
 """
 
 from __future__ import annotations
@@ -44,9 +44,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import compare
-from compare import Load
-from compare_servers import (
+from comparison import generator
+from comparison.servers import (
     MAIN_PYTHON,
     ROOT,
     Knobs,
@@ -162,8 +161,8 @@ def status(url: str) -> dict[str, Any]:
 
 def drive(url: str, texts: Path, rate: float, seconds: float, seed: int) -> dict[str, Any]:
     """One open-loop run (poisson arrivals, the deadline sent and kept by the client)."""
-    load = Load(rate=rate, duration_s=seconds, deadline_ms=DEADLINE_MS)
-    return compare.drive(url, load, seed, texts=texts, arrivals="poisson")
+    load = generator.Load(rate=rate, duration_s=seconds, deadline_ms=DEADLINE_MS)
+    return generator.drive(url, load, seed, texts=texts, arrivals="poisson")
 
 
 def serve_and_drive(

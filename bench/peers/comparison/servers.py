@@ -1,4 +1,4 @@
-"""Start, probe and stop the servers that bench/peers/compare.py lays side by side.
+"""Start, probe and stop the servers that the comparison lays side by side.
 
 Every server runs in its own process group (``start_new_session``), on 127.0.0.1, with the
 same HTTP contract: ``POST /v1/embeddings`` with ``{"model": ..., "input": "text"}``.
@@ -15,7 +15,6 @@ to the group, waits, then SIGKILL: nothing outlives the cell.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -29,10 +28,27 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from batchserve_testing.bench import free_port, process_cpu_s
+from batchserve_testing.bench import BENCH, ROOT, free_port, process_cpu_s
 
-ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "bench"
+__all__ = [
+    "BENCH",
+    "MAIN_PYTHON",
+    "MODEL_NAME",
+    "PEERS",
+    "REAL_MODELS_ONLY",
+    "ROOT",
+    "SERVERS",
+    "VENVS",
+    "Knobs",
+    "ModelSpec",
+    "Running",
+    "available",
+    "command",
+    "describe",
+    "server_env",
+    "start",
+]
+
 PEERS_DIR = BENCH / "peers"
 VENVS = BENCH / ".venvs"
 MAIN_PYTHON = ROOT / ".venv" / "bin" / "python"
@@ -433,22 +449,3 @@ def describe(argv: list[str]) -> str:
             a = os.path.relpath(a, ROOT)
         out.append(a)
     return " ".join(out)
-
-
-if __name__ == "__main__":
-    _check = argparse.ArgumentParser(
-        description="A manual check: start each server, print its URL, stop it."
-    )
-    _check.add_argument(
-        "servers", nargs="*", metavar="SERVER", help=f"of {', '.join(SERVERS)} (default: all)"
-    )
-    for name in _check.parse_args().servers or SERVERS:
-        r = start(
-            name,
-            ModelSpec(kind="minilm" if name in REAL_MODELS_ONLY else "sleep"),
-            Knobs(max_batch=32, max_wait_ms=2, queue_size=64),
-            logs=BENCH / "out" / "logs",
-            tag="check",
-        )
-        print(name, r.url, describe(r.argv), flush=True)
-        r.stop()

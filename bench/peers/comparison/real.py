@@ -1,4 +1,4 @@
-"""compare.py's ``real`` scenario: MiniLM on real paragraphs, batchserve beside its peers.
+"""The comparison's ``real`` scenario: MiniLM on real paragraphs, batchserve beside its peers.
 
 The question: on real texts of mixed length, sent the two ways users send them, how many
 texts per second does each server (or in-process library) embed at its best, on one
@@ -54,7 +54,7 @@ warmed (a few requests of each shape, not counted), the batch shape (once per In
 batch size, each a fresh start, then the best restarted), past saturation, a wait until a
 one-text request is as fast as on the idle server (a backlog worked off), half capacity,
 stopped; last, the yardstick again. The record (every figure, the commands, the engines and
-start times) goes in ``compare.py``'s raw JSON under ``extra.real``; :func:`table` prints it
+start times) goes in the run's raw JSON under ``extra.real``; :func:`table` prints it
 with the ratios: batch-shape texts/s against the yardstick and against batchserve, goodput
 against the baseline when one ran (else batchserve).
 """
@@ -75,7 +75,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from compare_servers import (
+from comparison.servers import (
     BENCH,
     MAIN_PYTHON,
     MODEL_NAME,

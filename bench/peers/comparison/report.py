@@ -1,8 +1,8 @@
-"""Tables, headline figures and ``bench/RESULTS.md`` from the raw figures of bench/peers/compare.py.
+"""Tables, headline figures and ``bench/RESULTS.md`` from a comparison run's raw figures.
 
 Pure functions of the raw JSON (plus a few reads of the machine and the environments'
 version files): the report can be rebuilt from a saved run with
-``python bench/peers/compare_report.py bench/out/compare-<time>.json``.
+``python bench/peers/compare.py report bench/out/compare-<time>.json``.
 
 Each cell shows the median of its repeats; ``ok/s`` and ``p99`` also show the range. "Best
 peer" is, per column, the best value among the peers (not batchserve) that ran: the most
@@ -11,7 +11,6 @@ ok/s, the lowest p99, the highest rate held.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -21,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import compare_real
-from compare_servers import MAIN_PYTHON, PEERS, ROOT, VENVS
+from comparison import real
+from comparison.servers import MAIN_PYTHON, PEERS, ROOT, VENVS
 
 FRAMEWORK_P99_MS = 50.0
 #: A generator lag (p99 behind its schedule) past which a failed step says more about the
@@ -30,7 +29,7 @@ FRAMEWORK_P99_MS = 50.0
 FRAMEWORK_LAG_MS = 5.0
 #: Hand-written reading of a run (what its figures say, what would change them), included
 #: after the headline figures when present. It names the run it was written for.
-DISCUSSION = Path(__file__).resolve().parent / "results_discussion.md"
+DISCUSSION = Path(__file__).resolve().parents[1] / "results_discussion.md"
 
 
 #: Figures of successful requests only: a run with no success has none (not 0 ms).
@@ -512,12 +511,12 @@ def write_results(data: dict[str, Any], path: Path | None) -> str:
                 "and >= 99% of requests succeed, in every repeat.\n\n"
                 f"{table}\n"
             )
-    real = data["extra"].get("real")
-    if real:
+    real_record = data["extra"].get("real")
+    if real_record:
         sections.append(
             "## 4. The real model on real texts\n\nall-MiniLM-L6-v2 on the CPU, every "
-            "contender alone on the machine in turn (`bench/peers/compare_real.py` says how): "
-            f"the figures and their ratios.\n\n{compare_real.table(real)}\n"
+            "contender alone on the machine in turn (`bench/peers/comparison/real.py` says how): "
+            f"the figures and their ratios.\n\n{real.table(real_record)}\n"
         )
     parts.append("## Headline figures\n")
     parts.extend(headlines(data, facts) or ["- no scenario ran"])
@@ -552,11 +551,3 @@ def write_results(data: dict[str, Any], path: Path | None) -> str:
     if path is not None:
         path.write_text(text)
     return text
-
-
-if __name__ == "__main__":
-    _cli = argparse.ArgumentParser(description="Rebuild the report from compare.py's raw figures.")
-    _cli.add_argument("raw", type=Path, help="bench/out/compare-<time>.json")
-    _cli.add_argument("results", type=Path, nargs="?", help="where to write it (default: print)")
-    _given = _cli.parse_args()
-    print(write_results(json.loads(_given.raw.read_text()), _given.results))
