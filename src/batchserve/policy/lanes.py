@@ -26,6 +26,7 @@ from batchserve.policy.outcomes import Tally
 if TYPE_CHECKING:
     from batchserve.policy.classes import WorkClass
     from batchserve.policy.entries import Entry
+    from batchserve.policy.parts import Group
 
 __all__ = ["ClassQueue", "Lane"]
 
@@ -138,5 +139,48 @@ class ClassQueue:
                 ring.popleft()
                 lane.deficit = 0.0
                 del self.lanes[lane.tenant]
+            elif lane.deficit < 1.0:
+                ring.rotate(-1)
+
+    def take_joining(self, n: int, out: list[Entry[Any]], group: Group, *, first: bool) -> None:
+        """As :meth:`take`, each item only if ``group`` takes it (a pass formed by tokens).
+
+        ``first``: the first item joins whatever its tokens (its class's floor in a pass). A
+        lane whose next item does not join gives no more to this pass and keeps its credit
+        for the next; so does its order: a lane's items go oldest first.
+        """
+        ring = self.ring
+        items = self.items
+        blocked: set[int] = set()
+        while n and ring and len(blocked) < len(ring):
+            lane = ring[0]
+            if id(lane) in blocked:
+                ring.rotate(-1)
+                continue
+            if lane.deficit < 1.0:
+                lane.deficit += lane.quantum
+            k = min(n, int(lane.deficit), len(lane.items))
+            queue = lane.items
+            got = 0
+            while got < k:
+                entry = next(iter(queue.values()))
+                if first:
+                    group.force(entry.size)
+                    first = False
+                elif not group.joins(entry.size):
+                    break
+                del queue[entry.id]
+                del items[entry.id]
+                out.append(entry)
+                got += 1
+            lane.deficit -= got
+            n -= got
+            if not queue:
+                ring.popleft()
+                lane.deficit = 0.0
+                del self.lanes[lane.tenant]
+            elif got < k:
+                blocked.add(id(lane))
+                ring.rotate(-1)
             elif lane.deficit < 1.0:
                 ring.rotate(-1)

@@ -56,15 +56,7 @@ from typing import Any, NamedTuple
 
 from batchserve.config import BatchConfig, CostEstimate, check_non_negative, check_positive
 from batchserve.errors import ConfigError, Rejected
-from batchserve.policy import (
-    REJECT_REASONS,
-    Batch,
-    Entry,
-    Policy,
-    PolicyStats,
-    TokenPolicy,
-    make_policy,
-)
+from batchserve.policy import REJECT_REASONS, Batch, Entry, Policy, PolicyStats, make_policy
 from batchserve.sim.workers import Workers
 from batchserve.subpasses import PassCost, plan, predict_s, shape
 from batchserve.workload.summary import LoadSummary, summarize
@@ -189,7 +181,7 @@ def simulate(
         duration_s = arrivals[-1] if n else 0.0
 
     policy: Policy[int] = make_policy(config, sized=sizes is not None)
-    by_tokens = sizes is not None and isinstance(policy, TokenPolicy)
+    by_tokens = sizes is not None and policy.by_tokens
     fixed = cost.fixed_s + overhead_s
     per_item = cost.per_item_s
 

@@ -4,12 +4,12 @@ Theory of operation
 -------------------
 :func:`simulate_mix` is the simulator's driver for mixed traffic. Each :class:`Stream` is an
 open-loop schedule of requests of one class of work and tenant, each of ``inputs`` items.
-With ``classes`` it runs the :class:`~batchserve.policy.MixedPolicy` the server runs for
+With ``classes`` it runs the :class:`~batchserve.policy.Policy` with classes the server runs for
 those classes; without, today's single FIFO :class:`~batchserve.policy.Policy`, with each
 stream's deadline (the comparison the issue asks for). It hands the policy what the HTTP
 server hands it for a request of several inputs:
 
-* at the request's arrival, its items are offered one by one (``offer_to`` with its class
+* at the request's arrival, its items are offered one by one (``offer`` with its class
   and tenant); a refusal of any item refuses the request and withdraws the items already
   admitted, as :class:`~batchserve.server.exchange.Exchange` does;
 * an item that expires in the queue, or whose deadline passes during its pass, times the
@@ -32,7 +32,7 @@ from typing import Any
 
 from batchserve.config import BatchConfig, CostEstimate, check_non_negative, check_positive
 from batchserve.errors import ConfigError, Rejected
-from batchserve.policy import Batch, ClassConfig, Entry, MixedPolicy, Policy
+from batchserve.policy import Batch, ClassConfig, Entry, Policy
 from batchserve.policy.entries import DONE
 from batchserve.sim.workers import Workers
 from batchserve.units import parse_duration
@@ -222,8 +222,7 @@ def simulate_mix(
     """
     check_positive("duration_s", duration_s)
     check_non_negative("overhead_s", overhead_s)
-    mixed = MixedPolicy[int](config, classes) if classes is not None else None
-    policy: Policy[int] = mixed if mixed is not None else Policy(config)
+    policy: Policy[int] = Policy(config, classes=classes)
     deadlines: list[float | None] = []
     for s in streams:
         t = s.timeout_s
@@ -285,10 +284,8 @@ def simulate_mix(
                 deadline = None if d is None else now + d
                 try:
                     for _ in range(s.inputs):
-                        entry: Entry[int] = (
-                            policy.offer(now, i, deadline)
-                            if mixed is None
-                            else mixed.offer_to(now, i, deadline, s.work_class, s.tenant)
+                        entry = policy.offer(
+                            now, i, deadline, work_class=s.work_class, tenant=s.tenant
                         )
                         entries[i].append(entry)
                 except Rejected as exc:
@@ -360,7 +357,7 @@ def simulate_mix(
             )
         )
     return MixResult(
-        policy="fifo" if mixed is None else "classes",
+        policy="fifo" if classes is None else "classes",
         streams=tuple(figures),
         batches=workers.passes,
         items=workers.items,
