@@ -239,12 +239,12 @@ class Policy(Generic[PayloadT]):
         Raises:
             ConfigError: ``priority`` names no class, or is given without classes.
         """
-        classes = self.classes
-        if classes is not None:
-            return classes.resolve(priority)
-        if priority is not None:
-            raise ConfigError(f"priority {priority!r} given, but the batcher has no classes")
-        return None
+        return self._discipline.resolve(priority)
+
+    @property
+    def discipline(self) -> str:
+        """The queue's discipline: ``fifo`` (one queue) or ``classes``."""
+        return self._discipline.name
 
     def retry_after(self, now: float, reason: str) -> float:
         """Seconds after which a refused item could be admitted, from the queue and drain rate.

@@ -24,7 +24,7 @@ from collections.abc import Collection
 from typing import Generic
 
 from batchserve.config import BatchConfig
-from batchserve.errors import DeadlineInfeasible, QueueFull, Rejected, ShuttingDown
+from batchserve.errors import ConfigError, DeadlineInfeasible, QueueFull, Rejected, ShuttingDown
 from batchserve.policy.admission import (
     DRIFT_MARGIN,
     MIN_RETRY_S,
@@ -32,6 +32,7 @@ from batchserve.policy.admission import (
     predict_finish_at,
     workers_free_at,
 )
+from batchserve.policy.classes import WorkClass
 from batchserve.policy.entries import Batch, Entry, PayloadT
 from batchserve.policy.outcomes import Counters, Tally, tally_pass
 from batchserve.policy.parts import Group, Host, Pricing
@@ -52,6 +53,7 @@ class Fifo(Generic[PayloadT]):
             ``steady_until``).
     """
 
+    name = "fifo"
     prefetches = True
     caches_screens = True
 
@@ -74,6 +76,16 @@ class Fifo(Generic[PayloadT]):
         # part-full batch a new item would join), kept as items join; None: recompute it
         # (an entry left from the middle, so the batches' boundaries moved).
         self._tail_min: float | None = math.inf
+
+    def resolve(self, priority: str | int | None) -> WorkClass | None:
+        """None: one queue has no classes.
+
+        Raises:
+            ConfigError: a priority is given all the same.
+        """
+        if priority is not None:
+            raise ConfigError(f"priority {priority!r} given, but the batcher has no classes")
+        return None
 
     def refusal(
         self,

@@ -60,7 +60,7 @@ from typing import Generic
 from batchserve.config import BatchConfig
 from batchserve.errors import ConfigError, DeadlineInfeasible, QueueFull, Rejected, ShuttingDown
 from batchserve.policy.admission import DRIFT_MARGIN, MIN_RETRY_S, predict_finish_at
-from batchserve.policy.classes import ClassConfig
+from batchserve.policy.classes import ClassConfig, WorkClass
 from batchserve.policy.entries import Batch, Entry, PayloadT
 from batchserve.policy.lanes import ClassQueue, Lane
 from batchserve.policy.outcomes import Counters, Tally, tally_pass
@@ -109,6 +109,7 @@ class Classes(Generic[PayloadT]):
 
     # No prefetch: a pass is formed when a worker takes it, so an urgent item that arrives
     # during a pass still rides the next one, not the one after.
+    name = "classes"
     prefetches = False
     # A screen is judged for its class and tenant: the offer that follows is judged again.
     caches_screens = False
@@ -158,6 +159,14 @@ class Classes(Generic[PayloadT]):
             cq.spec.name: {label: t.snapshot() for label, t in cq.tallies.items()}
             for cq in self._order
         }
+
+    def resolve(self, priority: str | int | None) -> WorkClass | None:
+        """The class ``priority`` names: a class name, a level (1 = first), or the default.
+
+        Raises:
+            ConfigError: it names no class.
+        """
+        return self.classes.resolve(priority)
 
     def _queue_of(self, name: str | None) -> ClassQueue:
         if name is None:

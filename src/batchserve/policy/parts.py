@@ -33,6 +33,7 @@ from typing import Protocol
 
 from batchserve.costmodel import CostModel
 from batchserve.errors import Rejected
+from batchserve.policy.classes import WorkClass
 from batchserve.policy.entries import Batch, Entry, PayloadT
 from batchserve.policy.outcomes import Counters, Tally, TokenStats
 
@@ -136,12 +137,22 @@ class Discipline(Protocol[PayloadT]):
     """How queued items wait and which go next: the policy's first parameter.
 
     Attributes:
+        name: ``fifo`` or ``classes``.
         prefetches: whether a settled batch may be prefetched while every worker is busy.
         caches_screens: whether a passed ``screen`` may stand for the offer that follows.
     """
 
+    name: str
     prefetches: bool
     caches_screens: bool
+
+    def resolve(self, priority: str | int | None) -> WorkClass | None:
+        """The class an item's ``priority`` names; None with one queue.
+
+        Raises:
+            ConfigError: ``priority`` names no class (with one queue: any priority).
+        """
+        ...
 
     def refusal(
         self,

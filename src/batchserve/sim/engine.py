@@ -62,7 +62,7 @@ from batchserve.policy import (
     PolicyStats,
     make_policy,
 )
-from batchserve.sim.loop import run_events
+from batchserve.sim.loop import check_sorted, run_events
 from batchserve.sim.workers import Workers
 from batchserve.subpasses import PassCost, plan, predict_s, shape
 from batchserve.workload.summary import LoadSummary, summarize
@@ -180,7 +180,7 @@ def simulate(
         check_non_negative("duration_s", duration_s)
     check_non_negative("overhead_s", overhead_s)
     check_non_negative("per_token_s", per_token_s)
-    _check_sorted(arrivals)
+    check_sorted(arrivals)
     n = len(arrivals)
     _check_sizes(sizes, n, per_token_s, subpass)
     if duration_s is None:
@@ -355,12 +355,3 @@ def _check_sizes(
     for i, size in enumerate(sizes):
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ConfigError(f"sizes[{i}] must be an integer >= 1, got {size!r}")
-
-
-def _check_sorted(arrivals: Sequence[float]) -> None:
-    prev = 0.0
-    for i, t in enumerate(arrivals):
-        if not t >= prev:
-            rule = "must be >= 0" if i == 0 else "must be sorted"
-            raise ValueError(f"arrivals {rule}: arrivals[{i}] is {t!r} after {prev!r}")
-        prev = t

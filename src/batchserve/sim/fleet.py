@@ -43,8 +43,7 @@ from typing import Any
 from batchserve.config import BatchConfig, CostEstimate, check_non_negative, check_positive
 from batchserve.errors import ConfigError, Rejected
 from batchserve.policy import REJECT_REASONS, Actions, Batch, Entry, Policy
-from batchserve.sim.engine import _check_sorted
-from batchserve.sim.loop import run_events
+from batchserve.sim.loop import check_sorted, run_events
 from batchserve.sim.workers import Workers
 from batchserve.workload.summary import LoadSummary, summarize
 
@@ -301,7 +300,7 @@ def simulate_fleet(
     if duration_s is not None:
         check_non_negative("duration_s", duration_s)
     check_non_negative("overhead_s", overhead_s)
-    _check_sorted(arrivals)
+    check_sorted(arrivals)
     n = len(arrivals)
     if duration_s is None:
         duration_s = arrivals[-1] if n else 0.0

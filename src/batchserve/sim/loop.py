@@ -33,7 +33,7 @@ from batchserve.policy import Actions, Batch, Entry, Policy
 from batchserve.policy.entries import PayloadT
 from batchserve.sim.workers import Workers
 
-__all__ = ["Driver", "run_events"]
+__all__ = ["Driver", "check_sorted", "run_events"]
 
 _FINISH, _TIMER, _RELEASE = 0, 1, 2
 
@@ -163,3 +163,17 @@ def run_events(
                 begin(r, *nxt)
             driver.finished(r, now, batch, skipped)
         step(r, now)
+
+
+def check_sorted(arrivals: Sequence[float]) -> None:
+    """Check an arrival schedule: sorted, and from 0.
+
+    Raises:
+        ValueError: an arrival is negative or before the one ahead of it (named).
+    """
+    prev = 0.0
+    for i, t in enumerate(arrivals):
+        if not t >= prev:
+            rule = "must be >= 0" if i == 0 else "must be sorted"
+            raise ValueError(f"arrivals {rule}: arrivals[{i}] is {t!r} after {prev!r}")
+        prev = t

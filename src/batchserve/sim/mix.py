@@ -360,7 +360,7 @@ def simulate_mix(
             )
         )
     return MixResult(
-        policy="fifo" if classes is None else "classes",
+        policy=policy.discipline,
         streams=tuple(figures),
         batches=workers.passes,
         items=workers.items,
