@@ -46,13 +46,14 @@ def test_each_class_gives_a_pass_its_first_item_and_the_rest_join_by_tokens() ->
         p.offer(now, name, None, size, work_class="bulk")
     p.offer(now, "q11", None, 11, work_class="interactive")
     # The query and the oldest bulk text share a sub-pass; 200 tokens beside them would
-    # cost more than a sub-pass of its own, so it waits, and the bulk lane keeps its order.
-    assert run(p, now, CPU) == [["q11", "b10"], ["b200"], ["b12"]]
+    # cost more than a sub-pass of its own, so that text waits for the next pass, and the
+    # one behind it, of their length, joins (as in one FIFO queue by tokens).
+    assert run(p, now, CPU) == [["q11", "b10", "b12"], ["b200"]]
     tokens = p.statistics().tokens
     assert tokens is not None
     assert tokens.queued == 0
     bulk = p.class_statistics()["bulk"][""]
-    assert (bulk.ok, bulk.pending) == (9, 0)
+    assert (bulk.ok, bulk.pending) == (9, 0)  # 6 to train it, then 3
 
 
 def test_on_a_gpu_everything_joins_as_by_count() -> None:

@@ -1,4 +1,4 @@
-"""Hypothesis: the mixed policy's invariants hold for every class and tenant."""
+"""Hypothesis: the mixed policy's invariants hold for every class and tenant, by count or tokens."""
 
 import math
 
@@ -11,7 +11,7 @@ from batchserve.errors import Rejected
 from batchserve.policy import ClassConfig, Entry, Policy, Tenant, WorkClass
 
 scripts = events(
-    st.builds(Offer, times, timeouts, st.just(1), st.integers(0, 2), st.integers(0, 3)),
+    st.builds(Offer, times, timeouts, st.integers(1, 300), st.integers(0, 2), st.integers(0, 3)),
     max_size=100,
 )
 work_classes = st.tuples(
@@ -42,11 +42,16 @@ CLASS_NAMES = ("interactive", "bulk", "batch")
 
 
 @settings(max_examples=200, deadline=None)
-@given(configs(max_queue=16), class_configs, scripts, st.booleans())
+@given(configs(max_queue=16), class_configs, scripts, st.booleans(), st.booleans())
 def test_invariants_hold_for_every_class(
-    config: BatchConfig, classes: ClassConfig, script: list[object], close_at_end: bool
+    config: BatchConfig,
+    classes: ClassConfig,
+    script: list[object],
+    close_at_end: bool,
+    by_tokens: bool,
 ) -> None:
-    p: Policy[int] = Policy(config, classes=classes)
+    # By count or by tokens (each offer's size is read only by tokens): the same invariants.
+    p: Policy[int] = Policy(config, classes=classes, by_tokens=by_tokens)
     waits = {
         c.name: config.max_wait_s if c.max_wait_s is None else c.max_wait_s for c in classes.classes
     }
@@ -111,6 +116,7 @@ def test_invariants_hold_for_every_class(
                 run.now,
                 len(run.admitted),
                 deadline,
+                ev.size,
                 work_class=work_class,
                 tenant=TENANTS[ev.tenant],
             )

@@ -18,6 +18,7 @@ identity holds per class and per configured tenant.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any
 
@@ -142,12 +143,15 @@ class ClassQueue:
             elif lane.deficit < 1.0:
                 ring.rotate(-1)
 
-    def take_joining(self, n: int, out: list[Entry[Any]], group: Group, *, first: bool) -> None:
+    def take_joining(
+        self, n: int, out: list[Entry[Any]], group: Group, *, first: bool, window: int
+    ) -> None:
         """As :meth:`take`, each item only if ``group`` takes it (a pass formed by tokens).
 
-        ``first``: the first item joins whatever its tokens (its class's floor in a pass). A
-        lane whose next item does not join gives no more to this pass and keeps its credit
-        for the next; so does its order: a lane's items go oldest first.
+        ``first``: the first item joins whatever its tokens (its class's floor in a pass).
+        Within a lane, the items that join are taken among its oldest ``window``, oldest
+        first, as one FIFO queue forms a pass by tokens; a lane none of whose items join
+        gives nothing more to this pass and keeps its credit for the next.
         """
         ring = self.ring
         items = self.items
@@ -161,18 +165,21 @@ class ClassQueue:
                 lane.deficit += lane.quantum
             k = min(n, int(lane.deficit), len(lane.items))
             queue = lane.items
-            got = 0
-            while got < k:
-                entry = next(iter(queue.values()))
+            chosen = []
+            for entry in itertools.islice(queue.values(), window):
                 if first:
                     group.force(entry.size)
                     first = False
                 elif not group.joins(entry.size):
+                    continue
+                chosen.append(entry)
+                if len(chosen) == k:
                     break
+            for entry in chosen:
                 del queue[entry.id]
                 del items[entry.id]
                 out.append(entry)
-                got += 1
+            got = len(chosen)
             lane.deficit -= got
             n -= got
             if not queue:

@@ -383,6 +383,8 @@ class Classes(Generic[PayloadT]):
         # is cut short when a full one would finish after the tightest deadline it holds.
         active = [cq for cq in self._order if cq.items]
         total = sum(cq.weight for cq in active)
+        cfg = self._config
+        window = cfg.length_window * cfg.max_batch_size
         out: list[Entry[PayloadT]] = []
         cap = n
         for cq in active:
@@ -393,7 +395,7 @@ class Classes(Generic[PayloadT]):
                 if group is None:
                     cq.take(k, out)
                 else:
-                    cq.take_joining(k, out, group, first=True)
+                    cq.take_joining(k, out, group, first=True, window=window)
                 cap = self._cap(now, out, start, cap)
             # Credit below one item carries to the next pass; a class that emptied, or took
             # more than it was owed (its one-item floor), banks nothing and owes at most one;
@@ -410,7 +412,9 @@ class Classes(Generic[PayloadT]):
                 if group is None:
                     cq.take(min(left, len(cq.items)), out)
                 else:
-                    cq.take_joining(min(left, len(cq.items)), out, group, first=False)
+                    cq.take_joining(
+                        min(left, len(cq.items)), out, group, first=False, window=window
+                    )
                 cap = self._cap(now, out, start, cap)
         return out
 
