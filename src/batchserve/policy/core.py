@@ -67,7 +67,7 @@ import heapq
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Generic
 
 from batchserve.config import BatchConfig
@@ -181,6 +181,9 @@ class Policy(Generic[PayloadT]):
         else:
             discipline = Classes(self, config, classes, self._queue, self._running, pricing)
         self._discipline = discipline
+        # When the next pass must go though not full, asked at every poll: the discipline's
+        # max wait, unless the pricing can find the queue full by its own measure (tokens).
+        self._due: Callable[[], float] = self._full_or_due if pricing.fills else discipline.due
         self._prefetch = config.prefetch and discipline.prefetches
         # The depth from which the next pass is settled (no arrival can change it).
         self._settled_depth = pricing.settled_depth
@@ -493,12 +496,8 @@ class Policy(Generic[PayloadT]):
             and (len(self._queue) >= self._settled_depth or self._draining)
         )
 
-    def _due(self) -> float:
-        """When the next pass must go though not full.
-
-        Now if the pricing says the queue holds a full pass (by tokens), else when the
-        discipline's max wait is up.
-        """
+    def _full_or_due(self) -> float:
+        """Now if the pricing says the queue holds a full pass, else the discipline's due."""
         if self._pricing.full():
             return -math.inf
         return self._discipline.due()

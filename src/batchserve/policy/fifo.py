@@ -72,6 +72,8 @@ class Fifo(Generic[PayloadT]):
         self._running = running
         self._pricing = pricing
         self._verdicts = verdicts
+        # Called at every admission: bound once (the policy's, which a subclass may wrap).
+        self._predict = host.predict_finish
         # The earliest deadline among the queue's last ``len % max_batch_size`` entries (the
         # part-full batch a new item would join), kept as items join; None: recompute it
         # (an entry left from the middle, so the batches' boundaries moved).
@@ -118,7 +120,7 @@ class Fifo(Generic[PayloadT]):
         finish = now
         limit = bound = deadline
         if cfg.admission:
-            finish = host.predict_finish(now)
+            finish = self._predict(now)
             # A margin for the noise of a real machine: two standard errors of the passes
             # ahead, plus 2% of the predicted wait for drift the fit has not caught up with.
             margin = DRIFT_MARGIN * (finish - now)

@@ -81,10 +81,13 @@ class Pricing(Protocol[PayloadT]):
             (it may then be prefetched).
         passes_s: each dispatched pass's predicted seconds, by batch id, when the pricing
             predicts a pass from its items; None: from the cost model by count.
+        fills: whether the queue can hold a full pass by the pricing's own measure (then
+            ``full`` is asked at every poll).
     """
 
     settled_depth: int
     passes_s: dict[int, float] | None
+    fills: bool
 
     def admit(self, size: int) -> int:
         """An item of ``size`` joins the queue: the size its entry keeps."""
@@ -236,12 +239,13 @@ class ByCount:
         max_batch_size: a full pass (from that many queued items the next pass is settled).
     """
 
-    __slots__ = ("_cost_model", "passes_s", "settled_depth")
+    __slots__ = ("_cost_model", "fills", "passes_s", "settled_depth")
 
     def __init__(self, cost_model: CostModel, max_batch_size: int) -> None:
         self._cost_model = cost_model
         self.settled_depth = max_batch_size
         self.passes_s: dict[int, float] | None = None
+        self.fills = False
 
     def admit(self, size: int) -> int:
         """The size as given (not read)."""

@@ -230,6 +230,7 @@ class ByTokens(Generic[PayloadT]):
         settled_depth: ``length_window * max_batch_size``: a pass is chosen among the
             oldest that many items, so only then can no later arrival change it.
         passes_s: each dispatched pass's predicted seconds, once the token model fits.
+        fills: whether ``max_batch_tokens`` is set (a queue can then be full by tokens).
     """
 
     def __init__(
@@ -244,6 +245,7 @@ class ByTokens(Generic[PayloadT]):
         prior = token_prior if token_prior is not None else PassCost(fixed_s=0.0, per_token_s=0.0)
         self._prior = prior
         self._limit = config.max_batch_tokens if config.max_batch_tokens is not None else math.inf
+        self.fills = config.max_batch_tokens is not None
         self.token_cost = PassCostModel(prior, min_samples=_MIN_PASSES)
         # The recent passes' sizes and seconds, to re-plan them when the estimate moves,
         # and the estimate the token model's shapes were planned with.
