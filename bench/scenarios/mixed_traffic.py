@@ -23,8 +23,15 @@ per stream). Then one line per policy: interactive p99 over its p99 alone and it
 bulk goodput as a share of the capacity the queries leave; each tenant's share; and the
 worst gap between measured and predicted ok/s.
 
+With ``--builtin`` it serves the built-in model (all-MiniLM-L6-v2, texts of mixed lengths)
+with the same two classes instead, once with passes formed by tokens (``--batch-by tokens``)
+and once by count, and prints interactive p99 beside bulk's, each alone and mixed, side by
+side for the two (measured only: the simulator has no model of its texts). Each row also
+says how the server formed its passes (``batch_by`` from its ``/status``).
+
 Run: ``python bench/scenarios/mixed_traffic.py [--json] [--duration 5] [--simulate-only]``
-(about a minute measured; a second simulated only).
+(about a minute measured; a second simulated only), or ``... --builtin [--interactive 10]
+[--bulk 2] [--bulk-inputs 32]`` (requests/s of each class).
 """
 
 from __future__ import annotations
@@ -109,10 +116,16 @@ def server(policy: str) -> Iterator[str]:
         yield served.url
 
 
-def measure(url: str, streams: list[str], duration_s: float) -> list[dict[str, Any]]:
+def measure(
+    url: str,
+    streams: list[str],
+    duration_s: float,
+    model: str = "m",
+    extra: list[str] | None = None,
+) -> list[dict[str, Any]]:
     """``batchserve load --mix`` against ``url``: one row per stream, rates in items/s."""
-    args = [sys.executable, "-m", "batchserve", "load", url, "--model", "m", "--json", "--quiet"]
-    args += ["--duration", f"{duration_s}s"]
+    args = [sys.executable, "-m", "batchserve", "load", url, "--model", model, "--json"]
+    args += ["--quiet", "--duration", f"{duration_s}s", *(extra or [])]
     for s in streams:
         args += ["--mix", s]
     out = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, check=False)
@@ -138,6 +151,92 @@ def measure(url: str, streams: list[str], duration_s: float) -> list[dict[str, A
 
 
 KEYS = ("class", "tenant", "offered_per_s", "ok_per_s", "p50_ms", "p99_ms", "rejected", "timed_out")
+
+
+#: The built-in model's classes: a query waits at most a second, bulk work half a minute.
+BUILTIN_CLASSES = [
+    *("--class", "interactive:share=0.25,timeout=1s"),
+    *("--class", "bulk:share=0.75,timeout=30s,max_wait=20ms"),
+]
+BUILTIN_NAME = "all-MiniLM-L6-v2"
+BATCH_BY = ("tokens", "count")
+
+
+def builtin_streams(args: argparse.Namespace) -> tuple[tuple[str, list[str]], ...]:
+    """The built-in model's scenarios: each class alone, then both."""
+    queries = f"interactive:rate={args.interactive},inputs=1,timeout=1s,arrivals=poisson,seed=1"
+    bulk = f"bulk:rate={args.bulk},inputs={args.bulk_inputs},timeout=30s,arrivals=poisson,seed=2"
+    return (
+        ("interactive alone", [queries]),
+        ("bulk alone", [bulk]),
+        ("mixed", [queries, bulk]),
+    )
+
+
+def batch_by_of(url: str) -> str:
+    """How the server forms its passes, as its ``/status`` says."""
+    with urllib.request.urlopen(f"{url}/status", timeout=10) as r:
+        status = json.loads(r.read())
+    return str(status["models"][BUILTIN_NAME]["settings"]["batch_by"])
+
+
+def run_builtin(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The built-in model with classes, passes by tokens and by count: measured rows."""
+    rows: list[dict[str, Any]] = []
+    extra = ["--text-words", args.text_words]
+    for by in BATCH_BY:
+        flags = ["--max-batch-size", "32", "--max-wait", "2ms", "--batch-by", by]
+        with batchserve([*flags, *BUILTIN_CLASSES]) as served:
+            in_force = batch_by_of(served.url)
+            for scenario, streams in builtin_streams(args):
+                for m in measure(served.url, streams, args.duration, BUILTIN_NAME, extra):
+                    rows.append({"batch_by": in_force, "scenario": scenario, **m})
+                time.sleep(0.5)  # the server's queue drains before the next run
+    for row in rows:
+        row["alone_p99_ms"] = next(
+            r["p99_ms"]
+            for r in rows
+            if r["batch_by"] == row["batch_by"] and r["scenario"] == f"{row['class']} alone"
+        )
+    return rows
+
+
+def builtin_summary(rows: list[dict[str, Any]]) -> list[str]:
+    """Interactive p99 beside bulk's, alone and mixed, by tokens and by count side by side."""
+    lines = []
+    for by in BATCH_BY:
+        mixed = {r["class"]: r for r in rows if r["batch_by"] == by and r["scenario"] == "mixed"}
+        if not mixed:
+            continue
+        q, b = mixed["interactive"], mixed["bulk"]
+        lines.append(
+            f"by {by:6s}: interactive p99 {q['p99_ms']:.1f} ms (alone {q['alone_p99_ms']:.1f}),"
+            f" bulk p99 {b['p99_ms']:.1f} ms (alone {b['alone_p99_ms']:.1f}); bulk "
+            f"{b['ok_per_s']:.0f} texts/s; refused {q['rejected']} + {b['rejected']}, timed out "
+            f"{q['timed_out']} + {b['timed_out']}"
+        )
+    return lines
+
+
+def print_builtin(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    """The built-in model's table and its summary."""
+    print(
+        f"{BUILTIN_NAME} with classes interactive and bulk; {args.duration:g} s per run; "
+        f"{args.text_words} words a text; rates in texts/s\n"
+    )
+    print(
+        f"{'batch_by':9s}{'scenario':19s}{'stream':13s}"
+        f"{'ok/s':>8s}{'p50':>9s}{'p99':>9s}{'alone p99':>10s}{'rej':>6s}{'t/o':>5s}"
+    )
+    for r in rows:
+        print(
+            f"{r['batch_by']:9s}{r['scenario']:19s}{r['class']:13s}{r['ok_per_s']:8.0f}"
+            f"{r['p50_ms']:9.1f}{r['p99_ms']:9.1f}{r['alone_p99_ms']:10.1f}"
+            f"{r['rejected']:6d}{r['timed_out']:5d}"
+        )
+    print()
+    for line in builtin_summary(rows):
+        print(line)
 
 
 def fitted_pass_s(url: str) -> float:
@@ -264,7 +363,32 @@ def main() -> None:
         help="seconds the simulator adds to every pass for the server's own work (default: "
         "what the server measured; 0 with --simulate-only)",
     )
+    parser.add_argument(
+        "--builtin",
+        action="store_true",
+        help="the built-in model with classes, passes by tokens vs by count (measured only)",
+    )
+    parser.add_argument(
+        "--interactive", type=float, default=10.0, help="--builtin: queries per second (10)"
+    )
+    parser.add_argument(
+        "--bulk", type=float, default=2.0, help="--builtin: bulk requests per second (2)"
+    )
+    parser.add_argument(
+        "--bulk-inputs", type=int, default=32, help="--builtin: texts per bulk request (32)"
+    )
+    parser.add_argument(
+        "--text-words", default="3:200", help="--builtin: words per text, N or LOW:HIGH (3:200)"
+    )
     args = parser.parse_args()
+    if args.builtin:
+        rows = run_builtin(args)
+        if args.json:
+            for row in rows:
+                print(json.dumps(row))
+        else:
+            print_builtin(rows, args)
+        return
     rows = run(args)
     if args.json:
         for row in rows:

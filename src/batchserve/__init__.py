@@ -39,7 +39,6 @@ from batchserve.models.synthetic import SyntheticModel
 from batchserve.policy import (
     ClassConfig,
     Counters,
-    MixedPolicy,
     Policy,
     PolicyStats,
     Tenant,
@@ -63,7 +62,6 @@ __all__ = [
     "DeadlineExceeded",
     "DeadlineInfeasible",
     "ManualClock",
-    "MixedPolicy",
     "ModelError",
     "MonotonicClock",
     "NotReady",

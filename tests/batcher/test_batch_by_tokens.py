@@ -66,7 +66,27 @@ async def test_a_sizer_sizes_the_inputs_of_a_model_without_token_counts() -> Non
         Batcher(model, BatchConfig(batch_by="tokens"))
 
 
-def test_passes_by_tokens_are_not_offered_with_classes_of_work() -> None:
-    classes = ClassConfig(classes=(WorkClass(name="a"), WorkClass(name="b")))
-    with pytest.raises(ConfigError, match="not offered with classes"):
+async def test_classes_of_work_form_their_passes_by_tokens() -> None:
+    clock = ManualClock()
+    model = Padded(clock)
+    classes = ClassConfig(classes=(WorkClass(name="interactive"), WorkClass(name="bulk")))
+    config = BatchConfig(max_batch_size=2, max_wait_s=0.002, max_batch_tokens=40)
+    b: Batcher[int] = Batcher(model, config, clock=clock, classes=classes)
+    assert b.batch_by == "tokens"
+    bulk = [b.submit_nowait("b" * n, priority="bulk") for n in (30, 28)]
+    query = b.submit_nowait("q" * 5, priority="interactive")
+    for _ in range(4):
+        clock.advance(0.1)
+        await settle()
+    assert [(await t).output for t in [*bulk, query]] == [30, 28, 5]
+    # Two bulk texts fill a pass by count, but 30 + 28 would pad 60 > 40 tokens: the oldest
+    # runs alone. The query then rides the next pass, first, beside the other bulk text
+    # (each class gives a pass its first item).
+    assert model.calls == [["b" * 30], ["q" * 5, "b" * 28]]
+    stats = b.statistics()
+    assert stats.tokens is not None
+    assert stats.tokens.real == 63
+    assert b.class_statistics()["bulk"][""].ok == 2
+    with pytest.raises(ConfigError, match="counts its inputs' tokens"):
         Batcher(lambda xs: xs, BatchConfig(batch_by="tokens"), classes=classes)
+    assert Batcher(lambda xs: xs, BatchConfig(), classes=classes).batch_by == "count"

@@ -6,15 +6,15 @@ import pytest
 
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.errors import ConfigError, DeadlineInfeasible, QueueFull
-from batchserve.policy import ClassConfig, MixedPolicy, Policy, Tenant, WorkClass
+from batchserve.policy import ClassConfig, Policy, Tenant, WorkClass
 
 INTERACTIVE = WorkClass(name="interactive", weight=1.0, queue_share=0.25, timeout_s=0.1)
 BULK = WorkClass(name="bulk", weight=1.0, queue_share=0.75, timeout_s=30.0, max_wait_s=0.02)
 CLASSES = ClassConfig(classes=(INTERACTIVE, BULK))
 
 
-def make(classes: ClassConfig = CLASSES, **kw: object) -> MixedPolicy[str]:
-    return MixedPolicy(BatchConfig(**kw), classes)  # type: ignore[arg-type]
+def make(classes: ClassConfig = CLASSES, **kw: object) -> Policy[str]:
+    return Policy(BatchConfig(**kw), classes=classes)  # type: ignore[arg-type]
 
 
 def names(batch: object) -> list[str]:
@@ -45,19 +45,19 @@ def test_resolve_takes_a_name_a_level_or_nothing() -> None:
     with pytest.raises(ConfigError, match=r"level must be 0 \(default\) to 2, got 3"):
         CLASSES.resolve(3)
     with pytest.raises(ConfigError, match="class must be one of interactive, bulk"):
-        make().offer_to(0.0, "x", None, "urgent")
+        make().offer(0.0, "x", None, work_class="urgent")
 
 
 def test_interactive_never_waits_behind_a_full_bulk_queue() -> None:
     p = make(max_batch_size=4, max_wait_s=0.002, queue_size=40, admission=False)
     for i in range(30):
-        p.offer_to(0.0, f"b{i}", None, "bulk")
+        p.offer(0.0, f"b{i}", None, work_class="bulk")
     # The bulk class is at its share (40 * 0.75): more bulk is refused, a query is not.
     with pytest.raises(QueueFull, match="class bulk is full: 30 items waiting"):
-        p.offer_to(0.0, "b-more", None, "bulk")
+        p.offer(0.0, "b-more", None, work_class="bulk")
     first = p.poll(0.0).dispatch[0]
     assert names(first) == ["b0", "b1", "b2", "b3"]
-    p.offer_to(0.001, "q", None, "interactive")
+    p.offer(0.001, "q", None, work_class="interactive")
     p.finish(0.010, first)
     # The query rides the very next pass, ahead of 26 queued bulk items.
     second = p.poll(0.010).dispatch[0]
@@ -68,12 +68,12 @@ def test_interactive_never_waits_behind_a_full_bulk_queue() -> None:
 def test_a_many_input_request_is_spread_over_passes_beside_queries() -> None:
     p = make(max_batch_size=8, max_wait_s=0.002, admission=False)
     for i in range(64):  # one bulk request of 64 inputs
-        p.offer_to(0.0, f"b{i}", None, "bulk")
+        p.offer(0.0, f"b{i}", None, work_class="bulk")
     running = p.poll(0.0).dispatch[0]
     passes = [names(running)]
     for t in range(1, 9):
         now = t * 0.01
-        p.offer_to(now - 0.005, f"q{t}", None, "interactive")
+        p.offer(now - 0.005, f"q{t}", None, work_class="interactive")
         p.finish(now, running)
         running = p.poll(now).dispatch[0]
         passes.append(names(running))
@@ -90,8 +90,8 @@ def test_weighted_shares_split_a_pass_and_carry_the_fraction() -> None:
     )
     p = make(classes, max_batch_size=4, max_wait_s=0.0, queue_size=100, admission=False)
     for i in range(40):
-        p.offer_to(0.0, f"a{i}", None, "a")
-        p.offer_to(0.0, f"b{i}", None, "b")
+        p.offer(0.0, f"a{i}", None, work_class="a")
+        p.offer(0.0, f"b{i}", None, work_class="b")
     counts = {"a": 0, "b": 0}
     now = 0.0
     for _ in range(15):
@@ -113,9 +113,9 @@ def test_tenants_share_a_class_by_deficit_round_robin_with_weights() -> None:
     )
     p = make(classes, max_batch_size=6, max_wait_s=0.0, queue_size=1000, admission=False)
     for i in range(400):
-        p.offer_to(0.0, f"a{i}", None, None, "alice")
+        p.offer(0.0, f"a{i}", None, tenant="alice")
     for i in range(400):
-        p.offer_to(0.0, f"b{i}", None, None, "bob")
+        p.offer(0.0, f"b{i}", None, tenant="bob")
     got = {"a": 0, "b": 0}
     now = 0.0
     for _ in range(40):
@@ -135,11 +135,11 @@ def test_a_flooding_tenant_is_bounded_by_its_share_and_others_still_get_in() -> 
     classes = ClassConfig(classes=(WorkClass(name="bulk"),), tenant_share=0.5)
     p = make(classes, max_batch_size=4, max_wait_s=1.0, queue_size=10, admission=False)
     for i in range(5):
-        p.offer_to(0.0, f"f{i}", None, None, "flood")
+        p.offer(0.0, f"f{i}", None, tenant="flood")
     with pytest.raises(QueueFull, match=r"tenant flood is at its share of class bulk: 5 items"):
-        p.offer_to(0.0, "f5", None, None, "flood")
+        p.offer(0.0, "f5", None, tenant="flood")
     for i in range(5):
-        p.offer_to(0.0, f"o{i}", None, None, "other")
+        p.offer(0.0, f"o{i}", None, tenant="other")
     counters = p.class_statistics()["bulk"][""]
     assert counters.rejected["queue_full"] == 1
     assert counters.received == 11
@@ -147,14 +147,14 @@ def test_a_flooding_tenant_is_bounded_by_its_share_and_others_still_get_in() -> 
     # Requests with no tenant are not bounded by the tenant share, only by the class.
     q = make(classes, max_batch_size=4, max_wait_s=1.0, queue_size=10, admission=False)
     for i in range(10):
-        q.offer_to(0.0, f"n{i}", None)
+        q.offer(0.0, f"n{i}", None)
 
 
 def test_admission_judges_a_query_by_its_own_lane_not_by_the_bulk_queue() -> None:
     cost = CostEstimate(fixed_s=0.010, per_item_s=0.001)
     p = make(max_batch_size=8, max_wait_s=0.001, queue_size=1000, initial_cost=cost)
     for i in range(200):
-        p.offer_to(0.0, f"b{i}", 30.0, "bulk")
+        p.offer(0.0, f"b{i}", 30.0, work_class="bulk")
     running = p.poll(0.0).dispatch[0]
     # FIFO would put a query behind 192 bulk items (24 passes of 18 ms: 0.43 s).
     fifo: Policy[str] = Policy(BatchConfig(max_batch_size=8, queue_size=1000, initial_cost=cost))
@@ -164,7 +164,7 @@ def test_admission_judges_a_query_by_its_own_lane_not_by_the_bulk_queue() -> Non
     with pytest.raises(DeadlineInfeasible):
         fifo.offer(0.001, "q", 0.101)
     # Here it waits for the running pass and rides the next one: 2 * 18 ms.
-    assert p.offer_to(0.001, "q", 0.101, "interactive").payload == "q"
+    assert p.offer(0.001, "q", 0.101, work_class="interactive").payload == "q"
     p.finish(0.018, running)
     assert names(p.poll(0.018).dispatch[0])[0] == "q"
 
@@ -176,13 +176,13 @@ def test_retry_after_is_the_time_for_the_refused_lane_to_move() -> None:
     )
     p = make(classes, max_batch_size=8, max_wait_s=0.001, queue_size=16, initial_cost=cost)
     for i in range(8):
-        p.offer_to(0.0, f"h{i}", None, "hi")
+        p.offer(0.0, f"h{i}", None, work_class="hi")
     for i in range(8):
-        p.offer_to(0.0, f"l{i}", None, "lo")
+        p.offer(0.0, f"l{i}", None, work_class="lo")
     with pytest.raises(QueueFull) as hi:
-        p.offer_to(0.0, "h", None, "hi")
+        p.offer(0.0, "h", None, work_class="hi")
     with pytest.raises(QueueFull) as lo:
-        p.offer_to(0.0, "l", None, "lo")
+        p.offer(0.0, "l", None, work_class="lo")
     pass_s = 0.010 + 8 * 0.001
     # "hi" gets 6.4 of every 8 slots, so one pass frees room; "lo" gets 1.6: one pass too.
     assert hi.value.retry_after_s == pytest.approx(pass_s)
@@ -191,30 +191,30 @@ def test_retry_after_is_the_time_for_the_refused_lane_to_move() -> None:
     q = make(many, max_batch_size=2, max_wait_s=0.001, queue_size=40, initial_cost=cost)
     for t in range(8):
         for i in range(4):
-            q.offer_to(0.0, f"{t}.{i}", None, None, f"t{t}")
+            q.offer(0.0, f"{t}.{i}", None, tenant=f"t{t}")
     with pytest.raises(QueueFull) as crowded:
-        q.offer_to(0.0, "x", None, None, "t0")
+        q.offer(0.0, "x", None, tenant="t0")
     # Eight tenants share passes of 2 items: a tenant waits 4 passes for a slot.
     assert crowded.value.retry_after_s == pytest.approx(4 * (0.010 + 2 * 0.001))
 
 
 def test_each_class_waits_its_own_max_wait() -> None:
     p = make(max_batch_size=8, max_wait_s=0.002, admission=False)
-    p.offer_to(0.0, "b", None, "bulk")
+    p.offer(0.0, "b", None, work_class="bulk")
     step = p.poll(0.0)
     assert step.dispatch == []
     assert step.wake_at == pytest.approx(0.02)  # bulk waits up to 20 ms to fill a pass
-    p.offer_to(0.005, "q", None, "interactive")
+    p.offer(0.005, "q", None, work_class="interactive")
     assert p.poll(0.005).wake_at == pytest.approx(0.007)
     assert names(p.poll(0.007).dispatch[0]) == ["q", "b"]
 
 
 def test_outcomes_add_up_per_class_including_expiry_and_cancel() -> None:
     p = make(max_batch_size=2, max_wait_s=0.0, queue_size=10, admission=False)
-    p.offer_to(0.0, "a", 1.0, "bulk")
-    p.offer_to(0.0, "b", 0.5, "bulk")
-    c = p.offer_to(0.0, "c", 0.05, "interactive")
-    d = p.offer_to(0.0, "d", None, "interactive")
+    p.offer(0.0, "a", 1.0, work_class="bulk")
+    p.offer(0.0, "b", 0.5, work_class="bulk")
+    c = p.offer(0.0, "c", 0.05, work_class="interactive")
+    d = p.offer(0.0, "d", None, work_class="interactive")
     batch = p.poll(0.0).dispatch[0]
     assert names(batch) == ["c", "a"]
     assert p.cancel(0.01, d)
@@ -238,7 +238,7 @@ def test_outcomes_add_up_per_class_including_expiry_and_cancel() -> None:
 def test_one_class_with_no_tenants_forms_the_batches_of_the_plain_policy() -> None:
     one = ClassConfig(classes=(WorkClass(name="all"),))
     cfg = BatchConfig(max_batch_size=3, max_wait_s=0.004, admission=False)
-    mixed: MixedPolicy[int] = MixedPolicy(cfg, one)
+    mixed: Policy[int] = Policy(cfg, classes=one)
     plain: Policy[int] = Policy(cfg)
     got: dict[str, list[list[int]]] = {"mixed": [], "plain": []}
     for name, p in (("mixed", mixed), ("plain", plain)):
@@ -258,12 +258,12 @@ def test_a_pass_is_cut_short_for_the_tightest_deadline_it_holds() -> None:
     cost = CostEstimate(fixed_s=0.010, per_item_s=0.001)
     p = make(max_batch_size=64, max_wait_s=0.001, queue_size=1000, initial_cost=cost)
     for i in range(200):
-        p.offer_to(0.0, f"b{i}", 30.0, "bulk")
+        p.offer(0.0, f"b{i}", 30.0, work_class="bulk")
     running = p.poll(0.0).dispatch[0]
     assert len(running) == 64
     # A full pass of 64 would end 74 ms after the running one (at 0.148): too late for a
     # query due at 0.120; it is admitted, for a pass cut to what fits by then.
-    p.offer_to(0.050, "q", 0.120, "interactive")
+    p.offer(0.050, "q", 0.120, work_class="interactive")
     p.finish(0.074, running)
     cut = p.poll(0.074).dispatch[0]
     assert names(cut)[0] == "q"
@@ -280,8 +280,8 @@ def test_a_prefetched_entry_that_expires_is_expired_in_its_lane_as_in_the_policy
     # This policy does not prefetch; forced here, the lanes must still count as it does.
     p = make(max_batch_size=1, max_wait_s=0.0, admission=False)
     p._prefetch = True
-    p.offer_to(0.0, "running", 1.0, "bulk")
-    p.offer_to(0.0, "waiting", 0.005, "bulk")
+    p.offer(0.0, "running", 1.0, work_class="bulk")
+    p.offer(0.0, "waiting", 0.005, work_class="bulk")
     first, second = p.poll(0.0).dispatch
     assert [e.payload for e in p.poll(0.005).expired] == ["waiting"]
     p.finish(0.010, first)
@@ -295,7 +295,7 @@ def test_a_prefetched_entry_that_expires_is_expired_in_its_lane_as_in_the_policy
 def test_the_lanes_add_up_to_the_policy_after_a_pass_with_every_outcome() -> None:
     p = make(max_batch_size=4, max_wait_s=0.0, admission=False)
     for x, cls in [("ok", "bulk"), ("late", "interactive"), ("bad", "bulk"), ("gone", "bulk")]:
-        p.offer_to(0.0, x, 0.05 if x == "late" else 1.0, cls)
+        p.offer(0.0, x, 0.05 if x == "late" else 1.0, work_class=cls)
     (batch,) = p.poll(0.0).dispatch
     by_name = {e.payload: e for e in batch.entries}
     p.finish(0.06, batch, failed=[by_name["bad"]], skipped=[by_name["gone"]])

@@ -1,4 +1,4 @@
-"""Hypothesis: the mixed policy's invariants hold for every class and tenant."""
+"""Hypothesis: the mixed policy's invariants hold for every class and tenant, by count or tokens."""
 
 import math
 
@@ -8,10 +8,10 @@ from policy_script import Offer, Script, configs, events, timeouts, times
 
 from batchserve.config import BatchConfig
 from batchserve.errors import Rejected
-from batchserve.policy import ClassConfig, Entry, MixedPolicy, Tenant, WorkClass
+from batchserve.policy import ClassConfig, Entry, Policy, Tenant, WorkClass
 
 scripts = events(
-    st.builds(Offer, times, timeouts, st.just(1), st.integers(0, 2), st.integers(0, 3)),
+    st.builds(Offer, times, timeouts, st.integers(1, 300), st.integers(0, 2), st.integers(0, 3)),
     max_size=100,
 )
 work_classes = st.tuples(
@@ -42,11 +42,16 @@ CLASS_NAMES = ("interactive", "bulk", "batch")
 
 
 @settings(max_examples=200, deadline=None)
-@given(configs(max_queue=16), class_configs, scripts, st.booleans())
+@given(configs(max_queue=16), class_configs, scripts, st.booleans(), st.booleans())
 def test_invariants_hold_for_every_class(
-    config: BatchConfig, classes: ClassConfig, script: list[object], close_at_end: bool
+    config: BatchConfig,
+    classes: ClassConfig,
+    script: list[object],
+    close_at_end: bool,
+    by_tokens: bool,
 ) -> None:
-    p: MixedPolicy[int] = MixedPolicy(config, classes)
+    # By count or by tokens (each offer's size is read only by tokens): the same invariants.
+    p: Policy[int] = Policy(config, classes=classes, by_tokens=by_tokens)
     waits = {
         c.name: config.max_wait_s if c.max_wait_s is None else c.max_wait_s for c in classes.classes
     }
@@ -97,7 +102,7 @@ def test_invariants_hold_for_every_class(
     def step_and_check() -> None:
         step()
         _check_tallies(p, rejected)
-        queued = {c: p.class_depth(c) for c in CLASS_NAMES}
+        queued = p.class_depths()
         for c in classes.classes:
             assert queued[c.name] <= classes.class_cap(c, config.queue_size), "class share"
 
@@ -107,7 +112,14 @@ def test_invariants_hold_for_every_class(
         work_class = CLASS_NAMES[ev.work_class]
         deadline = None if ev.timeout is None else run.now + ev.timeout
         try:
-            entry = p.offer_to(run.now, len(run.admitted), deadline, work_class, TENANTS[ev.tenant])
+            entry = p.offer(
+                run.now,
+                len(run.admitted),
+                deadline,
+                ev.size,
+                work_class=work_class,
+                tenant=TENANTS[ev.tenant],
+            )
         except Rejected:
             rejected[work_class] += 1
             return None
@@ -125,7 +137,7 @@ def test_invariants_hold_for_every_class(
         assert sum(t.received for t in tallies) == n + rejected[name], name
 
 
-def _check_tallies(p: MixedPolicy[int], rejected: dict[str, int]) -> None:
+def _check_tallies(p: Policy[int], rejected: dict[str, int]) -> None:
     total = p.statistics().counters
     assert total.received == total.resolved + total.pending
     by_class = p.class_statistics()

@@ -148,10 +148,10 @@ def test_once_its_pass_has_begun_a_prefetched_item_is_late_not_expired() -> None
 
 
 def test_the_mixed_policy_never_prefetches() -> None:
-    from batchserve.policy import ClassConfig, MixedPolicy, WorkClass
+    from batchserve.policy import ClassConfig, WorkClass
 
     classes = ClassConfig(classes=(WorkClass(name="interactive"), WorkClass(name="batch")))
-    p = MixedPolicy[str](BatchConfig(max_batch_size=1, max_wait_s=0.0), classes)
+    p = Policy[str](BatchConfig(max_batch_size=1, max_wait_s=0.0), classes=classes)
     for x in "ab":
-        p.offer_to(0.0, x, None, "batch")
+        p.offer(0.0, x, None, work_class="batch")
     assert len(p.poll(0.0).dispatch) == 1

@@ -9,7 +9,7 @@ from policy_script import Offer, Script, configs, events, timeouts, times
 
 from batchserve.config import BatchConfig
 from batchserve.errors import Rejected
-from batchserve.policy import Entry, Policy, TokenPolicy
+from batchserve.policy import Entry, Policy
 
 scripts = events(st.builds(Offer, times, timeouts, st.integers(1, 300)), max_size=120)
 # Passes by tokens: None (by count), or (max_batch_tokens or None, length_window).
@@ -32,7 +32,7 @@ def test_invariants(
         p = Policy(config)
     else:
         config = replace(config, max_batch_tokens=tokens[0], length_window=tokens[1])
-        p = TokenPolicy(config)
+        p = Policy(config, by_tokens=True)
     limit = config.max_batch_tokens
     run = Script(p)
     dispatched: set[int] = set()
@@ -108,7 +108,7 @@ def test_invariants(
             if p.screen(run.now - ev.dt / 2, deadline) is not None:
                 rejected += 1
                 return None
-            fresh = p._refusal(run.now, deadline)
+            fresh = p._discipline.refusal(run.now, deadline, None, None, False)
         try:
             entry = p.offer(run.now, len(run.admitted), deadline, ev.size)
         except Rejected:

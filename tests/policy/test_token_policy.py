@@ -4,7 +4,8 @@ import pytest
 
 from batchserve.config import BatchConfig
 from batchserve.errors import ConfigError
-from batchserve.policy import Batch, Policy, TokenPolicy, make_policy
+from batchserve.policy import Batch, Policy, make_policy
+from batchserve.policy.tokens import ByTokens
 from batchserve.subpasses import PassCost, plan, predict_s, shape
 
 #: A CPU's shape: a sub-pass's fixed cost is worth 25 tokens; attention shows on long texts.
@@ -20,9 +21,9 @@ def pass_cost(batch: Batch[int], cost: PassCost = CPU) -> float:
     return predict_s(shape(sizes, plan(sizes, cost)), cost)
 
 
-def trained(config: BatchConfig, cost: PassCost = CPU) -> tuple[TokenPolicy[int], float]:
+def trained(config: BatchConfig, cost: PassCost = CPU) -> tuple[Policy[int], float]:
     """A policy whose token model has learned ``cost`` from passes of mixed sizes."""
-    p: TokenPolicy[int] = TokenPolicy(config)
+    p: Policy[int] = Policy(config, by_tokens=True)
     now = 0.0
     for size in (10, 100, 40, 200, 20, 150):
         p.offer(now, 0, None, size)
@@ -51,7 +52,7 @@ def test_a_wrong_first_plan_is_corrected_within_a_few_passes() -> None:
     # Untrained, the policy plans every distinct length as a sub-pass of its own; a GPU
     # runs these passes whole. The shapes learned first are wrong, and re-planned when the
     # estimate moves, so the fit is the truth a few passes later (not hundreds).
-    p: TokenPolicy[int] = TokenPolicy(BatchConfig(max_batch_size=4, max_wait_s=0.002))
+    p: Policy[int] = Policy(BatchConfig(max_batch_size=4, max_wait_s=0.002), by_tokens=True)
     now = 0.0
     for sizes in ([10, 30, 50, 70], [12, 90, 40, 8], [5, 6, 7, 200], [60, 61, 20, 21]) * 2:
         for size in sizes:
@@ -59,7 +60,9 @@ def test_a_wrong_first_plan_is_corrected_within_a_few_passes() -> None:
         (batch,) = p.poll(now).dispatch
         now += pass_cost(batch, GPU)
         p.finish(now, batch)
-    est = p.token_cost.estimate
+    tokens = p.statistics().tokens
+    assert tokens is not None
+    est = tokens.cost
     assert est.fixed_s == pytest.approx(GPU.fixed_s, rel=1e-3)
     assert est.per_token_s == pytest.approx(GPU.per_token_s, rel=1e-3)
 
@@ -114,7 +117,7 @@ def test_on_a_gpu_every_length_rides_together_in_order() -> None:
 def test_the_padded_tokens_are_the_planned_subpasses() -> None:
     # Untrained, every item joins and the plan (a zero cost) runs each length alone: the
     # pass computes its real tokens, not 3 x 200.
-    p: TokenPolicy[int] = TokenPolicy(BatchConfig(max_batch_size=3, max_wait_s=0.002))
+    p: Policy[int] = Policy(BatchConfig(max_batch_size=3, max_wait_s=0.002), by_tokens=True)
     for size in (10, 200, 12):
         p.offer(0.0, 0, None, size)
     (batch,) = p.poll(0.0).dispatch
@@ -123,8 +126,8 @@ def test_the_padded_tokens_are_the_planned_subpasses() -> None:
     assert tokens is not None
     assert (tokens.padded, tokens.real) == (222, 222)
     # Told the cost up front, it plans as the engine does from the first pass.
-    q: TokenPolicy[int] = TokenPolicy(
-        BatchConfig(max_batch_size=3, max_wait_s=0.002), token_prior=GPU
+    q: Policy[int] = Policy(
+        BatchConfig(max_batch_size=3, max_wait_s=0.002), by_tokens=True, token_prior=GPU
     )
     for size in (10, 200, 12):
         q.offer(0.0, 0, None, size)
@@ -138,7 +141,9 @@ def test_admission_predicts_a_running_pass_from_its_subpasses() -> None:
     # A running pass of three short texts and a long one is predicted as the engine runs it,
     # two sub-passes (3 x 12 and 1 x 250 tokens), not as 4 x 250 padded tokens.
     p, now = trained(BatchConfig(max_batch_size=4, max_wait_s=0.002))
-    p._group_by = None  # every item joins, this once: a pass of mixed lengths
+    pricing = p._pricing
+    assert isinstance(pricing, ByTokens)
+    pricing._group_by = None  # every item joins, this once: a pass of mixed lengths
     for size in (10, 250, 12, 11):
         p.offer(now, 0, None, size)
     (batch,) = p.poll(now).dispatch
@@ -209,10 +214,10 @@ def test_admission_predicts_with_the_queued_tokens() -> None:
 
 
 def test_make_policy_by_count_or_tokens() -> None:
-    assert type(make_policy(BatchConfig(), sized=False)) is Policy
-    assert type(make_policy(BatchConfig(), sized=True)) is TokenPolicy
-    assert type(make_policy(BatchConfig(batch_by="count"), sized=True)) is Policy
-    assert type(make_policy(BatchConfig(batch_by="tokens"), sized=True)) is TokenPolicy
+    assert not make_policy(BatchConfig(), sized=False).by_tokens
+    assert make_policy(BatchConfig(), sized=True).by_tokens
+    assert not make_policy(BatchConfig(batch_by="count"), sized=True).by_tokens
+    assert make_policy(BatchConfig(batch_by="tokens"), sized=True).by_tokens
     with pytest.raises(ConfigError, match="counts its inputs' tokens"):
         make_policy(BatchConfig(batch_by="tokens"), sized=False)
     with pytest.raises(ConfigError, match="counts its inputs' tokens"):
@@ -240,7 +245,7 @@ def test_when_passes_do_not_vary_the_fixed_cost_is_unknown_and_everything_joins(
     # Passes of 100 or 102 tokens cannot tell a fixed cost from a per-token one (here the
     # fit puts it on the fixed cost and attention, no cost per token): grouping would rest
     # on noise, so a short text still joins a long one, as by count.
-    p: TokenPolicy[int] = TokenPolicy(BatchConfig(max_batch_size=4, max_wait_s=0.002))
+    p: Policy[int] = Policy(BatchConfig(max_batch_size=4, max_wait_s=0.002), by_tokens=True)
     now = 0.0
     for i in range(6):
         p.offer(now, 0, None, 100 + 2 * (i % 2))
@@ -258,7 +263,7 @@ def test_when_passes_do_not_vary_the_fixed_cost_is_unknown_and_everything_joins(
 
 
 def test_an_empty_text_counts_one_token() -> None:
-    p: TokenPolicy[int] = TokenPolicy(BatchConfig(max_batch_size=4, max_wait_s=0.002))
+    p: Policy[int] = Policy(BatchConfig(max_batch_size=4, max_wait_s=0.002), by_tokens=True)
     p.offer(0.0, 0, None, 0)
     (batch,) = p.poll(0.002).dispatch
     assert sizes_of(batch) == [1]

@@ -1,4 +1,4 @@
-"""The simulator's mixed-traffic driver and the asyncio Batcher drive one MixedPolicy: on a
+"""The simulator's mixed-traffic driver and the asyncio Batcher drive one policy with classes: on a
 manual clock (no overhead), with passes that take exactly the simulated cost, every class
 and tenant gets the same outcomes with the same latencies."""
 

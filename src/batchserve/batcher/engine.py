@@ -28,17 +28,15 @@ pass ends (the item is then counted ``late``). A caller that leaves
 (:meth:`Batcher.withdraw`, or a cancelled ticket) removes its item from the queue if it is
 still there, or has it skipped before its pass.
 
-With ``classes`` (:class:`~batchserve.policy.ClassConfig`) the batcher drives a
-:class:`~batchserve.policy.MixedPolicy`: each item names its class of work and tenant
-(``priority=`` and ``tenant=`` of :meth:`Batcher.submit_nowait`, ``work_class`` and ``tenant`` of
-:meth:`Batcher.offer`). Without, it drives the plain policy and an item's path is what it
-always was: one attribute test decides which.
-
-A model that counts its inputs' tokens (a ``token_estimate(input) -> int`` method, or the
-``sizer`` argument) gets a :class:`~batchserve.policy.TokenPolicy` by default
-(``batch_by="auto"``): each item is offered with its tokens, and passes are formed by tokens
-(texts of similar length together, ``max_batch_tokens``). Mixed traffic forms its passes by
-count.
+The policy is composed of two parameters (:func:`~batchserve.policy.make_policy`). With
+``classes`` (:class:`~batchserve.policy.ClassConfig`) its queue is a queue per class of work
+and a lane per tenant: each item names its class of work and tenant (``priority=`` and
+``tenant=`` of :meth:`Batcher.submit_nowait`, ``work_class`` and ``tenant`` of
+:meth:`Batcher.offer`); without, one FIFO queue, which reads neither. A model that counts
+its inputs' tokens (a ``token_estimate(input) -> int`` method, or the ``sizer`` argument)
+gets passes formed by tokens by default (``batch_by="auto"``), with or without classes:
+each item is offered with its tokens, and passes are formed by tokens (texts of similar
+length together, ``max_batch_tokens``).
 
 All methods must be called from the event loop thread that runs the batcher.
 """
@@ -73,10 +71,8 @@ from batchserve.policy import (
     ClassConfig,
     Counters,
     Entry,
-    MixedPolicy,
     Policy,
     PolicyStats,
-    TokenPolicy,
     WorkClass,
     make_policy,
 )
@@ -102,8 +98,7 @@ class Batcher(Generic[Out]):
             ``token_estimate`` method, if it has one).
 
     Raises:
-        ConfigError: ``batch_by`` is ``tokens`` but nothing sizes the inputs, or with
-            ``classes``.
+        ConfigError: ``batch_by`` is ``tokens`` but nothing sizes the inputs.
 
     Use it as ``async with Batcher(model) as b: out = await b.submit(x)``; leaving the block
     drains (finishes every accepted item).
@@ -128,23 +123,13 @@ class Batcher(Generic[Out]):
         self._async = is_async_model(model)
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self.classes = classes
-        # None for a single-class batcher: its items take the plain policy's path.
-        self._mixed: MixedPolicy[Item] | None = (
-            None if classes is None else MixedPolicy(self.config, classes)
-        )
         if sizer is None:
             sizer = getattr(model, "token_estimate", None)
-        if classes is not None and (
-            self.config.batch_by == "tokens" or self.config.max_batch_tokens is not None
-        ):
-            raise ConfigError("batches by tokens are not offered with classes of work")
-        self._policy: Policy[Item] = (
-            self._mixed
-            if self._mixed is not None
-            else make_policy(self.config, sized=sizer is not None)
+        self._policy: Policy[Item] = make_policy(
+            self.config, sized=sizer is not None, classes=classes
         )
         # None unless the policy forms passes by tokens: then every item is sized.
-        self._sizer = sizer if isinstance(self._policy, TokenPolicy) else None
+        self._sizer = sizer if self._policy.by_tokens else None
         self._on_batch = on_batch
         self._threads: Threads[Batch[Item], _Pass] | None = None
         self._timer: TimerHandle | None = None
@@ -179,18 +164,22 @@ class Batcher(Generic[Out]):
         """Whether ``shutdown`` has begun: new submissions are refused."""
         return self._policy.draining
 
+    @property
+    def batch_by(self) -> str:
+        """How passes are formed: ``tokens`` or ``count`` (``auto`` resolved)."""
+        return "tokens" if self._policy.by_tokens else "count"
+
     def statistics(self) -> PolicyStats:
         """A frozen snapshot: queue depth, outcome counters, batch sizes, fitted cost model."""
         return self._policy.statistics()
 
     def class_statistics(self) -> dict[str, dict[str, Counters]]:
         """Outcome counters by class, then tenant label (empty without classes)."""
-        return {} if self._mixed is None else self._mixed.class_statistics()
+        return self._policy.class_statistics()
 
     def class_depths(self) -> dict[str, int]:
         """Items of each class waiting now (empty without classes)."""
-        mixed = self._mixed
-        return {} if mixed is None else {n: mixed.class_depth(n) for n in mixed.classes.names}
+        return self._policy.class_depths()
 
     def work_class(self, priority: str | int | None) -> WorkClass:
         """The class a submission's ``priority`` names (a name, a level, or None: default).
@@ -198,9 +187,10 @@ class Batcher(Generic[Out]):
         Raises:
             ConfigError: the batcher has no classes, or ``priority`` names none of them.
         """
-        if self.classes is None:
+        wc = self._policy.work_class(priority)
+        if wc is None:
             raise ConfigError(f"priority {priority!r} given, but the batcher has no classes")
-        return self.classes.resolve(priority)
+        return wc
 
     async def shutdown(self, *, drain: bool = True, timeout_s: float | None = None) -> None:
         """Refuse new work, then finish (``drain=True``) or drop what is queued.
@@ -279,15 +269,10 @@ class Batcher(Generic[Out]):
             ConfigError: ``timeout_s`` is not a positive number, or ``priority`` names no
                 class.
         """
-        work_class: str | None = None
-        default_s = self.timeout_s
-        if self._mixed is not None:
-            wc = self.work_class(priority)
-            work_class = wc.name
-            if wc.timeout_s is not None:
-                default_s = wc.timeout_s
-        elif priority is not None:
-            self.work_class(priority)
+        # A class's own timeout replaces the batcher's; without classes a priority is refused.
+        wc = self._policy.work_class(priority)
+        work_class = None if wc is None else wc.name
+        default_s = self.timeout_s if wc is None or wc.timeout_s is None else wc.timeout_s
         if deadline is None:
             t = timeout_s if timeout_s is not None else default_s
             if t is not None:
@@ -345,15 +330,16 @@ class Batcher(Generic[Out]):
             QueueFull, DeadlineInfeasible, ShuttingDown: refused at once.
             ConfigError: ``work_class`` names no class.
         """
-        mixed = self._mixed
         now = self._clock.now()
-        if mixed is None:
-            sizer = self._sizer
-            entry = self._policy.offer(
-                now, Item(item, waiter, index), deadline, 1 if sizer is None else sizer(item)
-            )
-        else:
-            entry = mixed.offer_to(now, Item(item, waiter, index), deadline, work_class, tenant)
+        sizer = self._sizer
+        entry = self._policy.offer(
+            now,
+            Item(item, waiter, index),
+            deadline,
+            1 if sizer is None else sizer(item),
+            work_class=work_class,
+            tenant=tenant,
+        )
         # Most offers change nothing a poll would act on before the timer (every worker
         # busy, or the pass waiting out its max wait): no poll for those.
         if self._policy.poll_due(now, self._timer_at):
@@ -369,10 +355,7 @@ class Batcher(Generic[Out]):
         A refusal is counted as one refused item; None admits nothing and counts nothing.
         ``work_class`` and ``tenant`` are as for :meth:`offer`.
         """
-        mixed = self._mixed
-        if mixed is None:
-            return self._policy.screen(self._clock.now(), deadline)
-        return mixed.screen_for(self._clock.now(), deadline, work_class, tenant)
+        return self._policy.screen(self._clock.now(), deadline, work_class, tenant)
 
     def withdraw(self, entry: Entry[Item]) -> None:
         """The caller of ``entry`` left: it leaves the queue, or is skipped before its pass."""

@@ -1,10 +1,13 @@
-"""The pure batching policy: admission, queue order, batch formation, expiry, outcomes."""
+"""The pure batching policy: admission, queue order, batch formation, expiry, outcomes.
+
+One :class:`Policy`, composed of its queue's discipline (one FIFO queue, or ``classes`` of
+work and tenants) and its passes' pricing (by count, or ``by_tokens``).
+"""
 
 from batchserve.policy.classes import ClassConfig, Tenant, WorkClass
-from batchserve.policy.core import Actions, Batch, Entry, Policy
-from batchserve.policy.mixed import MixedEntry, MixedPolicy
+from batchserve.policy.core import Actions, Batch, Entry, Policy, make_policy
+from batchserve.policy.mixed import MixedEntry
 from batchserve.policy.outcomes import REJECT_REASONS, Counters, PolicyStats, TokenStats
-from batchserve.policy.tokens import TokenPolicy, make_policy
 
 __all__ = [
     "REJECT_REASONS",
@@ -14,11 +17,9 @@ __all__ = [
     "Counters",
     "Entry",
     "MixedEntry",
-    "MixedPolicy",
     "Policy",
     "PolicyStats",
     "Tenant",
-    "TokenPolicy",
     "TokenStats",
     "WorkClass",
     "make_policy",

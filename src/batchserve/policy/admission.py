@@ -16,7 +16,57 @@ from typing import Any
 
 from batchserve.policy.entries import Batch
 
-__all__ = ["drain_rate", "predict_finish_at", "workers_free_at"]
+__all__ = [
+    "DRIFT_MARGIN",
+    "MIN_RETRY_S",
+    "Verdicts",
+    "drain_rate",
+    "predict_finish_at",
+    "workers_free_at",
+]
+
+#: The shortest ``Retry-After`` a refusal carries, in seconds.
+MIN_RETRY_S = 0.001
+#: Admission's margin for drift the cost model's fit has not caught up with: this fraction
+#: of the predicted wait.
+DRIFT_MARGIN = 0.02
+
+
+class Verdicts:
+    """Admission's cached verdicts: each is reused while the policy's changes are unchanged.
+
+    Attributes:
+        screened_at: the policy's change count when the last screen passed (-1: none).
+        screened_deadline: the deadline it passed for.
+        screened_until: the time until which its verdict holds.
+        fits_until: written by a discipline's refusal when a prediction fits: until when
+            it does.
+        steady_until: written by a prediction: until when it moves no faster than the clock.
+        retry_at: the change count when ``retry_after`` was last computed (-1: never).
+        retry_reason: the reason it was computed for.
+        retry_s: its value.
+    """
+
+    __slots__ = (
+        "fits_until",
+        "retry_at",
+        "retry_reason",
+        "retry_s",
+        "screened_at",
+        "screened_deadline",
+        "screened_until",
+        "steady_until",
+    )
+
+    def __init__(self) -> None:
+        self.screened_at = -1
+        self.screened_deadline: float | None = None
+        self.screened_until = -math.inf
+        self.fits_until = -math.inf
+        self.steady_until = math.inf
+        self.retry_at = -1
+        self.retry_reason = ""
+        self.retry_s = 0.0
 
 
 def predict_finish_at(

@@ -2,7 +2,16 @@
 
 Theory of operation
 -------------------
-State: a FIFO queue of live entries (at most ``queue_size``), a heap of their deadlines, the
+One policy, composed of two parameters (:mod:`batchserve.policy.parts`): its queue's
+**discipline**, one FIFO queue (:mod:`~batchserve.policy.fifo`, the default) or classes of
+work and tenants (``classes``, :mod:`~batchserve.policy.mixed`), and its passes' **pricing**,
+by count (the default) or by tokens with length-sorted sub-passes (``by_tokens``,
+:mod:`~batchserve.policy.tokens`). Any discipline goes with any pricing. What follows is
+the policy with one FIFO queue; the discipline of classes changes admission, when a pass is
+due and which items it takes (its module says how), the pricing by tokens what a pass costs
+and which items may share one.
+
+State: a queue of live entries (at most ``queue_size``), a heap of their deadlines, the
 batches dispatched (at most ``workers`` running, and with ``prefetch`` at most ``workers``
 more to begin next) with a heap of their entries' deadlines, outcome counters and the cost
 model. Every deadline, queued or dispatched, is the policy's to track and the driver's to fire.
@@ -58,13 +67,14 @@ import heapq
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Generic
 
 from batchserve.config import BatchConfig
 from batchserve.costmodel import CostModel
-from batchserve.errors import DeadlineInfeasible, QueueFull, Rejected, ShuttingDown
-from batchserve.policy.admission import drain_rate, predict_finish_at, workers_free_at
+from batchserve.errors import ConfigError, Rejected
+from batchserve.policy.admission import MIN_RETRY_S, Verdicts, drain_rate
+from batchserve.policy.classes import ClassConfig, WorkClass
 from batchserve.policy.entries import (
     DONE,
     PREFETCHED,
@@ -75,49 +85,39 @@ from batchserve.policy.entries import (
     Entry,
     PayloadT,
 )
-from batchserve.policy.outcomes import PolicyStats, Tally, tally_pass
+from batchserve.policy.fifo import Fifo
+from batchserve.policy.mixed import Classes
+from batchserve.policy.outcomes import Counters, PolicyStats, Tally
+from batchserve.policy.parts import ByCount, Discipline, Pricing
+from batchserve.policy.tokens import ByTokens
+from batchserve.subpasses import PassCost
 
-__all__ = ["DONE", "QUEUED", "RUNNING", "Batch", "Entry", "Policy", "Actions"]
-
-_MIN_RETRY_S = 0.001
-_DRIFT_MARGIN = 0.02
+__all__ = ["DONE", "QUEUED", "RUNNING", "Actions", "Batch", "Entry", "Policy", "make_policy"]
 
 
-class _Verdicts:
-    """The policy's cached verdicts: each is reused while ``Policy._changes`` is unchanged.
+def make_policy(
+    config: BatchConfig, *, sized: bool, classes: ClassConfig | None = None
+) -> Policy[PayloadT]:
+    """The policy ``config`` asks for: by tokens or by count, with ``classes`` or one queue.
 
-    Attributes:
-        screened_at: ``_changes`` when the last screen passed (-1: none).
-        screened_deadline: the deadline it passed for.
-        screened_until: the time until which its verdict holds.
-        fits_until: written by ``_refusal`` when a prediction fits: until when it does.
-        steady_until: written by ``predict_finish``: until when the prediction moves no
-            faster than the clock.
-        retry_at: ``_changes`` when ``retry_after`` was last computed (-1: never).
-        retry_reason: the reason it was computed for.
-        retry_s: its value.
+    Args:
+        config: the batcher's settings (``batch_by``).
+        sized: whether the driver knows each item's tokens (``auto`` then means tokens).
+        classes: the classes of work and tenants (None: one FIFO queue).
+
+    Raises:
+        ConfigError: ``batch_by`` is ``tokens`` (or ``max_batch_tokens`` is set) but the
+            driver cannot size its items.
     """
-
-    __slots__ = (
-        "fits_until",
-        "retry_at",
-        "retry_reason",
-        "retry_s",
-        "screened_at",
-        "screened_deadline",
-        "screened_until",
-        "steady_until",
-    )
-
-    def __init__(self) -> None:
-        self.screened_at = -1
-        self.screened_deadline: float | None = None
-        self.screened_until = -math.inf
-        self.fits_until = -math.inf
-        self.steady_until = math.inf
-        self.retry_at = -1
-        self.retry_reason = ""
-        self.retry_s = 0.0
+    by = config.batch_by
+    if by == "count" or (by == "auto" and not sized and config.max_batch_tokens is None):
+        return Policy(config, classes=classes)
+    if not sized:
+        raise ConfigError(
+            "batch_by tokens (or max_batch_tokens) needs a model that counts its inputs' "
+            "tokens (a token_estimate method) or a sizer"
+        )
+    return Policy(config, classes=classes, by_tokens=True)
 
 
 class Policy(Generic[PayloadT]):
@@ -127,25 +127,38 @@ class Policy(Generic[PayloadT]):
         config: batch size, max wait, queue size, workers, admission, starting cost estimate.
         cost_model: the cost model to use; by default one starting from
             ``config.initial_cost``.
+        classes: the classes of work and tenants (None: one FIFO queue).
+        by_tokens: form and price passes by tokens, as length-sorted sub-passes (each item
+            is offered with its ``size`` in tokens).
+        token_prior: with ``by_tokens``, the sub-pass cost the token model starts from
+            (default: zero, which plans every distinct length as its own sub-pass).
+
+    Attributes:
+        config: the settings.
+        cost_model: the cost of a pass by its items, learned from every pass.
+        classes: the classes of work and tenants, or None.
+        by_tokens: whether passes are formed and priced by tokens.
     """
 
-    def __init__(self, config: BatchConfig, cost_model: CostModel | None = None) -> None:
+    def __init__(
+        self,
+        config: BatchConfig,
+        cost_model: CostModel | None = None,
+        *,
+        classes: ClassConfig | None = None,
+        by_tokens: bool = False,
+        token_prior: PassCost | None = None,
+    ) -> None:
         self.config = config
         self.cost_model = cost_model if cost_model is not None else CostModel(config.initial_cost)
+        self.classes = classes
         self._queue: OrderedDict[int, Entry[PayloadT]] = OrderedDict()
-        # The earliest deadline among the queue's last ``len % max_batch_size`` entries (the
-        # part-full batch a new item would join), kept as items join; None: recompute it
-        # (an entry left from the middle, so the batches' boundaries moved).
-        self._tail_min: float | None = math.inf
         self._deadlines: list[tuple[float, int, Entry[PayloadT]]] = []
         self._running: dict[int, Batch[PayloadT]] = {}
         self._running_deadlines: list[tuple[float, int, Entry[PayloadT]]] = []
         self._ids = itertools.count()
         self._batch_ids = itertools.count()
         self._draining = False
-        self._prefetch = config.prefetch
-        # The depth from which the next pass is settled (no arrival can change it): full.
-        self._settled_depth = config.max_batch_size
         self._tally = Tally()
         self._batches = 0
         self._batch_sizes: dict[int, int] = {}
@@ -154,10 +167,26 @@ class Policy(Generic[PayloadT]):
         # that expires or dispatches, finish, close); a passed screen is reused by the next
         # offer only while it is unchanged (see ``screen``).
         self._changes = 0
-        self._verdicts = _Verdicts()
-        # Predicted seconds of each dispatched pass, by batch id, for a policy that predicts
-        # a pass from its items (see ``_dispatched``); None: from the cost model by count.
-        self._passes_s: dict[int, float] | None = None
+        self._verdicts = Verdicts()
+        self.by_tokens = by_tokens
+        pricing: Pricing[PayloadT]
+        if by_tokens:
+            pricing = ByTokens(config, self.cost_model, token_prior)
+        else:
+            pricing = ByCount(self.cost_model, config.max_batch_size)
+        self._pricing = pricing
+        discipline: Discipline[PayloadT]
+        if classes is None:
+            discipline = Fifo(self, config, self._queue, self._running, pricing, self._verdicts)
+        else:
+            discipline = Classes(self, config, classes, self._queue, self._running, pricing)
+        self._discipline = discipline
+        # When the next pass must go though not full, asked at every poll: the discipline's
+        # max wait, unless the pricing can find the queue full by its own measure (tokens).
+        self._due: Callable[[], float] = self._full_or_due if pricing.fills else discipline.due
+        self._prefetch = config.prefetch and discipline.prefetches
+        # The depth from which the next pass is settled (no arrival can change it).
+        self._settled_depth = pricing.settled_depth
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -194,7 +223,31 @@ class Policy(Generic[PayloadT]):
             cost=self.cost_model.estimate,
             cost_samples=self.cost_model.samples,
             draining=self._draining,
+            tokens=self._pricing.tokens(),
         )
+
+    def class_statistics(self) -> dict[str, dict[str, Counters]]:
+        """Outcome counters by class, then tenant label (empty without classes)."""
+        return self._discipline.class_statistics()
+
+    def class_depths(self) -> dict[str, int]:
+        """Live entries of each class waiting now (empty without classes)."""
+        return self._discipline.class_depths()
+
+    def work_class(self, priority: str | int | None) -> WorkClass | None:
+        """The class an item's ``priority`` names (a name, a level, or None: the default).
+
+        None without classes, where a priority is refused.
+
+        Raises:
+            ConfigError: ``priority`` names no class, or is given without classes.
+        """
+        return self._discipline.resolve(priority)
+
+    @property
+    def discipline(self) -> str:
+        """The queue's discipline: ``fifo`` (one queue) or ``classes``."""
+        return self._discipline.name
 
     def retry_after(self, now: float, reason: str) -> float:
         """Seconds after which a refused item could be admitted, from the queue and drain rate.
@@ -207,7 +260,7 @@ class Policy(Generic[PayloadT]):
         if verdicts.retry_at == self._changes and verdicts.retry_reason == reason:
             return verdicts.retry_s  # nothing changed since it was computed (it reads no clock)
         cfg = self.config
-        fixed_s, per_item_s = self._costs()
+        fixed_s, per_item_s = self._pricing.costs(len(self._queue))
         rate = drain_rate(
             queue_depth=len(self._queue),
             workers=cfg.workers,
@@ -220,47 +273,37 @@ class Policy(Generic[PayloadT]):
         else:
             items = min(cfg.max_batch_size, len(self._queue))
         verdicts.retry_at, verdicts.retry_reason = self._changes, reason
-        verdicts.retry_s = max(_MIN_RETRY_S, items / rate)
+        verdicts.retry_s = max(MIN_RETRY_S, items / rate)
         return verdicts.retry_s
 
     def predict_finish(self, now: float) -> float:
-        """When an item admitted now would finish, by the cost model."""
-        # This runs for every admitted item: plain locals, positional calls, no copies.
-        cfg = self.config
-        fixed_s, per_item_s = self._costs()
-        workers = cfg.workers
-        running = self._running
-        free, steady = workers_free_at(
-            now, running.values(), workers, fixed_s, per_item_s, self._passes_s
-        )
-        queue = self._queue
-        position = len(queue)
-        if len(running) > workers:
-            # Prefetched batches (full, but for a draining policy's last) run next: they
-            # are predicted as full batches at the head of the queue, as they were there.
-            position += (len(running) - workers) * cfg.max_batch_size
-        head = now
-        if queue and position < cfg.max_batch_size:
-            arrival = next(iter(queue.values())).arrival
-            if arrival < now:
-                head = arrival
-        # Until then the prediction moves no faster than the clock (for ``screen``).
-        self._verdicts.steady_until = steady
-        return predict_finish_at(
-            now,
-            position,
-            head,
-            free,
-            cfg.max_batch_size,
-            0.0 if self._draining else cfg.max_wait_s,
-            fixed_s,
-            per_item_s,
+        """When an item (of the default class) admitted now would finish, by the pricing."""
+        return self._discipline.predict_finish(now)
+
+    def probe_ok(self, depth: int) -> bool:
+        """Whether an item predicted late, with ``depth`` items queued, is admitted as a probe.
+
+        A refusal on belief alone when nothing waits and a worker is idle would rest on a
+        cost model that nothing can correct: with nothing admitted nothing is measured, so
+        after a stuck or slow spell of the model the server would refuse forever. Such an
+        item is admitted as a probe (it only uses an idle worker) and its pass refreshes
+        the belief. A cost stated up front and never measured is trusted.
+        """
+        return (
+            depth == 0 and len(self._running) < self.config.workers and self.cost_model.samples > 0
         )
 
     # -- events ----------------------------------------------------------------------------
 
     def offer(
-        self, now: float, payload: PayloadT, deadline: float | None = None, size: int = 1
+        self,
+        now: float,
+        payload: PayloadT,
+        deadline: float | None = None,
+        size: int = 1,
+        *,
+        work_class: str | None = None,
+        tenant: str | None = None,
     ) -> Entry[PayloadT]:
         """Admit an item or refuse it at once.
 
@@ -268,56 +311,69 @@ class Policy(Generic[PayloadT]):
             now: the current time.
             payload: the driver's data for this item.
             deadline: absolute time by which the item must finish, or None.
-            size: its tokens (read by a policy that forms batches by tokens).
+            size: its tokens (read by a policy by tokens; below 1 it counts 1 there).
+            work_class: its class of work (None: the default class); not read without
+                classes.
+            tenant: who it is for (fair shares and queue bounds among a class's tenants);
+                not read without classes.
 
         Returns:
             The queued entry.
 
         Raises:
             ShuttingDown: the policy is closed.
-            QueueFull: ``queue_size`` items are waiting.
+            QueueFull: ``queue_size`` items are waiting (or the class's or tenant's share).
             DeadlineInfeasible: admission is on and the item is predicted to finish late
                 (or its deadline has already passed).
+            ConfigError: ``work_class`` names no class.
         """
         tally = self._tally
-        tally.received += 1
         verdicts = self._verdicts
+        discipline = self._discipline
         if (
             verdicts.screened_at != self._changes
             or deadline != verdicts.screened_deadline
             or now > verdicts.screened_until
         ):
-            refusal = self._refusal(now, deadline)
+            refusal = discipline.refusal(now, deadline, work_class, tenant, True)
             if refusal is not None:
+                tally.received += 1
                 tally.rejected[refusal.reason] += 1
                 raise refusal
+        tally.received += 1
         self._changes += 1
-        entry: Entry[PayloadT] = Entry(next(self._ids), payload, now, deadline, size)
-        queue = self._queue
-        tail_min = self._tail_min
-        if len(queue) % self.config.max_batch_size == 0:
-            self._tail_min = math.inf if deadline is None else deadline
-        elif tail_min is not None and deadline is not None and deadline < tail_min:
-            self._tail_min = deadline
-        queue[entry.id] = entry
+        size = self._pricing.admit(size)
+        entry = discipline.push(next(self._ids), payload, now, deadline, size, work_class, tenant)
+        self._queue[entry.id] = entry
         if deadline is not None:
             heapq.heappush(self._deadlines, (deadline, entry.id, entry))
         tally.pending += 1
         return entry
 
-    def screen(self, now: float, deadline: float | None) -> Rejected | None:
+    def screen(
+        self,
+        now: float,
+        deadline: float | None,
+        work_class: str | None = None,
+        tenant: str | None = None,
+    ) -> Rejected | None:
         """Whether one more item with ``deadline`` would be refused now (see ``offer``).
 
         Returns:
-            The refusal, counted as one received and refused item; or None (nothing counted,
-            nothing admitted: the item is offered later, when it exists).
+            The refusal, counted as one received and refused item (of its class and
+            tenant); or None (nothing counted, nothing admitted: the item is offered later,
+            when it exists).
+
+        Raises:
+            ConfigError: ``work_class`` names no class.
         """
         verdicts = self._verdicts
         verdicts.fits_until = -math.inf
-        refusal = self._refusal(now, deadline)
+        discipline = self._discipline
+        refusal = discipline.refusal(now, deadline, work_class, tenant, False)
         if refusal is not None:
             self._tally.refuse(refusal.reason)
-        elif deadline is not None:
+        elif deadline is not None and discipline.caches_screens:
             # Held for the offer of this item: with nothing changed, a later prediction is
             # at most later by the time passed (every term moves with ``now`` or stays), and
             # the margin can only shrink, so the verdict stands while ``now`` is within the
@@ -327,87 +383,6 @@ class Policy(Generic[PayloadT]):
             verdicts.screened_deadline = deadline
             verdicts.screened_until = max(now, verdicts.fits_until) if deadline > now else -math.inf
         return refusal
-
-    def _refusal(self, now: float, deadline: float | None) -> Rejected | None:
-        # The admission rule of ``offer`` and ``screen``; reads state, changes nothing.
-        cfg = self.config
-        queue = self._queue
-        if self._draining:
-            return ShuttingDown(
-                "the batcher is shutting down and admits no new work",
-                retry_after_s=self.retry_after(now, "draining"),
-            )
-        depth = len(queue)
-        if depth >= cfg.queue_size:
-            return QueueFull(
-                f"queue is full: {depth} items waiting, queue_size is {cfg.queue_size}",
-                retry_after_s=self.retry_after(now, "queue_full"),
-            )
-        if deadline is None or not (cfg.admission or deadline <= now):
-            return None
-        finish = now
-        limit = bound = deadline
-        if cfg.admission:
-            finish = self.predict_finish(now)
-            # A margin for the noise of a real machine: two standard errors of the passes
-            # ahead, plus 2% of the predicted wait for drift the fit has not caught up with.
-            margin = _DRIFT_MARGIN * (finish - now)
-            spread = self._spread_s()
-            if spread:
-                passes = depth // cfg.max_batch_size + 1 + len(self._running)
-                margin += 2.0 * spread * math.sqrt(passes)
-            finish += margin
-            # The item joins the batch of the last ``k`` queued items, whose pass it makes
-            # longer: it must not make any of them late either.
-            k = depth % cfg.max_batch_size
-            if k and finish <= deadline:
-                tail_min = self._tail_min
-                if tail_min is None:
-                    mates = itertools.islice(reversed(queue.values()), k)
-                    tail_min = self._tail_min = min(
-                        (m.deadline for m in mates if m.deadline is not None), default=math.inf
-                    )
-                if finish > tail_min:
-                    limit = tail_min
-                elif tail_min < bound:
-                    bound = tail_min
-        if deadline > now:
-            if finish <= limit:
-                # The verdict holds while the prediction stays within the tightest deadline
-                # it was checked against, and no later than the first running pass's
-                # predicted end: past it, the rule for overrunning passes makes it jump.
-                fits = now + (bound - finish)
-                verdicts = self._verdicts
-                steady = verdicts.steady_until
-                verdicts.fits_until = fits if fits < steady else steady
-                return None
-            if self._probe_ok(depth):
-                return None
-        whose = "its" if limit == deadline else "an earlier item of its batch's"
-        return DeadlineInfeasible(
-            f"deadline cannot be met: predicted to finish in {finish - now:.4f}s, "
-            f"{whose} deadline is in {limit - now:.4f}s",
-            retry_after_s=max(_MIN_RETRY_S, finish - limit),
-        )
-
-    def _costs(self) -> tuple[float, float]:
-        """``(fixed_s, per_item_s)`` of a pass of the queued items, as admission predicts it."""
-        est = self.cost_model.estimate
-        return est.fixed_s, est.per_item_s
-
-    def _spread_s(self) -> float:
-        """The error of one pass's prediction, for admission's margin."""
-        return self.cost_model.spread_s
-
-    def _probe_ok(self, depth: int) -> bool:
-        # A refusal on belief alone when nothing waits and a worker is idle would rest on a
-        # cost model that nothing can correct: with nothing admitted nothing is measured, so
-        # after a stuck or slow spell of the model the server would refuse forever. Such an
-        # item is admitted as a probe (it only uses an idle worker) and its pass refreshes
-        # the belief. A cost stated up front and never measured is trusted.
-        return (
-            depth == 0 and len(self._running) < self.config.workers and self.cost_model.samples > 0
-        )
 
     def cancel(self, now: float, entry: Entry[PayloadT]) -> bool:
         """The caller of ``entry`` left.
@@ -422,7 +397,8 @@ class Policy(Generic[PayloadT]):
             return False
         self._changes += 1
         del self._queue[entry.id]
-        self._tail_min = None
+        self._discipline.removed(entry, True)
+        self._pricing.left(entry)
         entry.state = DONE
         self._tally.cancelled += 1
         self._tally.pending -= 1
@@ -450,6 +426,8 @@ class Policy(Generic[PayloadT]):
         queue = self._queue
         wake_at: float | None = None
         running = self._running
+        pricing = self._pricing
+        group, taken, dispatched = pricing.group, pricing.taken, pricing.dispatched
         while queue:
             state = RUNNING
             if len(running) >= cfg.workers:
@@ -463,7 +441,8 @@ class Policy(Generic[PayloadT]):
                 if now < due:
                     wake_at = due
                     break
-            entries = self._take(now, min(cfg.max_batch_size, len(queue)))
+            entries = self._discipline.take(now, min(cfg.max_batch_size, len(queue)), group())
+            taken(entries)
             for e in entries:
                 e.state = state
                 if e.deadline is not None:
@@ -471,7 +450,7 @@ class Policy(Generic[PayloadT]):
             batch = Batch(next(self._batch_ids), entries, now)
             running[batch.id] = batch
             dispatch.append(batch)
-            self._dispatched(batch)
+            dispatched(batch)
             self._changes += 1
         while deadlines and deadlines[0][2].state != QUEUED:
             heapq.heappop(deadlines)
@@ -517,17 +496,11 @@ class Policy(Generic[PayloadT]):
             and (len(self._queue) >= self._settled_depth or self._draining)
         )
 
-    def _due(self) -> float:
-        """When the next pass must go though not full: the oldest item's max wait is up."""
-        return next(iter(self._queue.values())).arrival + self.config.max_wait_s
-
-    def _take(self, now: float, n: int) -> list[Entry[PayloadT]]:
-        """The ``n`` items of the next pass, taken off the queue: the oldest first."""
-        queue = self._queue
-        return [queue.popitem(last=False)[1] for _ in range(n)]
-
-    def _dispatched(self, batch: Batch[PayloadT]) -> None:
-        """A batch was just dispatched (a hook: the plain policy has nothing to note)."""
+    def _full_or_due(self) -> float:
+        """Now if the pricing says the queue holds a full pass, else the discipline's due."""
+        if self._pricing.full():
+            return -math.inf
+        return self._discipline.due()
 
     def _overdue(self, now: float, expired: list[Entry[PayloadT]]) -> list[Entry[PayloadT]]:
         # Dispatched entries whose deadline has passed, answered now: ``late`` if running;
@@ -546,6 +519,7 @@ class Policy(Generic[PayloadT]):
                 entry.withdrawn = True
                 entry.state = DONE
                 expired.append(entry)
+                self._discipline.expired_dispatched(entry)
                 self._tally.expired += 1
                 self._tally.pending -= 1
                 self._changes += 1
@@ -554,6 +528,8 @@ class Policy(Generic[PayloadT]):
     def _expire(self, now: float) -> list[Entry[PayloadT]]:
         heap = self._deadlines
         expired: list[Entry[PayloadT]] = []
+        removed = self._discipline.removed
+        left = self._pricing.left
         while heap:
             deadline, _, entry = heap[0]
             if entry.state != QUEUED:
@@ -563,7 +539,8 @@ class Policy(Generic[PayloadT]):
                 break
             heapq.heappop(heap)
             del self._queue[entry.id]
-            self._tail_min = None
+            removed(entry, False)
+            left(entry)
             entry.state = DONE
             expired.append(entry)
         self._changes += 1
@@ -616,14 +593,5 @@ class Policy(Generic[PayloadT]):
             self._batches += 1
             self._batch_sizes[ran] = self._batch_sizes.get(ran, 0) + 1
         self._bisect_calls += bisect_calls
-        self._count_pass(now, batch.entries, failed, skipped)
-
-    def _count_pass(
-        self,
-        now: float,
-        entries: list[Entry[PayloadT]],
-        failed: Collection[Entry[PayloadT]],
-        skipped: Collection[Entry[PayloadT]],
-    ) -> None:
-        # The outcomes of a pass's entries, by the one rule of ``tally_pass``.
-        self._tally.add_pass(*tally_pass(now, entries, failed, skipped))
+        self._discipline.count_pass(now, self._tally, batch.entries, failed, skipped)
+        self._pricing.finished(now, batch, failed, skipped)

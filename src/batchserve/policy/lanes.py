@@ -18,6 +18,7 @@ identity holds per class and per configured tenant.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from batchserve.policy.outcomes import Tally
 if TYPE_CHECKING:
     from batchserve.policy.classes import WorkClass
     from batchserve.policy.entries import Entry
+    from batchserve.policy.parts import Group
 
 __all__ = ["ClassQueue", "Lane"]
 
@@ -138,5 +140,54 @@ class ClassQueue:
                 ring.popleft()
                 lane.deficit = 0.0
                 del self.lanes[lane.tenant]
+            elif lane.deficit < 1.0:
+                ring.rotate(-1)
+
+    def take_joining(
+        self, n: int, out: list[Entry[Any]], group: Group, *, first: bool, window: int
+    ) -> None:
+        """As :meth:`take`, each item only if ``group`` takes it (a pass formed by tokens).
+
+        ``first``: the first item joins whatever its tokens (its class's floor in a pass).
+        Within a lane, the items that join are taken among its oldest ``window``, oldest
+        first, as one FIFO queue forms a pass by tokens; a lane none of whose items join
+        gives nothing more to this pass and keeps its credit for the next.
+        """
+        ring = self.ring
+        items = self.items
+        blocked: set[int] = set()
+        while n and ring and len(blocked) < len(ring):
+            lane = ring[0]
+            if id(lane) in blocked:
+                ring.rotate(-1)
+                continue
+            if lane.deficit < 1.0:
+                lane.deficit += lane.quantum
+            k = min(n, int(lane.deficit), len(lane.items))
+            queue = lane.items
+            chosen = []
+            for entry in itertools.islice(queue.values(), window):
+                if first:
+                    group.force(entry.size)
+                    first = False
+                elif not group.joins(entry.size):
+                    continue
+                chosen.append(entry)
+                if len(chosen) == k:
+                    break
+            for entry in chosen:
+                del queue[entry.id]
+                del items[entry.id]
+                out.append(entry)
+            got = len(chosen)
+            lane.deficit -= got
+            n -= got
+            if not queue:
+                ring.popleft()
+                lane.deficit = 0.0
+                del self.lanes[lane.tenant]
+            elif got < k:
+                blocked.add(id(lane))
+                ring.rotate(-1)
             elif lane.deficit < 1.0:
                 ring.rotate(-1)

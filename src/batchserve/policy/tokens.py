@@ -2,14 +2,15 @@
 
 Theory of operation
 -------------------
-:class:`TokenPolicy` is :class:`~batchserve.policy.core.Policy` for a model whose inputs are
-padded to the longest of their forward call (a transformer) and which runs a pass as
-**length-sorted sub-passes** (:mod:`batchserve.subpasses`: the items sorted by tokens and
-cut where a fixed cost per sub-pass is worth less than the padding it saves). Each entry
-carries its ``size`` in tokens (``offer(now, payload, deadline, size)``), and a pass costs
-its sub-passes: ``fixed_s`` each, plus ``per_token_s`` per padded token and ``attention_s``
-per padded token per token of its length (a :class:`~batchserve.subpasses.PassCost`). So
-the policy changes three things.
+:class:`ByTokens` is the pricing (:mod:`batchserve.policy.parts`) of a
+:class:`~batchserve.policy.core.Policy` for a model whose inputs are padded to the longest
+of their forward call (a transformer) and which runs a pass as **length-sorted sub-passes**
+(:mod:`batchserve.subpasses`: the items sorted by tokens and cut where a fixed cost per
+sub-pass is worth less than the padding it saves). Each entry carries its ``size`` in tokens
+(``offer(now, payload, deadline, size)``), and a pass costs its sub-passes: ``fixed_s``
+each, plus ``per_token_s`` per padded token and ``attention_s`` per padded token per token
+of its length (a :class:`~batchserve.subpasses.PassCost`). So the pricing changes three
+things, whatever the queue's discipline.
 
 * **The cost in tokens.** ``token_cost`` is a :class:`~batchserve.subpasses.PassCostModel`.
   At dispatch the policy plans the pass as the engine will (:func:`~batchserve.subpasses.plan`
@@ -43,7 +44,7 @@ the policy changes three things.
   token model's own prediction error (each pass predicted before it is learned from).
   Until the token model has fitted ``_MIN_PASSES`` passes the item model (the plain
   policy's) is used.
-* **Which items go** (``_take``). The oldest queued item always goes, and when a pass goes is
+* **Which items go** (``group``). The oldest queued item always goes, and when a pass goes is
   the plain policy's rule: when it is full or the oldest item has waited ``max_wait_s``. The
   rest of the pass is taken from the oldest ``length_window * max_batch_size`` queued items,
   oldest first, skipping any item that would break a bound (``max_batch_size`` items,
@@ -87,6 +88,11 @@ the policy changes three things.
   as there are items ahead of it, and in practice a few: the items ahead of it of other
   lengths go in passes of their own, in order of age. Deadlines are kept by admission,
   above, and a pass bounded by ``max_batch_tokens`` keeps the wait behind one pass short.
+
+  With classes of work (:class:`~batchserve.policy.mixed.Classes`) the candidates are the
+  classes' shares, not the oldest window, and the same group decides which join: the first
+  item each class gives a pass joins whatever its tokens (as the oldest does here), so no
+  class waits on the others' lengths and none is starved; the others join as above.
 * **When a pass is full.** Also when the queued items hold ``max_batch_tokens`` tokens.
 
 Counted for the statistics: the padded tokens of every dispatched pass's planned sub-passes
@@ -99,22 +105,18 @@ loop a pass of 32 items beyond the plain policy's (the plan at dispatch, 250 us;
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import deque
 from collections.abc import Collection
-from dataclasses import replace
 from typing import Generic
 
 from batchserve.config import BatchConfig
 from batchserve.costmodel import CostModel
-from batchserve.errors import ConfigError
-from batchserve.policy.core import Policy
 from batchserve.policy.entries import Batch, Entry, PayloadT
-from batchserve.policy.outcomes import PolicyStats, TokenStats
+from batchserve.policy.outcomes import TokenStats
 from batchserve.subpasses import PassCost, PassCostModel, Shape, plan, predict_s, shape
 
-__all__ = ["TokenPolicy", "make_policy"]
+__all__ = ["ByTokens"]
 
 #: Passes the token model is fitted on before admission predicts with it.
 _MIN_PASSES = 4
@@ -170,55 +172,80 @@ def _moved(before: PassCost, after: PassCost) -> bool:
     return abs(la - lb) > (_REPLAN - 1) * max(la, lb) + 0.5 or abs(sa - sb) > 0.1
 
 
-def make_policy(config: BatchConfig, *, sized: bool) -> Policy[PayloadT]:
-    """The policy ``config`` asks for: by tokens or by count.
+class _Group:
+    """A pass being formed by tokens: which items join it (see ``ByTokens.group``)."""
 
-    Args:
-        config: the batcher's settings (``batch_by``).
-        sized: whether the driver knows each item's tokens (``auto`` then means tokens).
+    __slots__ = ("est", "k", "limit", "longest")
 
-    Raises:
-        ConfigError: ``batch_by`` is ``tokens`` (or ``max_batch_tokens`` is set) but the
-            driver cannot size its items.
-    """
-    by = config.batch_by
-    if by == "count" or (by == "auto" and not sized and config.max_batch_tokens is None):
-        return Policy(config)
-    if not sized:
-        raise ConfigError(
-            "batch_by tokens (or max_batch_tokens) needs a model that counts its inputs' "
-            "tokens (a token_estimate method) or a sizer"
-        )
-    return TokenPolicy(config)
+    def __init__(self, est: PassCost | None, limit: float) -> None:
+        self.est = est
+        self.limit = limit
+        self.longest = 0
+        self.k = 0
+
+    def force(self, size: int) -> None:
+        """An item joins whatever it costs (a pass's first: the oldest always goes)."""
+        if size > self.longest:
+            self.longest = size
+        self.k += 1
+
+    def joins(self, size: int) -> bool:
+        """Whether an item of ``size`` tokens joins (if so, it has joined).
+
+        It joins within ``max_batch_tokens`` if one sub-pass of them all costs no more than
+        the pass plus a sub-pass of its own (see the module docstring); unknown cost: it
+        joins.
+        """
+        est = self.est
+        k = self.k
+        longest = self.longest
+        if size > longest:
+            if size * (k + 1) > self.limit or (
+                est is not None
+                and est.seconds(k + 1, size) > est.seconds(k, longest) + est.seconds(1, size)
+            ):
+                return False
+            self.longest = size
+        elif longest * (k + 1) > self.limit or (
+            est is not None
+            and est.seconds(k + 1, longest) > est.seconds(k, longest) + est.seconds(1, size)
+        ):
+            return False
+        self.k = k + 1
+        return True
 
 
-class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
-    """The batching policy with passes formed by tokens (see the module docstring).
+class ByTokens(Generic[PayloadT]):
+    """The pricing of passes by tokens, as length-sorted sub-passes (see the module docstring).
 
     Args:
         config: the batcher's settings.
-        cost_model: the item model (the plain policy's), used until the token model fits.
+        cost_model: the policy's item model, answered until the token model fits.
         token_prior: the sub-pass cost the token model starts from (it answers it until it
             has fitted ``_MIN_PASSES`` passes: the plan at dispatch uses it); by default
             zero, which plans every distinct length as its own sub-pass.
 
     Attributes:
         token_cost: the cost of a sub-pass, learned from every pass's planned shape.
+        settled_depth: ``length_window * max_batch_size``: a pass is chosen among the
+            oldest that many items, so only then can no later arrival change it.
+        passes_s: each dispatched pass's predicted seconds, once the token model fits.
+        fills: whether ``max_batch_tokens`` is set (a queue can then be full by tokens).
     """
 
     def __init__(
         self,
         config: BatchConfig,
-        cost_model: CostModel | None = None,
-        *,
+        cost_model: CostModel,
         token_prior: PassCost | None = None,
     ) -> None:
-        super().__init__(config, cost_model)
-        # A pass is chosen among the oldest ``length_window * max_batch_size`` items: only
-        # once that many wait can no later arrival change it, and may it be prefetched.
-        self._settled_depth = config.length_window * config.max_batch_size
+        self._config = config
+        self._cost_model = cost_model
+        self.settled_depth = config.length_window * config.max_batch_size
         prior = token_prior if token_prior is not None else PassCost(fixed_s=0.0, per_token_s=0.0)
         self._prior = prior
+        self._limit = config.max_batch_tokens if config.max_batch_tokens is not None else math.inf
+        self.fills = config.max_batch_tokens is not None
         self.token_cost = PassCostModel(prior, min_samples=_MIN_PASSES)
         # The recent passes' sizes and seconds, to re-plan them when the estimate moves,
         # and the estimate the token model's shapes were planned with.
@@ -229,9 +256,9 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
         self._padded = 0
         self._real = 0
         # Each dispatched pass's planned shape, by batch id, until it finishes (its
-        # predicted seconds are in ``_passes_s``, read by admission).
+        # predicted seconds are in ``passes_s``, read by admission).
         self._shapes: dict[int, Shape] = {}
-        self._passes_s = {}
+        self.passes_s: dict[int, float] | None = {}
         self._recent: deque[int] = deque(maxlen=_WINDOW_PASSES * config.max_batch_size)
         self._square_error = 0.0
         self._error_weight = 0.0
@@ -239,7 +266,7 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
         self._derived = False
         self._fixed_s = self._extra_s = self._linear_s = self._square_s = 0.0
         self._per_item_s = 0.0
-        # The cost ``_take`` groups by (None: unknown, everything joins).
+        # The cost a pass's items are grouped by (None: unknown, everything joins).
         self._group_by: PassCost | None = None
         # The typical full pass's planned shape, its real tokens and the estimate it was
         # planned with, and when (in passes); when the token model was last refitted.
@@ -247,99 +274,54 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
         self._typical_at = 0
         self._refitted = -_REFIT_EVERY
 
-    def statistics(self) -> PolicyStats:
-        """The plain policy's snapshot, with the tokens' figures."""
-        return replace(
-            super().statistics(),
-            tokens=TokenStats(
-                padded=self._padded,
-                real=self._real,
-                queued=self._queued_tokens,
-                cost=self.token_cost.estimate,
-                cost_samples=self._passes,
-            ),
+    def tokens(self) -> TokenStats | None:
+        """The tokens' figures: padded and real tokens run, queued tokens, the token model."""
+        return TokenStats(
+            padded=self._padded,
+            real=self._real,
+            queued=self._queued_tokens,
+            cost=self.token_cost.estimate,
+            cost_samples=self._passes,
         )
 
     # -- the queue's tokens ----------------------------------------------------------------
 
-    def offer(
-        self, now: float, payload: PayloadT, deadline: float | None = None, size: int = 1
-    ) -> Entry[PayloadT]:
-        """Admit an item of ``size`` tokens or refuse it at once (see ``Policy.offer``).
+    def admit(self, size: int) -> int:
+        """An item of ``size`` tokens is queued: the size its entry keeps.
 
         A size below 1 (an empty text) counts 1: every item takes a place in its pass.
         """
         if size < 1:
             size = 1
-        entry = super().offer(now, payload, deadline, size)
         self._queued_tokens += size
-        return entry
+        return size
 
-    def cancel(self, now: float, entry: Entry[PayloadT]) -> bool:
-        """The caller of ``entry`` left (see ``Policy.cancel``)."""
-        left = super().cancel(now, entry)
-        if left:
-            self._queued_tokens -= entry.size
-        return left
+    def left(self, entry: Entry[PayloadT]) -> None:
+        """A queued entry gives its tokens back."""
+        self._queued_tokens -= entry.size
 
-    def _expire(self, now: float) -> list[Entry[PayloadT]]:
-        expired = super()._expire(now)
-        for e in expired:
-            self._queued_tokens -= e.size
-        return expired
-
-    def _due(self) -> float:
-        limit = self.config.max_batch_tokens
-        if limit is not None and self._queued_tokens >= limit:
-            return -math.inf  # full by tokens: it may go now
-        return super()._due()
+    def full(self) -> bool:
+        """Whether the queued items hold ``max_batch_tokens`` tokens: a pass may go now."""
+        return self._queued_tokens >= self._limit
 
     # -- forming a pass --------------------------------------------------------------------
 
-    def _take(self, now: float, n: int) -> list[Entry[PayloadT]]:
-        cfg = self.config
-        queue = self._queue
-        limit = cfg.max_batch_tokens if cfg.max_batch_tokens is not None else math.inf
-        entries = iter(queue.values())
-        head = next(entries)
-        chosen = [head]
-        longest = head.size
-        if n > 1:
-            # An item joins only if the engine would run it in the same sub-pass as the
-            # pass's items: one sub-pass of them all costs no more than the pass plus a
-            # sub-pass of its own (see the module docstring). Unknown cost: all join.
-            est = self._group_by
-            for e in itertools.islice(entries, cfg.length_window * cfg.max_batch_size - 1):
-                size = e.size
-                k = len(chosen)
-                if size > longest:
-                    if size * (k + 1) > limit or (
-                        est is not None
-                        and est.seconds(k + 1, size)
-                        > est.seconds(k, longest) + est.seconds(1, size)
-                    ):
-                        continue
-                    longest = size
-                elif longest * (k + 1) > limit or (
-                    est is not None
-                    and est.seconds(k + 1, longest) > est.seconds(k, longest) + est.seconds(1, size)
-                ):
-                    continue
-                chosen.append(e)
-                if k + 1 == n:
-                    break
+    def group(self) -> _Group:
+        """A pass about to be formed, grouped by the fitted cost and ``max_batch_tokens``."""
+        return _Group(self._group_by, self._limit)
+
+    def taken(self, entries: list[Entry[PayloadT]]) -> None:
+        """A pass's entries left the queue: their tokens are counted as run."""
         real = 0
         recent = self._recent
-        for e in chosen:
-            del queue[e.id]
+        for e in entries:
             real += e.size
             recent.append(e.size)
-        self._tail_min = None  # the queue's batch boundaries moved
         self._queued_tokens -= real
         self._real += real
-        return chosen
 
-    def _dispatched(self, batch: Batch[PayloadT]) -> None:
+    def dispatched(self, batch: Batch[PayloadT]) -> None:
+        """A batch was dispatched: its plan, as the engine will run it."""
         # Plan the pass as the engine will, with the current estimate: its shape is learned
         # at ``finish``, its predicted seconds tell admission when its worker is free.
         sizes = [e.size for e in batch.entries]
@@ -348,25 +330,22 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
         self._padded += planned.tokens
         self._shapes[batch.id] = planned
         if self._derived:
-            passes_s = self._passes_s
+            passes_s = self.passes_s
             assert passes_s is not None
             passes_s[batch.id] = predict_s(planned, est)
 
     # -- learning the cost -----------------------------------------------------------------
 
-    def finish(
+    def finished(
         self,
         now: float,
         batch: Batch[PayloadT],
-        *,
-        failed: Collection[Entry[PayloadT]] = (),
-        skipped: Collection[Entry[PayloadT]] = (),
-        bisect_calls: int = 0,
+        failed: Collection[Entry[PayloadT]],
+        skipped: Collection[Entry[PayloadT]],
     ) -> None:
-        """End a pass (see ``Policy.finish``); the token model learns its planned shape."""
-        super().finish(now, batch, failed=failed, skipped=skipped, bisect_calls=bisect_calls)
+        """A pass ended: the token model learns its planned shape."""
         planned = self._shapes.pop(batch.id, None)
-        passes_s = self._passes_s
+        passes_s = self.passes_s
         assert passes_s is not None
         passes_s.pop(batch.id, None)
         if failed or planned is None:
@@ -438,23 +417,24 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
         # Kept as it was, it is not re-planned again until it moves from where it is now.
         self.token_cost, self._planned_with = best[1], best[2]
 
-    def _costs(self) -> tuple[float, float]:
+    def costs(self, depth: int) -> tuple[float, float]:
+        """``(fixed_s, per_item_s)`` for admission, at the queued items' mean tokens."""
         # One sub-pass, and per item the typical pass's extra sub-passes' share plus its
         # token parts at the queued items' mean tokens (see the module docstring). The item
         # model until the token model has fitted.
         if not self._derived:
-            est = self.cost_model.estimate
+            est = self._cost_model.estimate
             return est.fixed_s, est.per_item_s
-        depth = len(self._queue)
         if not depth:
             return self._fixed_s, self._per_item_s
         mean = self._queued_tokens / depth
         return self._fixed_s, self._extra_s + mean * (self._linear_s + mean * self._square_s)
 
-    def _spread_s(self) -> float:
+    def spread_s(self) -> float:
+        """The token model's own prediction error (the item model's until it fits)."""
         if self._derived:
             return self._spread
-        return self.cost_model.spread_s
+        return self._cost_model.spread_s
 
     def _derive(self) -> None:
         # Admission's figures from the token model and the recent items' sizes, rebuilt when
@@ -474,7 +454,7 @@ class TokenPolicy(Policy[PayloadT], Generic[PayloadT]):
         )
         if not self._derived:
             return
-        b = self.config.max_batch_size
+        b = self._config.max_batch_size
         typical = self._typical
         if (
             typical is None

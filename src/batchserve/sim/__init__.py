@@ -4,7 +4,8 @@
 arrival schedule, with a cost model for each forward pass; :func:`simulate_backlog` is the
 deterministic seed's experiment (a backlog served unbatched, then batched);
 :func:`simulate_fleet` runs N replicas of the policy behind a router; :func:`simulate_mix`
-runs mixed traffic (streams of several classes of work and tenants).
+runs mixed traffic (streams of several classes of work and tenants). All three run on one
+event loop (:mod:`~batchserve.sim.loop`), each giving it its arrivals and answers.
 
 Clients of the simulator live beside it: :mod:`~batchserve.sim.tuning` (the batching
 settings with the most goodput within a p99 target), :mod:`~batchserve.sim.mixtune` (the

@@ -34,11 +34,10 @@ are answered at ``now``, each dispatched batch gets its finish event, the timer 
 Arrivals at the same instant arrive together: all are offered, then the policy is polled
 once, so a backlog present at time 0 is queued whole before the first batch is formed.
 
-Events wait in a heap keyed ``(time, seq)``, ``seq`` growing with every push, so ties break
-in the order events were scheduled. The arrival schedule is known in advance and is merged
-in from its sorted list, as if it had been pushed first: at equal times an arrival comes
-before a timer or a finish. Nothing reads the wall clock or the global random state, so the
-same inputs give the same result, bit for bit.
+The events run on the simulator's one event loop (:mod:`batchserve.sim.loop`: a heap keyed
+``(time, seq)``, the arrival schedule merged in first at equal times), with one replica; this
+module says what an arrival is and what an answer counts for. Nothing reads the wall clock
+or the global random state, so the same inputs give the same result, bit for bit.
 
 Outcomes follow the Batcher: an item finished by its deadline is ``ok`` with latency
 ``finish - arrival``; one whose pass ends after its deadline is ``late`` (its caller was
@@ -48,23 +47,22 @@ answered ``DeadlineExceeded`` at the deadline); one whose deadline passes in the
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from heapq import heappop, heappush
 from typing import Any, NamedTuple
 
 from batchserve.config import BatchConfig, CostEstimate, check_non_negative, check_positive
 from batchserve.errors import ConfigError, Rejected
 from batchserve.policy import (
     REJECT_REASONS,
+    Actions,
     Batch,
     Entry,
     Policy,
     PolicyStats,
-    TokenPolicy,
     make_policy,
 )
+from batchserve.sim.loop import check_sorted, run_events
 from batchserve.sim.workers import Workers
 from batchserve.subpasses import PassCost, plan, predict_s, shape
 from batchserve.workload.summary import LoadSummary, summarize
@@ -182,14 +180,14 @@ def simulate(
         check_non_negative("duration_s", duration_s)
     check_non_negative("overhead_s", overhead_s)
     check_non_negative("per_token_s", per_token_s)
-    _check_sorted(arrivals)
+    check_sorted(arrivals)
     n = len(arrivals)
     _check_sizes(sizes, n, per_token_s, subpass)
     if duration_s is None:
         duration_s = arrivals[-1] if n else 0.0
 
     policy: Policy[int] = make_policy(config, sized=sizes is not None)
-    by_tokens = sizes is not None and isinstance(policy, TokenPolicy)
+    by_tokens = sizes is not None and policy.by_tokens
     fixed = cost.fixed_s + overhead_s
     per_item = cost.per_item_s
 
@@ -205,110 +203,18 @@ def simulate(
         return t
 
     workers = Workers[int](config.workers, took)
-    # (time, seq, batch): a finish event; batch None is a timer, valid only if seq matches.
-    heap: list[tuple[float, int, Batch[int] | None]] = []
-    seq = 0
-    timer_seq = -1
-    timer_at = math.inf
-    latencies: list[float] = []
-    rejected = dict.fromkeys(REJECT_REASONS, 0)
-    late = expired = 0
-    end = 0.0
-    events: list[TraceEvent] | None = [] if trace else None
-    offer = policy.offer
-    poll = policy.poll
-    finish = policy.finish
-    append = latencies.append
-    inf = math.inf
-
-    i = 0
-    while True:
-        if i < n and (not heap or arrivals[i] <= heap[0][0]):
-            now = arrivals[i]
-            deadline = None if timeout_s is None else now + timeout_s
-            admitted = False
-            # Arrivals at one instant arrive together: all are offered, then one poll.
-            while True:
-                try:
-                    if by_tokens:
-                        assert sizes is not None
-                        offer(now, i, deadline, sizes[i])
-                    else:
-                        offer(now, i, deadline)
-                except Rejected as exc:
-                    rejected[exc.reason] = rejected.get(exc.reason, 0) + 1
-                    if events is not None:
-                        events.append(TraceEvent(now, "reject", (i,), exc.reason))
-                else:
-                    admitted = True
-                    if events is not None:
-                        events.append(TraceEvent(now, "admit", (i,)))
-                i += 1
-                if i == n or arrivals[i] != now:
-                    break
-            if drain and i == n:
-                policy.close()
-            elif not admitted:
-                # As in the Batcher: a refusal changes nothing, so there is nothing to poll.
-                continue
-        elif heap:
-            now, s, batch = heappop(heap)
-            if batch is None:
-                if s != timer_seq:
-                    continue
-                timer_at = inf
-            else:
-                skipped, nxt = workers.end(now, batch)
-                finish(now, batch, skipped=skipped)
-                if nxt is not None:
-                    seq += 1
-                    heappush(heap, (nxt[0], seq, nxt[1]))
-                for e in batch.entries:
-                    if e.withdrawn:
-                        continue  # answered at its deadline (during the pass, or prefetched)
-                    d = e.deadline
-                    if d is None or now <= d:
-                        append(now - e.arrival)
-                        end = now
-                    else:
-                        late += 1
-                        end = max(end, d)
-                if events is not None:
-                    events.append(
-                        TraceEvent(now, "finish", tuple(e.payload for e in batch.entries))
-                    )
-        else:
-            break
-
-        todo = poll(now)
-        if todo.late:
-            late += len(todo.late)
-            end = now
-            if events is not None:
-                events.extend(TraceEvent(now, "late", (e.payload,)) for e in todo.late)
-        if todo.expired:
-            expired += len(todo.expired)
-            end = now
-            if events is not None:
-                events.extend(TraceEvent(now, "expire", (e.payload,)) for e in todo.expired)
-        for b in todo.dispatch:
-            done = workers.dispatch(now, b)
-            if done is not None:
-                seq += 1
-                heappush(heap, (done, seq, b))
-            if events is not None:
-                events.append(TraceEvent(now, "dispatch", tuple(e.payload for e in b.entries)))
-        wake = todo.wake_at
-        if wake is None:
-            wake = inf
-        if wake != timer_at:
-            timer_at = wake
-            if wake != inf:
-                seq += 1
-                timer_seq = seq
-                heappush(heap, (wake, seq, None))
-            else:
-                timer_seq = -1
+    single = _Single(
+        policy, arrivals, timeout_s, sizes if by_tokens else None, drain, [] if trace else None
+    )
+    run_events(arrivals, [policy], [workers], single)
+    latencies, rejected, late, expired, end = (
+        single.latencies,
+        single.rejected,
+        single.late,
+        single.expired,
+        single.end,
+    )
+    events = single.events
 
     span = max(end, duration_s)
     summary = summarize(
@@ -336,6 +242,100 @@ def simulate(
     )
 
 
+class _Single:
+    """:func:`simulate` as the event loop's driver: one replica, one request an item."""
+
+    def __init__(
+        self,
+        policy: Policy[int],
+        arrivals: Sequence[float],
+        timeout_s: float | None,
+        sizes: Sequence[int] | None,
+        drain: bool,
+        events: list[TraceEvent] | None,
+    ) -> None:
+        self.policy = policy
+        self.arrivals = arrivals
+        self.timeout_s = timeout_s
+        self.sizes = sizes
+        self.drain = drain
+        self.events = events
+        self.latencies: list[float] = []
+        self.rejected = dict.fromkeys(REJECT_REASONS, 0)
+        self.late = 0
+        self.expired = 0
+        self.end = 0.0
+
+    def arrive(self, now: float, first: int, last: int) -> Sequence[int]:
+        """Offer each arrival; poll once if one was admitted (or the policy now drains)."""
+        timeout_s = self.timeout_s
+        deadline = None if timeout_s is None else now + timeout_s
+        offer = self.policy.offer
+        sizes = self.sizes
+        events = self.events
+        admitted = False
+        for i in range(first, last):
+            try:
+                if sizes is not None:
+                    offer(now, i, deadline, sizes[i])
+                else:
+                    offer(now, i, deadline)
+            except Rejected as exc:
+                self.rejected[exc.reason] = self.rejected.get(exc.reason, 0) + 1
+                if events is not None:
+                    events.append(TraceEvent(now, "reject", (i,), exc.reason))
+            else:
+                admitted = True
+                if events is not None:
+                    events.append(TraceEvent(now, "admit", (i,)))
+        if self.drain and last == len(self.arrivals):
+            self.policy.close()
+            return _ONE
+        # As in the Batcher: a refusal changes nothing, so there is nothing to poll.
+        return _ONE if admitted else ()
+
+    def polled(self, replica: int, now: float, actions: Actions[int]) -> None:
+        """Late and expired items are answered now."""
+        events = self.events
+        if actions.late:
+            self.late += len(actions.late)
+            self.end = now
+            if events is not None:
+                events.extend(TraceEvent(now, "late", (e.payload,)) for e in actions.late)
+        if actions.expired:
+            self.expired += len(actions.expired)
+            self.end = now
+            if events is not None:
+                events.extend(TraceEvent(now, "expire", (e.payload,)) for e in actions.expired)
+        if events is not None:
+            for b in actions.dispatch:
+                events.append(TraceEvent(now, "dispatch", tuple(e.payload for e in b.entries)))
+
+    def finished(
+        self, replica: int, now: float, batch: Batch[int], skipped: list[Entry[int]]
+    ) -> None:
+        """Each item still awaited is ``ok`` by its deadline, else ``late``."""
+        append = self.latencies.append
+        for e in batch.entries:
+            if e.withdrawn:
+                continue  # answered at its deadline (during the pass, or prefetched)
+            d = e.deadline
+            if d is None or now <= d:
+                append(now - e.arrival)
+                self.end = now
+            else:
+                self.late += 1
+                self.end = max(self.end, d)
+        if self.events is not None:
+            self.events.append(TraceEvent(now, "finish", tuple(e.payload for e in batch.entries)))
+
+    def released(self, replica: int, now: float) -> None:
+        """Not asked for."""
+
+
+_ONE = (0,)
+
+
 def _check_sizes(
     sizes: Sequence[int] | None, n: int, per_token_s: float, subpass: PassCost | None
 ) -> None:
@@ -355,12 +355,3 @@ def _check_sizes(
     for i, size in enumerate(sizes):
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ConfigError(f"sizes[{i}] must be an integer >= 1, got {size!r}")
-
-
-def _check_sorted(arrivals: Sequence[float]) -> None:
-    prev = 0.0
-    for i, t in enumerate(arrivals):
-        if not t >= prev:
-            rule = "must be >= 0" if i == 0 else "must be sorted"
-            raise ValueError(f"arrivals {rule}: arrivals[{i}] is {t!r} after {prev!r}")
-        prev = t

@@ -4,9 +4,9 @@ Theory of operation
 -------------------
 :func:`simulate_fleet` is :func:`~batchserve.sim.engine.simulate` for several replicas. Each
 replica is a :class:`~batchserve.policy.Policy` of its own, built from the same
-:class:`~batchserve.config.BatchConfig`, with its own workers and its own timer; one event
-heap keyed ``(time, seq)`` holds every replica's events, so the whole fleet runs on one
-virtual clock. Nothing reads the wall clock, and the only randomness (``power_of_two``)
+:class:`~batchserve.config.BatchConfig`, with its own workers and its own timer; the simulator's one
+event loop (:mod:`batchserve.sim.loop`) holds every replica's events, so the whole fleet runs
+on one virtual clock. Nothing reads the wall clock, and the only randomness (``power_of_two``)
 comes from a generator seeded by the caller: the same arguments give the same result.
 
 A router stands where nginx stands in ``deploy/nginx/``. It sees what a load balancer sees:
@@ -38,13 +38,12 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from heapq import heappop, heappush
 from typing import Any
 
 from batchserve.config import BatchConfig, CostEstimate, check_non_negative, check_positive
 from batchserve.errors import ConfigError, Rejected
-from batchserve.policy import REJECT_REASONS, Batch, Entry, Policy
-from batchserve.sim.engine import _check_sorted
+from batchserve.policy import REJECT_REASONS, Actions, Batch, Entry, Policy
+from batchserve.sim.loop import check_sorted, run_events
 from batchserve.sim.workers import Workers
 from batchserve.workload.summary import LoadSummary, summarize
 
@@ -52,8 +51,6 @@ __all__ = ["ROUTINGS", "FleetResult", "ReplicaFigures", "simulate_fleet"]
 
 #: The routing rules, as ``--routing`` takes them.
 ROUTINGS = ("round_robin", "least_conn", "power_of_two")
-
-_FINISH, _TIMER, _RELEASE = 0, 1, 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,6 +166,90 @@ class _Router:
         return best
 
 
+class _Fleet:
+    """:func:`simulate_fleet` as the event loop's driver: a router before the replicas."""
+
+    def __init__(
+        self,
+        policies: list[Policy[int]],
+        router: _Router,
+        outstanding: list[int],
+        tries: int,
+        timeout_s: float | None,
+    ) -> None:
+        replicas = len(policies)
+        self.policies = policies
+        self.router = router
+        self.outstanding = outstanding
+        self.tries = tries
+        self.timeout_s = timeout_s
+        self.attempts = [0] * replicas
+        self.oks = [0] * replicas
+        self.refused = [0] * replicas
+        self.lates = [0] * replicas
+        self.expireds = [0] * replicas
+        self.latencies: list[float] = []
+        self.rejected = dict.fromkeys(REJECT_REASONS, 0)
+        self.retries = 0
+        self.end = 0.0
+
+    def arrive(self, now: float, first: int, last: int) -> Sequence[int]:
+        """Route each arrival, retrying refusals elsewhere; poll each replica that admitted."""
+        timeout_s = self.timeout_s
+        deadline = None if timeout_s is None else now + timeout_s
+        touched: list[int] = []
+        for i in range(first, last):
+            tried: list[int] = []
+            reason = ""
+            while len(tried) < self.tries:
+                r = self.router.pick(tried)
+                tried.append(r)
+                self.attempts[r] += 1
+                try:
+                    self.policies[r].offer(now, i, deadline)
+                except Rejected as exc:
+                    self.refused[r] += 1
+                    reason = exc.reason
+                    continue
+                self.outstanding[r] += 1
+                if r not in touched:
+                    touched.append(r)
+                reason = ""
+                break
+            self.retries += len(tried) - 1
+            if reason:
+                self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        return touched
+
+    def polled(self, replica: int, now: float, actions: Actions[int]) -> None:
+        """Items expired in the queue are answered now."""
+        if actions.expired:
+            k = len(actions.expired)
+            self.expireds[replica] += k
+            self.outstanding[replica] -= k
+            self.end = now
+
+    def finished(
+        self, replica: int, now: float, batch: Batch[int], skipped: list[Entry[int]]
+    ) -> None:
+        """Each item is ``ok`` by its deadline (and leaves the replica), else ``late``."""
+        append = self.latencies.append
+        for e in batch.entries:
+            d = e.deadline
+            if d is None or now <= d:
+                append(now - e.arrival)
+                self.oks[replica] += 1
+                self.outstanding[replica] -= 1
+                self.end = now
+            else:
+                self.lates[replica] += 1
+
+    def released(self, replica: int, now: float) -> None:
+        """A late item's caller is answered at its deadline: it leaves the replica."""
+        self.outstanding[replica] -= 1
+        self.end = max(self.end, now)
+
+
 def simulate_fleet(
     *,
     replicas: int,
@@ -219,7 +300,7 @@ def simulate_fleet(
     if duration_s is not None:
         check_non_negative("duration_s", duration_s)
     check_non_negative("overhead_s", overhead_s)
-    _check_sorted(arrivals)
+    check_sorted(arrivals)
     n = len(arrivals)
     if duration_s is None:
         duration_s = arrivals[-1] if n else 0.0
@@ -235,120 +316,16 @@ def simulate_fleet(
     router = _Router(routing, outstanding, seed)
     fixed = cost.fixed_s + overhead_s
     per_item = cost.per_item_s
-    inf = math.inf
-    timer_seq = [-1] * replicas
-    timer_at = [inf] * replicas
-    attempts = [0] * replicas
-    oks = [0] * replicas
-    refused = [0] * replicas
-    lates = [0] * replicas
-    expireds = [0] * replicas
-    # (time, seq, kind, replica, payload): a finished batch, a timer (valid only while its
-    # seq is the replica's timer_seq) or the release of a late item at its deadline.
-    heap: list[tuple[float, int, int, int, Batch[int] | None]] = []
-    seq = 0
-    latencies: list[float] = []
-    append = latencies.append
-    rejected = dict.fromkeys(REJECT_REASONS, 0)
-    retries = 0
-    end = 0.0
-
-    def begin(r: int, done: float, b: Batch[int]) -> None:
-        # A pass begins on replica ``r``'s worker, to end at ``done``.
-        nonlocal seq
-        seq += 1
-        heappush(heap, (done, seq, _FINISH, r, b))
-        for e in b.entries:
-            if e.deadline is not None and e.deadline < done:
-                seq += 1
-                heappush(heap, (e.deadline, seq, _RELEASE, r, None))
-
-    def step(r: int, now: float) -> None:
-        nonlocal seq, end
-        s = policies[r].poll(now)
-        if s.expired:
-            k = len(s.expired)
-            expireds[r] += k
-            outstanding[r] -= k
-            end = now
-        for b in s.dispatch:
-            done = workers[r].dispatch(now, b)
-            if done is not None:
-                begin(r, done, b)
-        wake = s.wake_at
-        if wake is None:
-            wake = inf
-        if wake != timer_at[r]:
-            timer_at[r] = wake
-            if wake != inf:
-                seq += 1
-                timer_seq[r] = seq
-                heappush(heap, (wake, seq, _TIMER, r, None))
-            else:
-                timer_seq[r] = -1
-
-    i = 0
-    while True:
-        if i < n and (not heap or arrivals[i] <= heap[0][0]):
-            now = arrivals[i]
-            deadline = None if timeout_s is None else now + timeout_s
-            touched: list[int] = []
-            # Arrivals at one instant arrive together: all are routed, then each replica
-            # that admitted one is polled once.
-            while True:
-                tried: list[int] = []
-                reason = ""
-                while len(tried) < tries:
-                    r = router.pick(tried)
-                    tried.append(r)
-                    attempts[r] += 1
-                    try:
-                        policies[r].offer(now, i, deadline)
-                    except Rejected as exc:
-                        refused[r] += 1
-                        reason = exc.reason
-                        continue
-                    outstanding[r] += 1
-                    if r not in touched:
-                        touched.append(r)
-                    reason = ""
-                    break
-                retries += len(tried) - 1
-                if reason:
-                    rejected[reason] = rejected.get(reason, 0) + 1
-                i += 1
-                if i == n or arrivals[i] != now:
-                    break
-            for r in touched:
-                step(r, now)
-            continue
-        if not heap:
-            break
-        now, s_, kind, r, batch = heappop(heap)
-        if kind == _TIMER:
-            if s_ != timer_seq[r]:
-                continue
-            timer_at[r] = inf
-        elif kind == _RELEASE:
-            outstanding[r] -= 1
-            end = max(end, now)
-            continue
-        else:
-            assert batch is not None
-            skipped, nxt = workers[r].end(now, batch)
-            policies[r].finish(now, batch, skipped=skipped)
-            if nxt is not None:
-                begin(r, *nxt)
-            for e in batch.entries:
-                d = e.deadline
-                if d is None or now <= d:
-                    append(now - e.arrival)
-                    oks[r] += 1
-                    outstanding[r] -= 1
-                    end = now
-                else:
-                    lates[r] += 1
-        step(r, now)
+    fleet = _Fleet(policies, router, outstanding, tries, timeout_s)
+    run_events(arrivals, policies, workers, fleet, release_late=True)
+    attempts, oks, refused, lates, expireds = (
+        fleet.attempts,
+        fleet.oks,
+        fleet.refused,
+        fleet.lates,
+        fleet.expireds,
+    )
+    latencies, rejected, retries, end = fleet.latencies, fleet.rejected, fleet.retries, fleet.end
 
     late, expired = sum(lates), sum(expireds)
     batch_counts = [w.passes for w in workers]

@@ -4,12 +4,12 @@ Theory of operation
 -------------------
 :func:`simulate_mix` is the simulator's driver for mixed traffic. Each :class:`Stream` is an
 open-loop schedule of requests of one class of work and tenant, each of ``inputs`` items.
-With ``classes`` it runs the :class:`~batchserve.policy.MixedPolicy` the server runs for
+With ``classes`` it runs the :class:`~batchserve.policy.Policy` with classes the server runs for
 those classes; without, today's single FIFO :class:`~batchserve.policy.Policy`, with each
 stream's deadline (the comparison the issue asks for). It hands the policy what the HTTP
 server hands it for a request of several inputs:
 
-* at the request's arrival, its items are offered one by one (``offer_to`` with its class
+* at the request's arrival, its items are offered one by one (``offer`` with its class
   and tenant); a refusal of any item refuses the request and withdraws the items already
   admitted, as :class:`~batchserve.server.exchange.Exchange` does;
 * an item that expires in the queue, or whose deadline passes during its pass, times the
@@ -17,23 +17,22 @@ server hands it for a request of several inputs:
 * a request is ``ok`` when its last item finishes by its deadline, its latency is that
   finish minus its arrival.
 
-Events wait in a heap keyed ``(time, seq)`` as in :mod:`batchserve.sim.engine`; arrivals at
-one instant are offered together, then the policy is polled once. Nothing reads the wall
+It runs on the simulator's one event loop (:mod:`batchserve.sim.loop`); arrivals at one
+instant are offered together, then the policy is polled once. Nothing reads the wall
 clock: the same arguments give the same result.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from heapq import heappop, heappush
 from typing import Any
 
 from batchserve.config import BatchConfig, CostEstimate, check_non_negative, check_positive
 from batchserve.errors import ConfigError, Rejected
-from batchserve.policy import Batch, ClassConfig, Entry, MixedPolicy, Policy
+from batchserve.policy import Actions, Batch, ClassConfig, Entry, Policy
 from batchserve.policy.entries import DONE
+from batchserve.sim.loop import run_events
 from batchserve.sim.workers import Workers
 from batchserve.units import parse_duration
 from batchserve.workload.arrivals import ARRIVAL_MODES, arrival_times
@@ -196,6 +195,94 @@ class MixResult:
         return [{"policy": self.policy, **s.to_dict()} for s in self.streams]
 
 
+class _Mix:
+    """:func:`simulate_mix` as the event loop's driver: requests of several items."""
+
+    def __init__(
+        self,
+        policy: Policy[int],
+        streams: Sequence[Stream],
+        deadlines: list[float | None],
+        schedule: list[tuple[float, int]],
+    ) -> None:
+        self.policy = policy
+        self.streams = streams
+        self.deadlines = deadlines
+        n = len(schedule)
+        self.req_stream = [k for _, k in schedule]
+        self.req_arrival = [t for t, _ in schedule]
+        self.remaining = [streams[k].inputs for k in self.req_stream]
+        self.done = [False] * n
+        self.entries: list[list[Entry[int]]] = [[] for _ in range(n)]
+        self.latencies: list[list[float]] = [[] for _ in streams]
+        self.last_ok = [0.0] * len(streams)
+        self.rejected: list[dict[str, int]] = [{} for _ in streams]
+        self.timed_out = [0] * len(streams)
+        self.end = 0.0
+
+    def _withdraw(self, now: float, r: int) -> None:
+        self.done[r] = True
+        for e in self.entries[r]:
+            if e.state != DONE:
+                self.policy.cancel(now, e)
+
+    def _time_out(self, now: float, r: int) -> None:
+        if not self.done[r]:
+            self.timed_out[self.req_stream[r]] += 1
+            self.end = max(self.end, now)
+            self._withdraw(now, r)
+
+    def arrive(self, now: float, first: int, last: int) -> Sequence[int]:
+        """Offer each request's items; a refusal of one refuses (and withdraws) them all."""
+        policy = self.policy
+        for i in range(first, last):
+            k = self.req_stream[i]
+            s = self.streams[k]
+            d = self.deadlines[k]
+            deadline = None if d is None else now + d
+            try:
+                for _ in range(s.inputs):
+                    entry = policy.offer(now, i, deadline, work_class=s.work_class, tenant=s.tenant)
+                    self.entries[i].append(entry)
+            except Rejected as exc:
+                self.rejected[k][exc.reason] = self.rejected[k].get(exc.reason, 0) + 1
+                self._withdraw(now, i)
+        return _ONE
+
+    def polled(self, replica: int, now: float, actions: Actions[int]) -> None:
+        """An item late or expired times its request out now."""
+        for e in actions.late:
+            self._time_out(now, e.payload)
+        for e in actions.expired:
+            self._time_out(now, e.payload)
+
+    def finished(
+        self, replica: int, now: float, batch: Batch[int], skipped: list[Entry[int]]
+    ) -> None:
+        """A request is ``ok`` when its last item finishes by its deadline."""
+        done = self.done
+        remaining = self.remaining
+        for e in batch.entries:
+            r = e.payload
+            if done[r] or e.withdrawn:
+                continue
+            if e.deadline is not None and now > e.deadline:
+                self._time_out(now, r)
+                continue
+            remaining[r] -= 1
+            if not remaining[r]:
+                done[r] = True
+                k = self.req_stream[r]
+                self.latencies[k].append(now - self.req_arrival[r])
+                self.last_ok[k] = self.end = now
+
+    def released(self, replica: int, now: float) -> None:
+        """Not asked for."""
+
+
+_ONE = (0,)
+
+
 def simulate_mix(
     *,
     config: BatchConfig,
@@ -222,8 +309,7 @@ def simulate_mix(
     """
     check_positive("duration_s", duration_s)
     check_non_negative("overhead_s", overhead_s)
-    mixed = MixedPolicy[int](config, classes) if classes is not None else None
-    policy: Policy[int] = mixed if mixed is not None else Policy(config)
+    policy: Policy[int] = Policy(config, classes=classes)
     deadlines: list[float | None] = []
     for s in streams:
         t = s.timeout_s
@@ -242,104 +328,18 @@ def simulate_mix(
         for k, s in enumerate(streams)
         for t in arrival_times(rate=s.rate, duration_s=duration_s, arrivals=s.arrivals, seed=s.seed)
     )
-    n = len(schedule)
-    req_stream = [k for _, k in schedule]
-    req_arrival = [t for t, _ in schedule]
-    remaining = [streams[k].inputs for k in req_stream]
-    done = [False] * n
-    entries: list[list[Entry[int]]] = [[] for _ in range(n)]
-    latencies: list[list[float]] = [[] for _ in streams]
-    last_ok = [0.0] * len(streams)
-    rejected: list[dict[str, int]] = [{} for _ in streams]
-    timed_out = [0] * len(streams)
     fixed = cost.fixed_s + overhead_s
     per_item = cost.per_item_s
     workers = Workers[int](config.workers, lambda live: fixed + len(live) * per_item)
-    heap: list[tuple[float, int, Batch[int] | None]] = []
-    seq = 0
-    timer_seq = -1
-    timer_at = math.inf
-    end = 0.0
-
-    def withdraw(now: float, r: int) -> None:
-        done[r] = True
-        for e in entries[r]:
-            if e.state != DONE:
-                policy.cancel(now, e)
-
-    def time_out(now: float, r: int) -> None:
-        nonlocal end
-        if not done[r]:
-            timed_out[req_stream[r]] += 1
-            end = max(end, now)
-            withdraw(now, r)
-
-    i = 0
-    while True:
-        if i < n and (not heap or schedule[i][0] <= heap[0][0]):
-            now = schedule[i][0]
-            while i < n and schedule[i][0] == now:
-                k = req_stream[i]
-                s = streams[k]
-                d = deadlines[k]
-                deadline = None if d is None else now + d
-                try:
-                    for _ in range(s.inputs):
-                        entry: Entry[int] = (
-                            policy.offer(now, i, deadline)
-                            if mixed is None
-                            else mixed.offer_to(now, i, deadline, s.work_class, s.tenant)
-                        )
-                        entries[i].append(entry)
-                except Rejected as exc:
-                    rejected[k][exc.reason] = rejected[k].get(exc.reason, 0) + 1
-                    withdraw(now, i)
-                i += 1
-        elif heap:
-            now, sq, batch = heappop(heap)
-            if batch is None:
-                if sq != timer_seq:
-                    continue
-                timer_at = math.inf
-            else:
-                skipped, nxt = workers.end(now, batch)
-                policy.finish(now, batch, skipped=skipped)
-                if nxt is not None:
-                    seq += 1
-                    heappush(heap, (nxt[0], seq, nxt[1]))
-                for e in batch.entries:
-                    r = e.payload
-                    if done[r] or e.withdrawn:
-                        continue
-                    if e.deadline is not None and now > e.deadline:
-                        time_out(now, r)
-                        continue
-                    remaining[r] -= 1
-                    if not remaining[r]:
-                        done[r] = True
-                        latencies[req_stream[r]].append(now - req_arrival[r])
-                        last_ok[req_stream[r]] = end = now
-        else:
-            break
-        todo = policy.poll(now)
-        for e in todo.late:
-            time_out(now, e.payload)
-        for e in todo.expired:
-            time_out(now, e.payload)
-        for b in todo.dispatch:
-            end_at = workers.dispatch(now, b)
-            if end_at is not None:
-                seq += 1
-                heappush(heap, (end_at, seq, b))
-        wake = math.inf if todo.wake_at is None else todo.wake_at
-        if wake != timer_at:
-            timer_at = wake
-            if wake != math.inf:
-                seq += 1
-                timer_seq = seq
-                heappush(heap, (wake, seq, None))
-            else:
-                timer_seq = -1
+    mix = _Mix(policy, streams, deadlines, schedule)
+    run_events(mix.req_arrival, [policy], [workers], mix)
+    latencies, last_ok, rejected, timed_out = (
+        mix.latencies,
+        mix.last_ok,
+        mix.rejected,
+        mix.timed_out,
+    )
+    req_stream, end = mix.req_stream, mix.end
 
     figures = []
     for k, s in enumerate(streams):
@@ -360,7 +360,7 @@ def simulate_mix(
             )
         )
     return MixResult(
-        policy="fifo" if mixed is None else "classes",
+        policy=policy.discipline,
         streams=tuple(figures),
         batches=workers.passes,
         items=workers.items,
