@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -218,8 +218,7 @@ class VectorHead:
 
     def key(self, item: Any) -> str:
         """The text itself."""
-        key: str = item
-        return key
+        return cast(str, item)
 
     def shaped(self, n: int, width: int) -> dict[str, Any]:
         """``n`` long texts' first ``width`` tokens, with the keys a pass's features have."""

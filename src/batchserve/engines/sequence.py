@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from batchserve.engines.cuda_graphs import mask_4d
-from batchserve.engines.heads import LogitsHead, Pair, item_key
+from batchserve.engines.heads import LogitsHead
 from batchserve.engines.model import EngineModel
 from batchserve.engines.pipeline import MODEL_INPUTS
 from batchserve.engines.runners import ExportedRunner, TorchRunner, can_capture
@@ -29,9 +29,7 @@ from batchserve.models.kinds import FolderKind, folder_kind
 
 __all__ = [
     "EXTRA_HINT",
-    "Pair",
     "graph_step",
-    "item_key",
     "max_sequence_length",
     "on_exported",
     "on_torch",
