@@ -375,14 +375,14 @@ def profile(
     cuda_graphs: bool = False,
 ) -> dict[str, Any]:
     """The engine's learned sub-pass cost, and a whole call's with ``workers`` at once."""
-    from batchserve.engines.embeddings import SentenceEmbedder
+    from batchserve.engines.embeddings import on_torch
     from batchserve.engines.passes import prior
     from batchserve.engines.runtime import Runtime
 
-    fn = SentenceEmbedder.from_path(
+    fn = on_torch(
         model.path, Runtime(backend="torch", device=device, dtype=dtype, cuda_graphs=cuda_graphs)
     )
-    tokenizer = fn.sentence_transformer.tokenizer
+    tokenizer = fn.tokenizer
     words = " ".join(texts).split()
     fn(texts[:64])  # warm
     fit = PassCostModel(PassCost(fixed_s=0.0, per_token_s=0.0), decay=1.0, min_samples=3)

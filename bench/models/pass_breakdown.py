@@ -48,9 +48,9 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from batchserve.engines.embeddings import SentenceEmbedder, builtin_path, load_sentence_transformer
-from batchserve.engines.exported import ExportedEmbedder
+from batchserve.engines.embeddings import builtin_path, load_sentence_transformer
 from batchserve.engines.loader import load_model
+from batchserve.engines.model import EngineModel
 from batchserve.engines.runtime import default_threads
 from batchserve.errors import ConfigError
 from batchserve.loadgen.texts import reference_paragraphs
@@ -99,7 +99,7 @@ def matmul_rate(threads: int, seconds: float = 1.0) -> float:
 
 def tokenize(fn: Any, batch: list[str]) -> tuple[dict[str, Any], list[int]]:
     """The engine's own tokenization of a pass: features padded to its longest, lengths."""
-    if isinstance(fn, ExportedEmbedder | SentenceEmbedder):
+    if isinstance(fn, EngineModel):
         return fn.features(batch)
     raise TypeError(f"not an engine of the built-in model: {type(fn).__name__}")
 
@@ -112,7 +112,7 @@ def padded_run(fn: Any, requests: list[list[str]]) -> dict[str, float]:
         t1 = time.perf_counter()
         features, lengths = tokenize(fn, batch)
         tok_s += time.perf_counter() - t1
-        fn._forward(features)
+        fn.forward(features)
         real += sum(lengths)
         computed += len(lengths) * max(lengths)
     return {"s": time.perf_counter() - t0, "tok_s": tok_s, "real": real, "computed": computed}
@@ -156,12 +156,12 @@ def fixed_cost(fn: Any, spec: str, repeats: int) -> None:
                 {k: v[i : i + size] if hasattr(v, "shape") else v for k, v in cut.items()}
                 for i in range(0, 32, size)
             ]
-            fn._forward(parts[0])
+            fn.forward(parts[0])
             best = float("inf")
             for _ in range(repeats):
                 t0 = time.perf_counter()
                 for part in parts:
-                    fn._forward(part)
+                    fn.forward(part)
                 best = min(best, time.perf_counter() - t0)
             times[size] = best
         fixed = (times[1] - times[32]) / 31

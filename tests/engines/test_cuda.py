@@ -30,10 +30,10 @@ def _texts(n: int = 96) -> list[str]:
 
 @pytest.mark.parametrize("dtype", ["float32", *HALF])
 def test_a_vector_does_not_depend_on_its_batch_mates_on_cuda(dtype: str) -> None:
-    from batchserve.engines.embeddings import SentenceEmbedder
+    from batchserve.engines import embeddings
     from batchserve.engines.runtime import Runtime
 
-    fn = SentenceEmbedder.builtin(Runtime(backend="torch", device="cuda", dtype=dtype))
+    fn = embeddings.builtin(Runtime(backend="torch", device="cuda", dtype=dtype))
     assert fn.device.startswith("cuda")
     worst, probes = invariance(fn, _texts(), probes=64, batch_size=32)
     assert probes == 64
@@ -49,13 +49,13 @@ def _scores(fn: Any, items: list[Any]) -> Any:
 def test_rerank_and_classify_on_cuda_give_the_cpus_scores(
     folder: str, request: pytest.FixtureRequest
 ) -> None:
+    from batchserve.engines import sequence
     from batchserve.engines.ranking_gate import score_similarity
     from batchserve.engines.runtime import Runtime
-    from batchserve.engines.sequence import SequenceClassifier
 
     path: Path = request.getfixturevalue(folder)
-    cpu = SequenceClassifier.from_path(path, Runtime(backend="torch", device="cpu", threads=1))
-    gpu = SequenceClassifier.from_path(path, Runtime(backend="torch", device="cuda"))
+    cpu = sequence.on_torch(path, Runtime(backend="torch", device="cpu", threads=1))
+    gpu = sequence.on_torch(path, Runtime(backend="torch", device="cuda"))
     assert gpu.device.startswith("cuda")
     texts = _texts(64)
     items: list[Any] = (
@@ -114,13 +114,13 @@ def test_auto_on_cuda_times_torch_at_each_precision_and_serves_a_gated_one(
 
 @pytest.mark.parametrize("dtype", ["float32", *HALF])
 def test_cuda_graphs_give_the_eager_vectors(dtype: str) -> None:
-    from batchserve.engines.embeddings import SentenceEmbedder
+    from batchserve.engines import embeddings
     from batchserve.engines.runtime import Runtime
 
-    graphed = SentenceEmbedder.builtin(
+    graphed = embeddings.builtin(
         Runtime(backend="torch", device="cuda", dtype=dtype, cuda_graphs=True)
     )
-    eager = SentenceEmbedder.builtin(Runtime(backend="torch", device="cuda", dtype=dtype))
+    eager = embeddings.builtin(Runtime(backend="torch", device="cuda", dtype=dtype))
     assert graphed.graphs is not None
     assert eager.graphs is None
     texts = _texts(96)
@@ -140,13 +140,13 @@ def test_cuda_graphs_give_the_eager_vectors(dtype: str) -> None:
 
 
 def test_cuda_graphs_give_the_eager_rerank_logits(reranker_folder: Path) -> None:
+    from batchserve.engines import sequence
     from batchserve.engines.runtime import Runtime
-    from batchserve.engines.sequence import SequenceClassifier
 
-    graphed = SequenceClassifier.from_path(
+    graphed = sequence.on_torch(
         reranker_folder, Runtime(backend="torch", device="cuda", cuda_graphs=True)
     )
-    eager = SequenceClassifier.from_path(reranker_folder, Runtime(backend="torch", device="cuda"))
+    eager = sequence.on_torch(reranker_folder, Runtime(backend="torch", device="cuda"))
     assert graphed.graphs is not None
     items = [("how do I read a file", t) for t in _texts(40)]
     want = _scores(eager, items)

@@ -204,35 +204,41 @@ def test_the_transformer_step_gives_the_eager_vectors_on_the_cpu() -> None:
     # stand-in on the CPU and pooled by the pipeline: the engine's eager vectors, for texts
     # of mixed lengths padded into a bucket wider and taller than the sub-pass.
     from batchserve.engines.corpus import reference_paragraphs
-    from batchserve.engines.embeddings import SentenceEmbedder, _graph_step
+    from batchserve.engines.embeddings import builtin, graph_step
+    from batchserve.engines.heads import VectorHead
+    from batchserve.engines.runners import TorchRunner
     from batchserve.engines.runtime import Runtime
 
-    fn = SentenceEmbedder.builtin(Runtime(backend="torch", device="cpu", threads=1))
-    step_ = _graph_step(fn.sentence_transformer, fn.pipeline)
+    fn = builtin(Runtime(backend="torch", device="cpu", threads=1))
+    assert isinstance(fn.runner, TorchRunner)
+    assert isinstance(fn.head, VectorHead)
+    step_ = graph_step(fn.library, fn.head.pipeline)
     assert step_ is not None
     graphs = GraphedPasses(
-        step_, fn._hidden, device="cpu", check=cosine_within(0.9999), capture=StandIn()
+        step_, fn.runner.eager, device="cpu", check=cosine_within(0.9999), capture=StandIn()
     )
     texts = [*list(reference_paragraphs())[:5], "Hi", " spaces around "]
     features, _ = fn.features(texts)
     for _ in range(2):  # a capture, then a replay
-        got = fn.pipeline.pool(graphs(dict(features)), features)
+        got = fn.head.pipeline.pool(graphs(dict(features)), features)
     assert graphs.statistics()["off"] is None
     want = fn(texts)
     cos = np.sum(got * want, axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
     assert float(cos.min()) >= 0.9999
-    shaped = fn._shaped(4, 32)
+    shaped = fn.head.shaped(4, 32)
     assert shaped["input_ids"].shape == shaped["attention_mask"].shape == (4, 32)
 
 
 def test_the_sequence_step_gives_the_eager_logits_on_the_cpu(reranker_folder: Any) -> None:
+    from batchserve.engines import sequence
+    from batchserve.engines.runners import TorchRunner
     from batchserve.engines.runtime import Runtime
-    from batchserve.engines.sequence import SequenceClassifier
 
-    fn = SequenceClassifier.from_path(reranker_folder, Runtime(backend="torch", device="cpu"))
+    fn = sequence.on_torch(reranker_folder, Runtime(backend="torch", device="cpu"))
+    assert isinstance(fn.runner, TorchRunner)
     graphs = GraphedPasses(
-        fn._graph_step,
-        fn._forward_torch_eager,
+        sequence.graph_step(fn.runner.model),
+        fn.runner.eager,
         device="cpu",
         check=logits_within(1e-4),
         capture=StandIn(),
@@ -244,7 +250,7 @@ def test_the_sequence_step_gives_the_eager_logits_on_the_cpu(reranker_folder: An
         truncation=True,
         return_tensors="pt",
     )
-    want = fn._forward_torch_eager(dict(enc))
+    want = fn.runner.eager(dict(enc))
     for _ in range(2):
         got = graphs(dict(enc))
     assert graphs.statistics()["off"] is None

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("sentence_transformers")
 
 from batchserve.engines import edges
-from batchserve.engines.embeddings import SentenceEmbedder
+from batchserve.engines.embeddings import on_torch
 from batchserve.engines.gate import gate_named
 from batchserve.engines.hardware import Engine
 from batchserve.engines.pipeline import TextPipeline
@@ -60,7 +60,7 @@ def test_an_engine_that_strips_misses_the_text_with_spaces_around_it(
     zoo: Zoo, tmp_path: Path
 ) -> None:
     folder = zoo.folder("roberta-max")  # byte-level BPE: spaces are tokens
-    engine = SentenceEmbedder.from_path(folder, Runtime(backend="torch", threads=1))
+    engine = on_torch(folder, Runtime(backend="torch", threads=1))
     right = edges.check(folder, Engine("torch", "float32"), engine, tmp_path)
     assert right.passes
     assert right.min_cosine >= 0.9999
@@ -83,8 +83,8 @@ def test_an_engine_that_cuts_the_window_short_misses_the_longest_text(
     zoo: Zoo, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     folder = zoo.folder("mpnet-weightedmean-dense")  # a window of 512 tokens
-    short = SentenceEmbedder.from_path(folder, Runtime(backend="torch", threads=1))
-    short.pipeline.tokenizer.model_max_length = 128  # as min(model_max_length, 512) did to 8,192
+    short = on_torch(folder, Runtime(backend="torch", threads=1))
+    short.tokenizer.model_max_length = 128  # as min(model_max_length, 512) did to 8,192
     figures = edges.check(folder, FLOAT32, short, tmp_path)
     assert figures.worst.startswith("a text longer than the window")
     assert not figures.passes

@@ -13,8 +13,9 @@ import threading
 import numpy as np
 import pytest
 
-from batchserve.engines.embeddings import EXTRA_HINT, SentenceEmbedder
+from batchserve.engines.embeddings import EXTRA_HINT, builtin
 from batchserve.engines.loader import load_model
+from batchserve.engines.model import EngineModel
 
 MIXED = [
     "Hi",
@@ -33,14 +34,14 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 @pytest.fixture(scope="module")
-def embedder() -> SentenceEmbedder:
+def embedder() -> EngineModel:
     pytest.importorskip("sentence_transformers")
-    return SentenceEmbedder.builtin()
+    return builtin()
 
 
 @pytest.mark.slow
-def test_a_batch_of_mixed_lengths_equals_each_text_alone(embedder: SentenceEmbedder) -> None:
-    st = embedder.sentence_transformer
+def test_a_batch_of_mixed_lengths_equals_each_text_alone(embedder: EngineModel) -> None:
+    st = embedder.library
     alone = [np.asarray(st.encode(t), dtype=np.float32) for t in MIXED]
     for order in (MIXED, MIXED[::-1], MIXED[2:] + MIXED[:2]):
         batch = embedder(order)
@@ -52,9 +53,9 @@ def test_a_batch_of_mixed_lengths_equals_each_text_alone(embedder: SentenceEmbed
 
 
 @pytest.mark.slow
-def test_token_counts_match_the_tokenizer(embedder: SentenceEmbedder) -> None:
+def test_token_counts_match_the_tokenizer(embedder: EngineModel) -> None:
     _, counts = embedder.embed(MIXED)
-    tok = embedder.sentence_transformer.tokenizer
+    tok = embedder.library.tokenizer
     expected = [
         len(tok(t, truncation=True, max_length=embedder.max_seq_length)["input_ids"]) for t in MIXED
     ]
@@ -67,7 +68,7 @@ def test_token_counts_match_the_tokenizer(embedder: SentenceEmbedder) -> None:
 
 
 @pytest.mark.slow
-def test_two_threads_at_once_get_the_serial_answers(embedder: SentenceEmbedder) -> None:
+def test_two_threads_at_once_get_the_serial_answers(embedder: EngineModel) -> None:
     a = [f"thread A text {i} " * (i + 1) for i in range(8)]
     b = [f"thread B sentence number {i}" for i in range(8)]
     serial = {id(a): embedder(a), id(b): embedder(b)}
@@ -94,9 +95,9 @@ def test_two_threads_at_once_get_the_serial_answers(embedder: SentenceEmbedder) 
 
 
 @pytest.mark.slow
-def test_a_non_string_input_raises_type_error(embedder: SentenceEmbedder) -> None:
+def test_a_non_string_input_raises_type_error(embedder: EngineModel) -> None:
     with pytest.raises(TypeError, match="input 1 must be a string"):
-        embedder(["ok", 3])  # type: ignore[list-item]
+        embedder(["ok", 3])
     assert embedder([]).shape == (0, embedder.dimension)
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from batchserve.config import CostEstimate
 from batchserve.engines import loader
+from batchserve.engines.heads import VectorHead
+from batchserve.engines.model import EngineModel
 from batchserve.engines.runtime import Runtime, default_workers
 from batchserve.errors import ConfigError
 from batchserve.models.kinds import Prompts
@@ -38,27 +41,23 @@ def test_the_specs_options_override_the_runtime_given(
 ) -> None:
     seen: list[Runtime] = []
 
-    class Pipeline:
+    class Pipeline:  # what the loader reads of an embedding folder's pipeline
         prompts = Prompts(prompts={})
+        dimension, window, pooling, normalized = 3, 16, "cls", False
+        padding_side, tokenizer = "right", None
 
         def describe(self) -> dict[str, str]:
             return {"layout": "save_pretrained"}
 
-    class Fake:
-        dimension, max_seq_length = 3, 16
-        backend, dtype, device, threads = "onnx", "float32", "cpu", 1
-        pooling, normalized, gate, pipeline = "cls", False, None, Pipeline()
+    class Runner:  # what it reads of how the engine runs
+        backend, dtype, device, threads, graphs = "onnx", "float32", "cpu", 1, None
 
-        def count_tokens(self, texts: list[str]) -> list[int]:
-            return [len(t) for t in texts]
-
-        def untruncated_tokens(self, texts: list[str]) -> list[int]:
-            return [len(t) for t in texts]
-
-    def fake_load(path: Path, rt: Runtime, *, gated: bool = True) -> Fake:
+    def fake_load(
+        path: Path, rt: Runtime, *, gated: bool = True, kind: str = "embedding"
+    ) -> EngineModel:
         assert path == tmp_path
         seen.append(rt)
-        return Fake()
+        return EngineModel(cast(Any, Runner()), VectorHead(cast(Any, Pipeline())))
 
     monkeypatch.setattr(loader, "_load_engine", fake_load)
     given = Runtime(backend="torch", threads=4)

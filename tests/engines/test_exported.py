@@ -25,14 +25,16 @@ pytest.importorskip("openvino")
 onnx = pytest.importorskip("onnx")
 
 from batchserve.engines import export  # noqa: E402
-from batchserve.engines.embeddings import SentenceEmbedder, builtin_path  # noqa: E402
-from batchserve.engines.exported import ExportedEmbedder  # noqa: E402
+from batchserve.engines.embeddings import builtin, builtin_path  # noqa: E402
+from batchserve.engines.exported import on_exported  # noqa: E402
 from batchserve.engines.gate import gate, set_digest  # noqa: E402
 from batchserve.engines.hardware import REFERENCE, Engine  # noqa: E402
 from batchserve.engines.loader import load_model  # noqa: E402
+from batchserve.engines.model import EngineModel  # noqa: E402
 from batchserve.engines.quality import MIN_INVARIANCE, Quality, invariance  # noqa: E402
 from batchserve.engines.quality_set import load as load_quality_set  # noqa: E402
 from batchserve.engines.quality_set import read as read_quality_set  # noqa: E402
+from batchserve.engines.runners import ExportedRunner  # noqa: E402
 from batchserve.engines.runtime import Runtime  # noqa: E402
 from batchserve.engines.verdict import Trial, Verdict, pick  # noqa: E402
 from batchserve.errors import ConfigError  # noqa: E402
@@ -53,15 +55,15 @@ def cache(engine_cache: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def torch_model() -> SentenceEmbedder:
-    return SentenceEmbedder.builtin(Runtime(device="cpu"))
+def torch_model() -> EngineModel:
+    return builtin(Runtime(device="cpu"))
 
 
 @pytest.mark.parametrize("backend", ["onnx", "openvino"])
 def test_fp32_exports_answer_what_torch_answers(
     backend: str,
     cache: Path,
-    torch_model: SentenceEmbedder,
+    torch_model: EngineModel,
     small_quality_set: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -70,7 +72,8 @@ def test_fp32_exports_answer_what_torch_answers(
     monkeypatch.setenv("BATCHSERVE_QUALITY_SET", str(small_quality_set))
     model = load_model(f"minilm:backend={backend},cache_dir={cache}")
     emb = model.fn
-    assert isinstance(emb, ExportedEmbedder)
+    assert isinstance(emb, EngineModel)
+    assert isinstance(emb.runner, ExportedRunner)
     assert (model.kind, model.dimension, model.max_input_tokens) == ("embedding", 384, 256)
     got, counts = emb.embed(MIXED)
     want, want_counts = torch_model.embed(MIXED)
@@ -85,7 +88,7 @@ def test_fp32_exports_answer_what_torch_answers(
     alone = np.stack([emb([t])[0] for t in MIXED])
     assert np.all(np.sum(alone * got, axis=1) >= 0.9999)
     with pytest.raises(TypeError, match="input 1 must be a string"):
-        emb(["ok", 3])  # type: ignore[list-item]
+        emb(["ok", 3])
     assert emb([]).shape == (0, 384)
 
 
@@ -160,7 +163,7 @@ def test_int8_is_gated_auto_refuses_it_on_invariance_and_a_failed_gate_refuses_t
     tmp_path: Path,
     small_quality_set: Path,
     monkeypatch: pytest.MonkeyPatch,
-    torch_model: SentenceEmbedder,
+    torch_model: EngineModel,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setenv("BATCHSERVE_QUALITY_SET", str(small_quality_set))
@@ -171,7 +174,8 @@ def test_int8_is_gated_auto_refuses_it_on_invariance_and_a_failed_gate_refuses_t
     # six blocks: fused attention and three linear layers each, two layers left in fp32
     assert (ops.count("QAttention"), ops.count("MatMulInteger")) == (6, 16)
     emb = load_model(f"minilm:backend=onnx-int8,threads=1,cache_dir={cache}").fn
-    assert isinstance(emb, ExportedEmbedder)
+    assert isinstance(emb, EngineModel)
+    assert isinstance(emb.runner, ExportedRunner)
     assert (emb.threads, emb.dtype) == (1, "int8")
     assert emb(["int8 still embeds"]).shape == (1, 384)
     assert "--backend auto would not choose it: batch invariance" in caplog.text
@@ -222,12 +226,12 @@ def test_exported_backends_refuse_a_gpu_and_unknown_backends() -> None:
 
 @pytest.mark.parametrize("backend", ["torch", "onnx"])
 def test_fp32_answers_do_not_depend_on_batch_mates(
-    backend: str, cache: Path, torch_model: SentenceEmbedder
+    backend: str, cache: Path, torch_model: EngineModel
 ) -> None:
     # the shipped texts, from one word to the longest passages, alone and in random batches
-    fn: SentenceEmbedder | ExportedEmbedder = torch_model
+    fn: EngineModel = torch_model
     if backend != "torch":
-        fn = ExportedEmbedder.load(builtin_path(), Runtime(backend=backend, cache_dir=str(cache)))
+        fn = on_exported(builtin_path(), Runtime(backend=backend, cache_dir=str(cache)))
     worst, probes = invariance(fn, load_quality_set().texts)
     assert probes == 64
     assert worst >= MIN_INVARIANCE

@@ -17,7 +17,7 @@ pytest.importorskip("sentence_transformers")
 
 from batchserve.engines.corpus import reference_paragraphs
 from batchserve.engines.edges import edge_texts
-from batchserve.engines.embeddings import SentenceEmbedder, builtin_path
+from batchserve.engines.embeddings import builtin, builtin_path
 from batchserve.engines.export import model_folder
 from batchserve.engines.gate import (
     QUALITY_SET_ENV,
@@ -46,7 +46,7 @@ def test_the_shipped_reference_is_what_torch_fp32_answers(tmp_path: Path) -> Non
     shipped = reference_vectors(builtin_path(), tmp_path, qs)
     assert shipped.shape == (len(all_texts(qs)), 384)
     assert not list(tmp_path.rglob("reference-*.npy"))
-    torch_fp32 = SentenceEmbedder.builtin(Runtime(backend="torch", device="cpu", threads=1))
+    torch_fp32 = builtin(Runtime(backend="torch", device="cpu", threads=1))
     some = list(range(0, len(all_texts(qs)), 50))
     fresh = torch_fp32([all_texts(qs)[i] for i in some])
     assert np.all(np.sum(fresh * shipped[some], axis=1) >= 0.9999)
@@ -63,7 +63,7 @@ class Counting:
 
 
 def test_an_engines_figures_are_measured_once_and_kept(tmp_path: Path) -> None:
-    torch_fp32 = SentenceEmbedder.builtin(Runtime(backend="torch", device="cpu", threads=1))
+    torch_fp32 = builtin(Runtime(backend="torch", device="cpu", threads=1))
     candidate = Counting(torch_fp32)
     engine = Engine("torch", "bfloat16-mixed")  # its name keys the figures; torch fp32 runs
     first = gate(builtin_path(), engine, candidate, tmp_path, quality_set=SMALL)
@@ -123,7 +123,7 @@ def test_the_reference_is_kept_in_parts_the_shipped_one_from_the_package(
     kept = list(tmp_path.rglob("reference-*.npy"))
     assert len(kept) == 1
     assert np.load(kept[0]).shape == (3, 384)
-    torch_fp32 = SentenceEmbedder.builtin(Runtime(backend="torch", device="cpu", threads=1))
+    torch_fp32 = builtin(Runtime(backend="torch", device="cpu", threads=1))
     fresh = torch_fp32(list(qs.neighbours))
     assert np.all(np.sum(fresh * vectors[-3:], axis=1) >= 0.9999)
     # read back, not computed again
@@ -135,7 +135,7 @@ def test_the_reference_is_kept_in_parts_the_shipped_one_from_the_package(
 
 
 def test_the_reference_engine_is_gated_for_its_invariance_and_edges_alone(tmp_path: Path) -> None:
-    torch_fp32 = SentenceEmbedder.builtin(Runtime(backend="torch", device="cpu", threads=1))
+    torch_fp32 = builtin(Runtime(backend="torch", device="cpu", threads=1))
     q = gate(builtin_path(), REFERENCE, torch_fp32, tmp_path, quality_set=WITH_NEIGHBOURS)
     assert q.invariance >= 0.9999
     assert (q.nearest_kept, q.probes, q.passes) == (1.0, 3, True)

@@ -215,11 +215,11 @@ def check_cut_pass_equals_whole(engine: Any, whole: npt.NDArray[np.float32]) -> 
 @pytest.mark.slow
 def test_torch_answers_a_cut_pass_as_the_whole_pass() -> None:
     pytest.importorskip("sentence_transformers")
-    from batchserve.engines.embeddings import SentenceEmbedder
+    from batchserve.engines.embeddings import builtin
     from batchserve.engines.runtime import Runtime
 
-    engine = SentenceEmbedder.builtin(Runtime(device="cpu"))
-    whole = engine._forward(engine.features(list(TEXTS))[0])
+    engine = builtin(Runtime(device="cpu"))
+    whole = engine.forward(engine.features(list(TEXTS))[0])
     check_cut_pass_equals_whole(engine, whole)
 
 
@@ -227,10 +227,12 @@ def test_torch_answers_a_cut_pass_as_the_whole_pass() -> None:
 def test_onnx_fp32_answers_a_cut_pass_as_the_whole_pass(engine_cache: Path) -> None:
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
-    from batchserve.engines.exported import ExportedEmbedder
     from batchserve.engines.loader import load_model
+    from batchserve.engines.model import EngineModel
+    from batchserve.engines.runners import ExportedRunner
 
     engine = load_model(f"minilm:backend=onnx,cache_dir={engine_cache}").fn
-    assert isinstance(engine, ExportedEmbedder)
-    whole = engine._forward(engine.features(list(TEXTS))[0])
+    assert isinstance(engine, EngineModel)
+    assert isinstance(engine.runner, ExportedRunner)
+    whole = engine.forward(engine.features(list(TEXTS))[0])
     check_cut_pass_equals_whole(engine, whole)

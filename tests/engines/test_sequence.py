@@ -12,9 +12,11 @@ import pytest
 
 from batchserve.engines.embeddings import builtin_path
 from batchserve.engines.loader import load_model
+from batchserve.engines.model import EngineModel
 from batchserve.engines.ranking_gate import gate_sequence, spearman
+from batchserve.engines.runners import TorchRunner
 from batchserve.engines.runtime import Runtime
-from batchserve.engines.sequence import SequenceClassifier, max_sequence_length
+from batchserve.engines.sequence import max_sequence_length, on_torch
 from batchserve.errors import ConfigError
 from batchserve.models.kinds import folder_kind, wrong_kind
 
@@ -63,7 +65,7 @@ def test_a_reranker_scores_pairs_as_the_model_does_alone(reranker_folder: Path) 
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    engine = SequenceClassifier.from_path(reranker_folder, Runtime(backend="torch", threads=1))
+    engine = on_torch(reranker_folder, Runtime(backend="torch", threads=1))
     assert engine.kind == "reranker"
     assert engine.num_labels == 1
     pairs = [
@@ -91,14 +93,14 @@ def test_a_reranker_scores_pairs_as_the_model_does_alone(reranker_folder: Path) 
 
 
 def test_a_classifier_answers_one_logit_per_label(classifier_folder: Path) -> None:
-    engine = SequenceClassifier.from_path(classifier_folder, Runtime(backend="torch", threads=1))
+    engine = on_torch(classifier_folder, Runtime(backend="torch", threads=1))
     assert engine.kind == "classifier"
     assert engine.labels == ("negative", "neutral", "positive")
     out = engine(["I love it", ("premise", "hypothesis"), "I hate it"])
     assert out.shape == (3, 3)
     np.testing.assert_allclose(engine(["I hate it"])[0], out[2], atol=1e-5)
     with pytest.raises(TypeError, match="input 0 must be a string or a pair"):
-        engine([3])  # type: ignore[list-item]
+        engine([3])
 
 
 def test_load_model_serves_a_folder_by_its_kind(
@@ -143,13 +145,15 @@ def test_auto_measures_a_rerankers_engines_gates_them_and_caches_the_choice(
     assert again.engine is not None
     assert again.engine["choice"]["cached"]
     assert again.engine["choice"]["chosen"] == chosen
-    assert isinstance(again.fn, SequenceClassifier)
+    assert isinstance(again.fn, EngineModel)
     assert again.fn([("q", "a passage"), ("q", "another one")]).shape == (2, 1)
 
 
 def test_a_pass_runs_as_length_sorted_sub_passes(reranker_folder: Path) -> None:
-    engine = SequenceClassifier.from_path(reranker_folder, Runtime(backend="torch", threads=1))
-    model = engine._model
+    engine = on_torch(reranker_folder, Runtime(backend="torch", threads=1))
+    runner = engine.runner
+    assert isinstance(runner, TorchRunner)
+    model = runner.model
     shapes: list[tuple[int, int]] = []
 
     class Recording:
@@ -161,7 +165,7 @@ def test_a_pass_runs_as_length_sorted_sub_passes(reranker_folder: Path) -> None:
 
     pairs = [("q", "short")] * 6 + [("q", "word " * 300)] * 2 + [("q", "a b c")] * 6
     whole = engine(pairs)
-    engine._model = Recording()
+    runner.model = Recording()
     shapes.clear()
     split = engine(pairs)
     np.testing.assert_allclose(split, whole, atol=1e-5)

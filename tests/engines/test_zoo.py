@@ -31,7 +31,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("openvino")
 
 from batchserve.engines.edges import EdgeText, cosine_floor, edge_texts, inputs, norm_bound
-from batchserve.engines.exported import ExportedEmbedder
+from batchserve.engines.exported import on_exported
 from batchserve.engines.hardware import Machine, precision_support
 from batchserve.engines.loader import load_model
 from batchserve.engines.pipeline import TextPipeline
@@ -104,7 +104,7 @@ def test_every_engine_gives_each_edge_text_the_librarys_vector(
             fn: Any = model.fn
         else:  # a reduced precision's whole gate is test_exported's; the vectors are here
             runtime = Runtime(backend=backend, dtype=dtype, cache_dir=str(engine_cache))
-            fn = ExportedEmbedder.load(folder, runtime, gated=False)
+            fn = on_exported(folder, runtime, gated=False)
         got = np.asarray(fn(texts), dtype=np.float64)
         assert got.shape == want.shape
         cos = (

@@ -88,8 +88,8 @@ async def test_served_vectors_on_cuda_match_the_cpus_float32(
 async def test_rerank_and_classify_served_on_cuda(
     reranker_folder: Path, classifier_folder: Path
 ) -> None:
+    from batchserve.engines import sequence
     from batchserve.engines.runtime import Runtime
-    from batchserve.engines.sequence import SequenceClassifier
 
     passages = list(reference_paragraphs())[:24]
     query = "how do I open a file"
@@ -107,14 +107,14 @@ async def test_rerank_and_classify_served_on_cuda(
         )
         assert labels.status_code == 200, labels.text
     cpu = Runtime(backend="torch", device="cpu", threads=1)
-    reranker = SequenceClassifier.from_path(reranker_folder, cpu)
+    reranker = sequence.on_torch(reranker_folder, cpu)
     want = np.asarray(reranker([(query, p) for p in passages]), dtype=np.float64)[:, 0]
     got = {row["index"]: row["score"] for row in ranked.json()}
     probabilities = 1 / (1 + np.exp(-want))
     for i, p in enumerate(probabilities):
         assert abs(got[i] - p) <= 1e-4, (i, got[i], p)
     assert [row["index"] for row in ranked.json()] == list(np.argsort(-want, kind="stable"))
-    classifier = SequenceClassifier.from_path(classifier_folder, cpu)
+    classifier = sequence.on_torch(classifier_folder, cpu)
     logits = np.asarray(classifier(passages[:8]))
     top = [classifier.labels[i] for i in logits.argmax(axis=1)]
     assert [rows[0]["label"] for rows in labels.json()] == top

@@ -50,6 +50,7 @@ import numpy.typing as npt
 from batchserve.engines import edges
 from batchserve.engines.export import model_folder, write_atomic, write_cached
 from batchserve.engines.hardware import REFERENCE, Engine
+from batchserve.engines.model import EngineModel
 from batchserve.engines.quality import Embed, Quality, against, all_texts, embed_all, itself
 from batchserve.engines.quality_set import QualitySet, neighbour_paragraphs
 from batchserve.engines.quality_set import load as load_quality_set
@@ -162,10 +163,10 @@ def _compute_reference(
 ) -> npt.NDArray[np.float32]:
     # torch float32 embeds every text; the vectors are saved to path.
     if reference is None:
-        from batchserve.engines.embeddings import SentenceEmbedder
+        from batchserve.engines.embeddings import on_torch
         from batchserve.engines.runtime import Runtime
 
-        reference = SentenceEmbedder.from_path(
+        reference = on_torch(
             source, Runtime(backend="torch", device="cpu", dtype="float32", threads=threads)
         )
     vectors = embed_all(reference, texts, workers=workers)
@@ -234,13 +235,13 @@ def gate(
             pass  # a damaged file: measured again below
     if engine == REFERENCE:  # against itself: 1 by definition, but for its invariance
         quality = itself(candidate, qs)
-        library = getattr(candidate, "sentence_transformer", None)
+        library = candidate.library if isinstance(candidate, EngineModel) else None
     else:
         ref = reference_vectors(
             source, cache_dir, qs, threads=threads, workers=workers, reference=reference
         )
         quality = against(ref, candidate, qs, workers=workers, precision=engine.dtype)
-        library = getattr(reference, "sentence_transformer", None)
+        library = reference.library if isinstance(reference, EngineModel) else None
     quality = dataclasses.replace(
         quality, edges=edges.check(source, engine, candidate, cache_dir, library=library)
     )

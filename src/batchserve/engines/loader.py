@@ -33,10 +33,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from batchserve.engines.heads import VectorHead
+from batchserve.engines.model import EngineModel
 from batchserve.engines.runtime import Runtime, default_workers
 from batchserve.errors import ConfigError
 from batchserve.models import loader as models_loader
-from batchserve.models.kinds import folder_kind
+from batchserve.models.kinds import Kind, folder_kind
 from batchserve.models.loader import (
     SOURCE_KEYS,
     LoadedModel,
@@ -84,37 +86,47 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
             f"folder's own code yet ({', '.join(found.remote_code)}); serve it where its "
             "code runs, or a folder whose architecture transformers has"
         )
-    if found.kind in ("reranker", "classifier"):
-        return _load_sequence(spec, path, rt)
     choice: dict[str, Any] | None = None
     if rt.backend == "auto":
-        emb, verdict = choose_engine(path, rt)
+        engine, verdict = choose_engine(path, rt)
         choice = verdict.to_dict()
     else:
-        emb = _load_engine(path, rt)
-    pipeline = emb.pipeline
-    prompts = pipeline.prompts
+        engine = _load_engine(path, rt, kind=found.kind)
+    return _loaded(spec, engine, found.kind, choice=choice)
+
+
+def _loaded(
+    spec: str, engine: EngineModel, kind: Kind, *, choice: dict[str, Any] | None
+) -> LoadedModel:
+    # What the protocols read of a model on an engine: its fields, and the engine itself.
+    head = engine.head
+    pipeline = head.pipeline if isinstance(head, VectorHead) else None
+    description: dict[str, Any] = {
+        "backend": engine.backend,
+        "precision": engine.dtype,
+        "device": engine.device,
+        "threads": engine.threads,
+        "choice": choice,
+        "gate": engine.gate,
+    }
+    if pipeline is not None:
+        description["pipeline"] = pipeline.describe()
+    prompts = pipeline.prompts if pipeline is not None else None
     return LoadedModel(
         spec=spec,
-        fn=emb,
-        kind="embedding",
-        dimension=emb.dimension,
-        count_tokens=emb.count_tokens,
-        untruncated_tokens=emb.untruncated_tokens,
-        max_input_tokens=emb.max_seq_length,
-        workers=default_workers(emb.device, emb.threads),
-        engine={
-            "backend": emb.backend,
-            "precision": emb.dtype,
-            "device": emb.device,
-            "threads": emb.threads,
-            "choice": choice,
-            "gate": emb.gate,
-            "pipeline": pipeline.describe(),
-        },
-        prompts=prompts if prompts.prompts else None,
-        pooling=emb.pooling,
-        normalized=emb.normalized,
+        fn=engine,
+        kind=kind,
+        dimension=engine.dimension if pipeline is not None else None,
+        count_tokens=engine.count_tokens,
+        untruncated_tokens=engine.untruncated_tokens,
+        max_input_tokens=engine.max_seq_length,
+        workers=default_workers(engine.device, engine.threads),
+        engine=description,
+        labels=engine.labels,
+        prompts=prompts if prompts is not None and prompts.prompts else None,
+        pooling=engine.pooling,
+        normalized=engine.normalized,
+        on_engine=engine,
     )
 
 
@@ -145,51 +157,15 @@ def model_folder(base: str, revision: str | None = None) -> Path:
     return Path(base)
 
 
-def _load_sequence(spec: str, path: Path, rt: Runtime) -> LoadedModel:
-    # A reranker or classifier folder: under ``auto`` its engines are measured and gated as
-    # the embedder's are (on pairs or texts, by ranking_gate's judge); an exported engine
-    # named on purpose is gated by the ranking or labels it keeps, and refused if it fails.
-    from batchserve.engines.sequence import SequenceClassifier
-
-    gate: dict[str, Any] | None = None
-    choice: dict[str, Any] | None = None
-    if rt.backend == "auto":
-        fn, verdict = choose_engine(path, rt)
-        choice = verdict.to_dict()
-    elif rt.exported:
-        fn = SequenceClassifier.exported(path, rt)
-        gate = _gate_sequence(path, fn, rt)
-    else:
-        fn = SequenceClassifier.from_path(path, rt)
-    return LoadedModel(
-        spec=spec,
-        fn=fn,
-        kind=fn.kind,
-        count_tokens=fn.count_tokens,
-        untruncated_tokens=fn.untruncated_tokens,
-        max_input_tokens=fn.max_seq_length,
-        workers=default_workers(fn.device, fn.threads),
-        engine={
-            "backend": fn.backend,
-            "precision": fn.dtype,
-            "device": fn.device,
-            "threads": fn.threads,
-            "choice": choice,
-            "gate": gate,
-        },
-        labels=fn.labels,
-    )
-
-
-def _gate_sequence(path: Path, fn: Any, rt: Runtime) -> dict[str, Any]:
+def _gate_sequence(path: Path, fn: EngineModel, rt: Runtime) -> dict[str, Any]:
     # An exported reranker or classifier is served only if it keeps the torch engine's
     # ranking or labels on the shipped set (engines.ranking_gate); else the load fails.
+    from batchserve.engines import sequence
     from batchserve.engines.hardware import Engine
     from batchserve.engines.quality_set import load as load_quality_set
     from batchserve.engines.ranking_gate import SequenceJudge
-    from batchserve.engines.sequence import SequenceClassifier
 
-    reference = SequenceClassifier.from_path(
+    reference = sequence.on_torch(
         path, dataclasses.replace(rt, backend="torch", device="cpu", dtype="auto")
     )
     verdict = SequenceJudge(fn.kind, load_quality_set()).gate(
@@ -229,31 +205,38 @@ def _flag(key: str, value: str) -> bool:
     raise ConfigError(f"{key} must be on or off, got {value!r}")
 
 
-def _load_engine(path: Path, rt: Runtime, *, gated: bool = True, kind: str = "embedding") -> Any:
+def _load_engine(
+    path: Path, rt: Runtime, *, gated: bool = True, kind: str = "embedding"
+) -> EngineModel:
+    # The folder's kind decides the head, the runtime the runner; an engine named on
+    # purpose is gated (``auto`` gates those it may choose itself, and loads them ungated).
     if kind in ("reranker", "classifier"):
-        from batchserve.engines.sequence import SequenceClassifier
+        from batchserve.engines import sequence
 
-        if rt.exported:
-            return SequenceClassifier.exported(path, rt)
-        return SequenceClassifier.from_path(path, rt)
+        if not rt.exported:
+            return sequence.on_torch(path, rt)
+        fn = sequence.on_exported(path, rt)
+        if gated:
+            fn.gate = _gate_sequence(path, fn, rt)
+        return fn
     if rt.exported:
-        from batchserve.engines.exported import ExportedEmbedder
+        from batchserve.engines.exported import on_exported
 
-        return ExportedEmbedder.load(path, rt, gated=gated)
-    from batchserve.engines.embeddings import SentenceEmbedder
+        return on_exported(path, rt, gated=gated)
+    from batchserve.engines import embeddings
     from batchserve.engines.gate import gate_named
     from batchserve.engines.hardware import Engine
 
-    emb = SentenceEmbedder.from_path(path, rt)
+    emb = embeddings.on_torch(path, rt)
     if gated:  # held to the library on the edge texts (its own model, at float32)
-        library = emb.sentence_transformer if emb.dtype == "float32" else None
+        library = emb.library if emb.dtype == "float32" else None
         emb.gate = gate_named(
             path, Engine("torch", emb.dtype), emb, rt.cache_path(), library=library
         )
     return emb
 
 
-def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[Any, Verdict]:
+def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[EngineModel, Verdict]:
     """``--backend auto`` for the model folder ``path``: the chosen engine, loaded, and why.
 
     The verdict is read from the cache, or measured (and cached) when there is none for
@@ -281,7 +264,7 @@ def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[An
     device = resolve_device(rt.device, cuda_devices=len(machine.cuda_devices), mps=machine.mps)
     threads = rt.threads or default_threads()
 
-    def load(engine: Engine) -> Any:
+    def load(engine: Engine) -> EngineModel:
         on = device if engine.backend == "torch" else "cpu"
         return _load_engine(
             path,
@@ -309,4 +292,4 @@ def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[An
     if not verdict.cached:
         _log.warning("backend auto measured every engine:\n%s", verdict.table())
     _log.warning("%s", verdict.summary())
-    return (fn if fn is not None else load(verdict.chosen)), verdict
+    return (fn if isinstance(fn, EngineModel) else load(verdict.chosen)), verdict

@@ -10,7 +10,8 @@ reads all of it once, the way the *installed* sentence-transformers does (6.x: t
 below are read from 6.3.0's code, and each is checked against its ``encode`` by the suite's
 zoo of tiny folders), and every engine tokenizes and pools through the one object it returns:
 torch (:mod:`~batchserve.engines.embeddings`), ONNX Runtime and OpenVINO
-(:mod:`~batchserve.engines.exported`), and what the exports put in their graphs
+(:mod:`~batchserve.engines.exported`): the pipeline is their
+:class:`~batchserve.engines.heads.VectorHead`; and what the exports put in their graphs
 (:mod:`~batchserve.engines.export`: the transformer alone, its output the token
 embeddings). Between tokenizing and pooling an engine runs only the transformer.
 
@@ -87,6 +88,7 @@ __all__ = [
     "EXTRA_HINT",
     "MODEL_INPUTS",
     "STRIPS",
+    "Preprocess",
     "TextPipeline",
 ]
 

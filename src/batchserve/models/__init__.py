@@ -7,6 +7,8 @@
 * :mod:`~batchserve.models.loader`: the SPEC grammar (``minilm:backend=onnx``,
   ``synthetic:fixed=8ms``, ``package.module:attr``), :class:`~batchserve.models.loader.LoadedModel`
   (what the protocols need to know of a model), and loading the SPECs that need no engine.
+* :mod:`~batchserve.models.engine`: what the server may ask of a model that runs on an
+  engine (its tokenizer, token counts, window, pooling, what its passes did).
 * :mod:`~batchserve.models.token_counts`, :mod:`~batchserve.models.profiling`: tokens per
   text, and a model's measured cost per pass.
 

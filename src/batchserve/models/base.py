@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -18,7 +18,6 @@ import numpy.typing as npt
 __all__ = [
     "AsyncBatchFn",
     "BatchFn",
-    "EmbeddingEngine",
     "Outputs",
     "SyncBatchFn",
     "is_async_model",
@@ -37,36 +36,3 @@ def is_async_model(model: object) -> bool:
         return True
     call = getattr(model, "__call__", None)  # noqa: B004 - we want the bound method itself
     return call is not None and inspect.iscoroutinefunction(call)
-
-
-class EmbeddingEngine(Protocol):
-    """What the server reads of an embedding model that runs on an engine.
-
-    The engines of :mod:`batchserve.engines` (torch, ONNX Runtime, OpenVINO) state it, and
-    :class:`~batchserve.models.loader.LoadedModel` carries it to the routes: ``/info``
-    reports the pooling and the window, and a route that normalizes on request (TEI's
-    ``normalize``) normalizes only what :attr:`normalized` says is not unit length already.
-
-    Attributes:
-        kind: ``embedding``.
-        dimension: a vector's length.
-        max_seq_length: the window in tokens; a longer text is truncated to it.
-        pooling: the pooling its folder states (``mean``, ``cls``, ``max``, ``lasttoken``,
-            ``weightedmean``, ``mean_sqrt_len_tokens``; several joined by ``+``).
-        normalized: whether the vectors it returns are unit length: what the folder's own
-            modules return (a ``Normalize`` module last), never normalized on top.
-    """
-
-    kind: str
-    dimension: int
-    max_seq_length: int
-    pooling: str
-    normalized: bool
-
-    def __call__(self, texts: Sequence[str]) -> Outputs:
-        """One vector per text, in order (see the module docstring)."""
-        ...
-
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        """Tokens per text as the model sees them (special tokens included, truncated)."""
-        ...

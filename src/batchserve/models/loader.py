@@ -41,6 +41,7 @@ from typing import Any
 from batchserve.config import CostEstimate
 from batchserve.errors import ConfigError
 from batchserve.models.base import BatchFn
+from batchserve.models.engine import Engine
 from batchserve.models.kinds import Kind, Prompts
 from batchserve.models.synthetic import SyntheticModel
 from batchserve.units import parse_duration
@@ -118,6 +119,9 @@ class LoadedModel:
             them (a folder ending in a ``Normalize`` module, the synthetic model); None:
             not known. A route asked for unit vectors (TEI's ``normalize``, the default)
             scales only those not known to be.
+        on_engine: the model as it runs on an engine (``minilm`` or a folder: its
+            tokenizer, token counts and pass statistics,
+            :class:`~batchserve.models.engine.Engine`); None for other models.
     """
 
     spec: str
@@ -134,6 +138,7 @@ class LoadedModel:
     prompts: Prompts | None = None
     pooling: str | None = None
     normalized: bool | None = None
+    on_engine: Engine | None = None
 
 
 def parse_synthetic(spec: str) -> SyntheticModel:
@@ -281,8 +286,8 @@ def describe(spec: str, fn: BatchFn) -> LoadedModel:
     """What the protocols need to know of the model object ``fn``, read from its attributes.
 
     An object declares itself an embedding model with ``kind = "embedding"`` and an integer
-    ``dimension`` (a ``SentenceEmbedder`` qualifies; it may state ``max_seq_length``,
-    ``pooling`` and ``normalized``, see :class:`~batchserve.models.base.EmbeddingEngine`);
+    ``dimension`` (an embedding engine qualifies; it may state ``max_seq_length``,
+    ``pooling`` and ``normalized``, see :class:`~batchserve.models.engine.Engine`);
     anything else is generic. One that
     states its cost (``initial_cost``, a :class:`~batchserve.config.CostEstimate`) is not
     warmed up to measure it. An embedding model may also say how it counts tokens

@@ -8,9 +8,10 @@ over the estimate: mean 1.01, 90% of texts within 0.83-1.33).
 :class:`TokenCounts` is a small bounded memory, so OpenAI's ``usage`` costs no second
 tokenization.
 
-Theory of operation: an embedder records the tokens of each text it just ran (from the
-attention mask of the pass), keyed by the text's hash and length; :meth:`TokenCounts.get`
-answers from that memory and calls the given tokenizer for the texts it does not hold.
+Theory of operation: an engine records the tokens of each item it just ran (from the
+attention mask of the pass), keyed by the item's text (a pair's two texts joined) through
+its hash and length; :meth:`TokenCounts.recall` answers from that memory (None for a text
+it does not hold), and :meth:`TokenCounts.get` calls the given tokenizer for those.
 The table is an LRU of :data:`CAPACITY` entries guarded by a lock (several workers may
 record at once).
 """
@@ -56,12 +57,15 @@ class TokenCounts:
             while len(table) > self._capacity:
                 table.popitem(last=False)
 
+    def recall(self, texts: Sequence[str]) -> list[int | None]:
+        """Tokens per text remembered; None for a text not remembered."""
+        with self._lock:
+            table = self._table
+            return [table.get((hash(text), len(text))) for text in texts]
+
     def get(self, texts: Sequence[str], tokenize: Callable[[list[str]], list[int]]) -> list[int]:
         """Tokens per text: remembered ones from memory, the others from ``tokenize``."""
-        out: list[int | None] = []
-        with self._lock:
-            for text in texts:
-                out.append(self._table.get((hash(text), len(text))))
+        out = self.recall(texts)
         missing = [i for i, n in enumerate(out) if n is None]
         if missing:
             counted = tokenize([texts[i] for i in missing])

@@ -195,7 +195,7 @@ class Routes:
         tokenizing = self._tokenizers.get(model.name)
         if tokenizing is None:
             assert model.loaded is not None
-            tokenizing = tei.Tokenizing.of(model.loaded.fn)
+            tokenizing = tei.Tokenizing.of(model.loaded)
             if tokenizing is None:
                 raise ApiError(
                     "wrong_kind",

@@ -336,7 +336,7 @@ async def test_an_empty_text_is_embedded_as_its_special_tokens(minilm: LoadedMod
     # document embedder sends for a document without content, as above); Infinity too, and
     # it counts the two tokens in its usage.
     fn: Any = minilm.fn
-    encoder = fn.sentence_transformer  # the torch engine's own SentenceTransformer
+    encoder = fn.library  # the torch engine's own SentenceTransformer
     alone = encoder.encode([""])[0]
     assert minilm.count_tokens is not None
     assert minilm.count_tokens([""]) == [2]

@@ -49,8 +49,6 @@ import time
 from typing import Any
 
 from batchserve import __version__
-from batchserve.engines.cuda_graphs import GraphedPasses
-from batchserve.engines.passes import SubPasses
 from batchserve.models.kinds import item_of
 from batchserve.policy import PolicyStats
 from batchserve.server.account import quantile
@@ -73,13 +71,13 @@ def _window(values: tuple[float, ...]) -> dict[str, Any]:
 
 
 def _passes(model: ServedModel) -> dict[str, Any] | None:
-    runner = getattr(model.loaded.fn, "passes", None) if model.loaded is not None else None
-    return runner.statistics().to_dict() if isinstance(runner, SubPasses) else None
+    engine = model.loaded.on_engine if model.loaded is not None else None
+    return engine.statistics().to_dict() if engine is not None else None
 
 
 def _graphs(model: ServedModel) -> dict[str, Any] | None:
-    runner = getattr(model.loaded.fn, "graphs", None) if model.loaded is not None else None
-    return runner.statistics() if isinstance(runner, GraphedPasses) else None
+    engine = model.loaded.on_engine if model.loaded is not None else None
+    return engine.graph_statistics() if engine is not None else None
 
 
 def model_status(model: ServedModel, metrics: Metrics) -> dict[str, Any]:

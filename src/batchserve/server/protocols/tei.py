@@ -56,6 +56,7 @@ from batchserve.server.protocols.tasks import (
 from batchserve.server.statuses import ApiError
 
 if TYPE_CHECKING:
+    from batchserve.models.loader import LoadedModel
     from batchserve.server.registry import ServedModel
     from batchserve.server.settings import RequestLimits
 
@@ -540,15 +541,10 @@ class Tokenizing:
         self._lock = threading.Lock()
 
     @classmethod
-    def of(cls, fn: Any) -> Tokenizing | None:
-        """The tokenizer of a model's engine, if it has one (torch, ONNX, OpenVINO)."""
-        tokenizer = getattr(fn, "tokenizer", None)
-        if tokenizer is None:
-            st = getattr(fn, "sentence_transformer", None)
-            tokenizer = getattr(st, "tokenizer", None) if st is not None else None
-        if tokenizer is None:
-            tokenizer = getattr(fn, "_tokenizer", None)
-        return cls(tokenizer) if tokenizer is not None else None
+    def of(cls, loaded: LoadedModel) -> Tokenizing | None:
+        """The tokenizer of a model's engine (torch, ONNX, OpenVINO); None off an engine."""
+        engine = loaded.on_engine
+        return cls(engine.tokenizer) if engine is not None else None
 
     def tokenize(self, data: Any, limits: RequestLimits) -> list[list[dict[str, Any]]]:
         """TEI's ``/tokenize``: one list of ``{id, text, special, start, stop}`` per input.
