@@ -36,6 +36,7 @@ from batchserve.engines.quality_set import read as read_quality_set  # noqa: E40
 from batchserve.engines.runtime import Runtime  # noqa: E402
 from batchserve.engines.verdict import Trial, Verdict, pick  # noqa: E402
 from batchserve.errors import ConfigError  # noqa: E402
+from batchserve.models.kinds import EMBEDDING  # noqa: E402
 
 MIXED = [
     "Hi",
@@ -71,7 +72,7 @@ def test_fp32_exports_answer_what_torch_answers(
     model = load_model(f"minilm:backend={backend},cache_dir={cache}")
     emb = model.fn
     assert isinstance(emb, ExportedEmbedder)
-    assert (model.kind, model.dimension, model.max_input_tokens) == ("embedding", 384, 256)
+    assert (model.kind, model.dimension, model.max_input_tokens) == (EMBEDDING, 384, 256)
     got, counts = emb.embed(MIXED)
     want, want_counts = torch_model.embed(MIXED)
     assert got.dtype == np.float32

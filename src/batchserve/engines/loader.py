@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from batchserve.engines.runtime import Runtime, default_workers
 from batchserve.errors import ConfigError
 from batchserve.models import loader as models_loader
-from batchserve.models.kinds import folder_kind
+from batchserve.models.kinds import EMBEDDING, folder_kind, kind_named
 from batchserve.models.loader import (
     SOURCE_KEYS,
     LoadedModel,
@@ -97,7 +97,7 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
     return LoadedModel(
         spec=spec,
         fn=emb,
-        kind="embedding",
+        kind=EMBEDDING,
         dimension=emb.dimension,
         count_tokens=emb.count_tokens,
         untruncated_tokens=emb.untruncated_tokens,
@@ -164,7 +164,7 @@ def _load_sequence(spec: str, path: Path, rt: Runtime) -> LoadedModel:
     return LoadedModel(
         spec=spec,
         fn=fn,
-        kind=fn.kind,
+        kind=kind_named(fn.kind),
         count_tokens=fn.count_tokens,
         untruncated_tokens=fn.untruncated_tokens,
         max_input_tokens=fn.max_seq_length,

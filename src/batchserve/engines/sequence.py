@@ -44,7 +44,7 @@ import numpy.typing as npt
 from batchserve.engines.cuda_graphs import GraphedPasses, cuda_capture, logits_within, mask_4d
 from batchserve.engines.passes import PassStatistics, SubPasses, prior
 from batchserve.engines.runtime import Runtime, default_threads, place_exported, place_torch
-from batchserve.models.kinds import FolderKind, Kind, folder_kind
+from batchserve.models.kinds import FolderKind, KindName, folder_kind
 from batchserve.models.token_counts import estimate_tokens
 
 __all__ = ["EXTRA_HINT", "Pair", "SequenceClassifier", "item_key", "max_sequence_length"]
@@ -118,7 +118,7 @@ class SequenceClassifier:
         model: Any,
         tokenizer: Any,
         *,
-        kind: Kind,
+        kind: KindName,
         labels: Sequence[str],
         max_seq_length: int,
         autocast: str | None = None,

@@ -13,28 +13,28 @@ refused whole.
 
 Checks common to every task, done before anything is queued:
 
-* the model: the one the body names, else the one of the route's kind (see
-  :class:`TaskEndpoint`), and its kind answers the route (else 400 ``wrong_kind``, naming
+* the model: the one the body names, else the one of the route's kinds (see
+  :func:`route_model`), and its kind answers the route (else 400 ``wrong_kind``, naming
   the kind and the route to use);
 * the items fit: at most ``--max-inputs`` per request and never more than the model's queue
   holds (a request that could never be admitted whole is refused at once, 413, saying
   which limit); a rerank of 1,000 passages under those limits is served in passes;
-* an embedding model's prompt (``prompt_name``, else the folder's default prompt) is
-  prepended to each text, as ``SentenceTransformer.encode`` does; an unknown name is 422
-  naming the field and the prompts the model has;
+* the prompt of a model whose kind takes prompts (an embedder: ``prompt_name``, else the
+  folder's default prompt) is prepended to each text, as ``SentenceTransformer.encode``
+  does; an unknown name is 422 naming the field and the prompts the model has;
 * ``truncate=false``: an item over the model's window is refused (413), naming the input
   and its token count. Otherwise inputs over the window are truncated, and the answer says
   how many in the ``X-Truncated-Inputs`` header, and the tokens its items took in
   ``X-Compute-Tokens``, as TEI does (:mod:`~batchserve.server.protocols.window`).
 
-The activation of a sequence classification model's logits is applied here, per request:
-a sigmoid for a reranker's one logit and a softmax for a classifier's, as TEI does, or none
+The activation of a sequence classification model's logits is its kind's
+(:mod:`batchserve.models.kinds.activation`: a sigmoid for a reranker's one logit and a
+softmax for a classifier's, as TEI does), applied per request by :func:`scores`, or none
 when the request asks for raw scores.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from batchserve.batcher import Served
-from batchserve.models.kinds import apply_prompt, wrong_kind
+from batchserve.models.kinds import Activation, Kind, apply_prompt, wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
 from batchserve.server.protocols.window import (
@@ -63,13 +63,14 @@ __all__ = [
     "TaskRequest",
     "Task",
     "TaskEndpoint",
-    "activate",
     "by_score",
     "check_text",
+    "kinds_of",
     "optional_bool",
     "optional_int",
     "require_object",
     "route_model",
+    "scores",
     "text_list",
 ]
 
@@ -107,7 +108,7 @@ class Task:
     """
 
     route: str
-    kinds: frozenset[str]
+    kinds: tuple[Kind, ...]
     parse: Callable[[Any, RequestLimits], TaskRequest]
     answer: Callable[[ServedModel, TaskRequest, list[Any]], bytes]
     field: str = "input"
@@ -223,19 +224,22 @@ def optional_int(data: dict[str, Any], key: str, minimum: int = 1) -> int | None
     return value
 
 
-def activate(kind: str, logits: npt.NDArray[np.float32], raw: bool) -> list[float]:
-    """One item's scores from its logits.
+def scores(outputs: Sequence[npt.ArrayLike], activation: Activation) -> list[list[float]]:
+    """Each item's scores: its logits (one row per item) through ``activation``.
 
-    As they are when ``raw``; else a reranker's sigmoid or a classifier's softmax (what TEI
-    and ``CrossEncoder.predict`` apply by default).
+    ``activation`` is the model kind's (:meth:`~batchserve.models.kinds.Kind.scoring`: its
+    own, or none for raw scores), or one a request names.
     """
-    row = np.asarray(logits, dtype=np.float64).reshape(-1)
-    if raw:
-        return [float(v) for v in row]
-    if kind == "reranker" or row.size == 1:
-        return [1.0 / (1.0 + math.exp(-float(v))) if v > -700 else 0.0 for v in row]
-    shifted = np.exp(row - row.max())
-    return [float(v) for v in shifted / shifted.sum()]
+    if not outputs:
+        return []
+    logits = np.asarray(outputs, dtype=np.float64).reshape(len(outputs), -1)
+    out: list[list[float]] = activation(logits).tolist()
+    return out
+
+
+def kinds_of(*tasks: Task) -> tuple[Kind, ...]:
+    """The kinds any of ``tasks`` answers, once each, in their order of preference."""
+    return tuple(dict.fromkeys(k for t in tasks for k in t.kinds))
 
 
 class TaskEndpoint:
@@ -252,11 +256,11 @@ class TaskEndpoint:
     Args:
         registry: the served models.
         limits: the request limits.
-        choose: the task for a body and a model kind (one route, one task, except ``POST /``).
+        choose: the task for a body and a model's kind (one route, one task, except ``POST /``).
         protocol: the metrics label (``tei``, ``cohere``, ``jina``).
         error_body: the protocol's error body.
-        kinds: the model kinds the route answers (None: any, ``POST /`` answering each
-            model's own task).
+        kinds: the model kinds the route answers, in order of preference (None: any,
+            ``POST /`` answering each model's own task).
     """
 
     body_types = frozenset({"application/json"})
@@ -266,10 +270,10 @@ class TaskEndpoint:
         registry: Registry,
         limits: RequestLimits,
         *,
-        choose: Callable[[Any, str], Task],
+        choose: Callable[[Any, Kind], Task],
         protocol: str,
         error_body: Callable[[ApiError], bytes],
-        kinds: frozenset[str] | None = None,
+        kinds: tuple[Kind, ...] | None = None,
     ) -> None:
         self.registry = registry
         self.limits = limits
@@ -293,12 +297,13 @@ class TaskEndpoint:
             model.require_batcher()  # raises NotReady while it loads
         loaded = model.loaded
         assert loaded is not None
-        task = self._choose(data, loaded.kind)
-        if loaded.kind not in task.kinds:
-            raise ApiError("wrong_kind", wrong_kind(model.name, loaded.kind, task.route), "model")
+        kind = loaded.kind
+        task = self._choose(data, kind)
+        if kind not in task.kinds:
+            raise ApiError("wrong_kind", wrong_kind(model.name, kind, task.route), "model")
         req = task.parse(data, self.limits)
         req.task = task
-        if loaded.kind == "embedding":
+        if kind.prompts:
             try:
                 req.items = apply_prompt(req.items, loaded.prompts, req.options.get("prompt_name"))
             except KeyError as exc:
@@ -341,7 +346,7 @@ class TaskEndpoint:
         return self._error_body(error)
 
 
-def route_model(registry: Registry, name: str | None, kinds: frozenset[str] | None) -> ServedModel:
+def route_model(registry: Registry, name: str | None, kinds: Sequence[Kind] | None) -> ServedModel:
     """The model that answers a route of ``kinds`` for a body naming ``name``.
 
     See :class:`TaskEndpoint`: the one named; else, with one model served, that one; else
@@ -372,7 +377,7 @@ def route_model(registry: Registry, name: str | None, kinds: frozenset[str] | No
     )
 
 
-def _kind(model: ServedModel) -> str | None:
+def _kind(model: ServedModel) -> Kind | None:
     loaded = model.loaded
     return loaded.kind if loaded is not None else None
 
