@@ -100,7 +100,9 @@ class Task:
 
     Attributes:
         route: ``POST /rerank`` and the like (named in errors).
-        kinds: the model kinds it answers.
+        kinds: the model kinds it answers, in order of preference: a body that names no
+            model, on a server of several, goes to the model of the first kind served
+            (:func:`route_model`).
         parse: a pure function from the body's JSON and the limits to a :class:`TaskRequest`.
         answer: the answer's body from the model, the request and each item's output.
         field: the body's field that holds the items, as an error about item ``i`` names it
@@ -247,11 +249,8 @@ class TaskEndpoint:
 
     Which model answers: the one the body's ``model`` names; else, with one model served,
     that one (clients of hosted APIs send their own names, ``rerank-v3.5``, and TEI's
-    routes name none); else the default model if its kind answers the route, or the only
-    model whose kind does (TEI's ``/rerank`` reaches the reranker of a server that also
-    serves an embedder). A name that is not served, with several models and not one of the
-    route's kind, is 404 naming the models; several of its kind and none named, 400 asking
-    for one.
+    routes name none); else, by :func:`route_model`, the model of the route's kind (TEI's
+    ``/rerank`` reaches the reranker of a server that also serves an embedder).
 
     Args:
         registry: the served models.
@@ -349,22 +348,35 @@ class TaskEndpoint:
 def route_model(registry: Registry, name: str | None, kinds: Sequence[Kind] | None) -> ServedModel:
     """The model that answers a route of ``kinds`` for a body naming ``name``.
 
-    See :class:`TaskEndpoint`: the one named; else, with one model served, that one; else
-    the default if its kind answers, or the only model whose kind does.
+    The one named; else, with one model served, that one. Else the route's kinds are tried
+    in their order of preference, and the first that some model is of answers: the default
+    model if it is of that kind, or the only model that is (so ``/predict``, which a
+    classifier and a reranker both answer, reaches the one classifier of a server that also
+    serves a reranker, and the reranker only when no classifier is served). A name that is
+    not served, with several models and not one of that kind, is 404 naming the models;
+    several of that kind and none named, 422 naming them.
 
     Raises:
-        ApiError: 404 ``not_found`` for a name not served (naming the models), 400
+        ApiError: 404 ``not_found`` for a name not served (naming the models), 422
             ``invalid`` when several models answer and none is named.
     """
     models = registry.models
     if name is not None and name in models:
         return models[name]
     default = registry.default
-    if len(models) == 1 or kinds is None or _kind(default) in kinds:
+    if len(models) == 1 or kinds is None:
         if name is not None and len(models) > 1:
             return registry.require(name)  # 404, naming the models
         return default
-    fits = [m for m in models.values() if _kind(m) in kinds]
+    fits: list[ServedModel] = []
+    for kind in kinds:
+        fits = [m for m in models.values() if _kind(m) is kind]
+        if fits:
+            break
+    if default in fits:
+        if name is not None:
+            return registry.require(name)  # 404, naming the models
+        return default
     if len(fits) == 1:
         return fits[0]
     if name is not None or not fits:

@@ -347,6 +347,8 @@ def _answer_predict(model: ServedModel, req: TaskRequest, outputs: list[Any]) ->
     return json_bytes(answers[0] if req.options["single"] else answers)
 
 
+#: A classifier's route first: a body that names no model goes to the classifier of a
+#: server that also serves a reranker (``InferenceClient.text_classification``).
 PREDICT = Task(
     route="POST /predict",
     kinds=(CLASSIFIER, RERANKER),
