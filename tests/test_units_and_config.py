@@ -5,6 +5,7 @@ import pytest
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.errors import ConfigError
 from batchserve.models import SyntheticModel
+from batchserve.models.kinds import EMBEDDING, GENERIC
 from batchserve.models.loader import load_model, parse_synthetic
 from batchserve.units import format_duration, parse_duration, parse_rates
 
@@ -73,8 +74,8 @@ def test_synthetic_spec() -> None:
 
 
 def test_load_model_specs() -> None:
-    assert load_model("synthetic").kind == "embedding"
-    assert load_model("batchserve.models.synthetic:SyntheticModel").kind == "generic"
+    assert load_model("synthetic").kind is EMBEDDING
+    assert load_model("batchserve.models.synthetic:SyntheticModel").kind is GENERIC
     with pytest.raises(ConfigError, match="cannot import module 'no_such_module'"):
         load_model("no_such_module:fn")
     with pytest.raises(ConfigError, match="model spec must be"):

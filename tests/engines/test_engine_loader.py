@@ -13,16 +13,16 @@ from batchserve.engines.heads import VectorHead
 from batchserve.engines.model import EngineModel
 from batchserve.engines.runtime import Runtime, default_workers
 from batchserve.errors import ConfigError
-from batchserve.models.kinds import Prompts
+from batchserve.models.kinds import EMBEDDING, GENERIC, Prompts
 from batchserve.models.loader import needs_engine
 
 
 def test_a_spec_that_needs_no_engine_is_loaded_by_the_core() -> None:
     m = loader.load_model("synthetic:fixed=8ms,per_item=0.25ms,dim=4")
-    assert (m.kind, m.dimension) == ("embedding", 4)
+    assert (m.kind, m.dimension) == (EMBEDDING, 4)
     assert m.initial_cost == CostEstimate(fixed_s=0.008, per_item_s=0.00025)
     assert m.engine is None
-    assert loader.load_model("json:dumps").kind == "generic"
+    assert loader.load_model("json:dumps").kind is GENERIC
     with pytest.raises(ConfigError, match="model spec must be"):
         loader.load_model("nope")
 
@@ -63,7 +63,7 @@ def test_the_specs_options_override_the_runtime_given(
     given = Runtime(backend="torch", threads=4)
     m = loader.load_model(f"{tmp_path}:backend=onnx,threads=1", given)
     assert (seen[0].backend, seen[0].threads) == ("onnx", 1)
-    assert (m.kind, m.dimension, m.max_input_tokens) == ("embedding", 3, 16)
+    assert (m.kind, m.dimension, m.max_input_tokens) == (EMBEDDING, 3, 16)
     assert m.workers == default_workers("cpu", 1)
     assert (m.pooling, m.normalized, m.prompts) == ("cls", False, None)
     assert m.engine == {

@@ -38,6 +38,7 @@ from batchserve.engines.runners import ExportedRunner  # noqa: E402
 from batchserve.engines.runtime import Runtime  # noqa: E402
 from batchserve.engines.verdict import Trial, Verdict, pick  # noqa: E402
 from batchserve.errors import ConfigError  # noqa: E402
+from batchserve.models.kinds import EMBEDDING  # noqa: E402
 
 MIXED = [
     "Hi",
@@ -74,7 +75,7 @@ def test_fp32_exports_answer_what_torch_answers(
     emb = model.fn
     assert isinstance(emb, EngineModel)
     assert isinstance(emb.runner, ExportedRunner)
-    assert (model.kind, model.dimension, model.max_input_tokens) == ("embedding", 384, 256)
+    assert (model.kind, model.dimension, model.max_input_tokens) == (EMBEDDING, 384, 256)
     got, counts = emb.embed(MIXED)
     want, want_counts = torch_model.embed(MIXED)
     assert got.dtype == np.float32

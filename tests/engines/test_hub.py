@@ -21,6 +21,7 @@ from batchserve.cli.serve import build_settings
 from batchserve.engines import hub
 from batchserve.engines.loader import load_model, model_folder
 from batchserve.errors import ConfigError
+from batchserve.models.kinds import RERANKER
 from batchserve.models.loader import default_model_name, is_hub_id, needs_engine, split_runtime
 
 huggingface_hub = pytest.importorskip("huggingface_hub")
@@ -115,7 +116,7 @@ def test_a_cached_model_loads_and_is_judged_like_any_folder(
     files: dict[str, str | Path] = {p.name: p for p in reranker_folder.iterdir() if p.is_file()}
     snapshot(cache, "org/tiny-reranker", files, refs=["main"])
     loaded = load_model("org/tiny-reranker:backend=torch,threads=1")
-    assert (loaded.kind, loaded.labels) == ("reranker", ("LABEL_0",))
+    assert (loaded.kind, loaded.labels) == (RERANKER, ("LABEL_0",))
     assert np.asarray(loaded.fn([("q", "a passage")])).shape == (1, 1)
     snapshot(
         cache, "org/mlm", {"config.json": '{"architectures": ["BertForMaskedLM"]}'}, refs=["main"]

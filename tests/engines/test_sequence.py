@@ -18,7 +18,7 @@ from batchserve.engines.runners import TorchRunner
 from batchserve.engines.runtime import Runtime
 from batchserve.engines.sequence import max_sequence_length, on_torch
 from batchserve.errors import ConfigError
-from batchserve.models.kinds import folder_kind, wrong_kind
+from batchserve.models.kinds import CLASSIFIER, RERANKER, folder_kind, wrong_kind
 
 pytest.importorskip("transformers")
 
@@ -47,7 +47,7 @@ def test_a_folder_without_labels_counts_num_labels(tmp_path: Path) -> None:
 
 
 def test_wrong_kind_names_the_kind_and_the_route() -> None:
-    message = wrong_kind("ce", "reranker", "POST /v1/embeddings")
+    message = wrong_kind("ce", RERANKER, "POST /v1/embeddings")
     assert message == (
         "model 'ce' is a reranker model and does not answer POST /v1/embeddings; use POST /rerank"
     )
@@ -107,12 +107,12 @@ def test_load_model_serves_a_folder_by_its_kind(
     reranker_folder: Path, classifier_folder: Path
 ) -> None:
     loaded = load_model(f"{reranker_folder}:backend=torch,threads=1")
-    assert loaded.kind == "reranker"
+    assert loaded.kind is RERANKER
     assert loaded.labels == ("LABEL_0",)
     assert loaded.max_input_tokens == 512
     assert loaded.engine is not None
     assert loaded.engine["backend"] == "torch"
-    assert load_model(f"{classifier_folder}:backend=torch").kind == "classifier"
+    assert load_model(f"{classifier_folder}:backend=torch").kind is CLASSIFIER
     with pytest.raises(ConfigError, match="openvino-int8 is not offered for rerankers"):
         load_model(f"{reranker_folder}:backend=openvino-int8,cache_dir={reranker_folder}-cache")
 
@@ -122,7 +122,7 @@ def test_auto_measures_a_rerankers_engines_gates_them_and_caches_the_choice(
 ) -> None:
     spec = f"{reranker_folder}:threads=1,cache_dir={tmp_path}"
     loaded = load_model(spec)
-    assert loaded.kind == "reranker"
+    assert loaded.kind is RERANKER
     assert loaded.engine is not None
     choice = loaded.engine["choice"]
     assert choice["kind"] == "reranker"

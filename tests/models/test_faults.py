@@ -12,6 +12,7 @@ import pytest
 from batchserve.config import CostEstimate
 from batchserve.errors import ConfigError
 from batchserve.models.faults import FaultyModel, crashes_on
+from batchserve.models.kinds import EMBEDDING
 from batchserve.models.loader import load_model
 from batchserve.models.synthetic import SyntheticModel
 
@@ -31,7 +32,7 @@ def test_the_loader_serves_it_as_an_embedding_model_with_its_stated_cost(
 ) -> None:
     monkeypatch.setenv("BATCHSERVE_FAULT_COST", "fixed=3ms,per_item=1ms,dim=6")
     loaded = load_model("batchserve.models.faults:FaultyModel")
-    assert (loaded.kind, loaded.dimension) == ("embedding", 6)
+    assert (loaded.kind, loaded.dimension) == (EMBEDDING, 6)
     assert loaded.initial_cost == CostEstimate(fixed_s=0.003, per_item_s=0.001)
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from batchserve.config import CostEstimate
 from batchserve.errors import ConfigError
+from batchserve.models.kinds import EMBEDDING, GENERIC
 from batchserve.models.loader import default_model_name, load_model
 
 
@@ -26,17 +27,17 @@ def test_default_names(spec: str, name: str) -> None:
 
 def test_synthetic_states_its_cost_and_is_an_embedding_model() -> None:
     m = load_model("synthetic:fixed=8ms,per_item=0.25ms,dim=16")
-    assert m.kind == "embedding"
+    assert m.kind is EMBEDDING
     assert m.dimension == 16
     assert m.initial_cost == CostEstimate(fixed_s=0.008, per_item_s=0.00025)
-    assert load_model("synthetic:dim=0").kind == "generic"
+    assert load_model("synthetic:dim=0").kind is GENERIC
 
 
 def test_an_imported_object_declares_itself_an_embedding_model() -> None:
     m = load_model("batchserve.models.synthetic:SyntheticModel")
-    assert m.kind == "generic"  # no dimension: generic
+    assert m.kind is GENERIC  # no dimension: generic
     m = load_model("json:dumps")
-    assert m.kind == "generic"
+    assert m.kind is GENERIC
 
 
 @pytest.mark.parametrize(

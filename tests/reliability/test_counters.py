@@ -15,6 +15,7 @@ import pytest
 
 from batchserve.config import BatchConfig
 from batchserve.models.faults import FaultyModel
+from batchserve.models.kinds import EMBEDDING
 from batchserve.models.loader import LoadedModel
 from batchserve.server import App, ModelSettings, ServerSettings
 from batchserve_testing.harness import OUTCOMES, Scrape
@@ -30,7 +31,7 @@ def faulty_app(env: dict[str, str], batch: BatchConfig | None = None) -> App:
         return LoadedModel(
             spec=spec,
             fn=model,
-            kind="embedding",
+            kind=EMBEDDING,
             dimension=model.dimension,
             initial_cost=model.initial_cost,
         )

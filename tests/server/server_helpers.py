@@ -16,6 +16,7 @@ import httpx
 from batchserve.clock import Clock
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.engines.loader import load_model
+from batchserve.models.kinds import EMBEDDING
 from batchserve.models.loader import LoadedModel
 from batchserve.server import App, ModelSettings, RequestLimits, ServerSettings
 
@@ -26,7 +27,7 @@ ROOT = HERE.parent.parent
 def embedding_model(fn: Any, dim: int = 4, **kw: Any) -> LoadedModel:
     """An embedding model for tests; its stated zero cost skips the warm-up passes."""
     kw.setdefault("initial_cost", CostEstimate(fixed_s=0.0, per_item_s=0.0))
-    return LoadedModel(spec="test", fn=fn, kind="embedding", dimension=dim, **kw)
+    return LoadedModel(spec="test", fn=fn, kind=EMBEDDING, dimension=dim, **kw)
 
 
 def build_app(

@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         spec = with_runtime(spec, runtime)
     model = load_model(spec)
     items: list[Any] = list(inputs)
-    if model.kind == "reranker":
+    if model.kind.item == "pair":
         # A reranker's item is a (query, passage) pair: the texts are the passages, each
         # asked by one short query, so the profile is the cost per pair.
         items = [(PROFILE_QUERY, text) for text in inputs]

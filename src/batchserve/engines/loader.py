@@ -38,7 +38,7 @@ from batchserve.engines.model import EngineModel
 from batchserve.engines.runtime import Runtime, default_workers
 from batchserve.errors import ConfigError
 from batchserve.models import loader as models_loader
-from batchserve.models.kinds import Kind, folder_kind
+from batchserve.models.kinds import Kind, folder_kind, kind_named
 from batchserve.models.loader import (
     SOURCE_KEYS,
     LoadedModel,
@@ -92,7 +92,7 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
         choice = verdict.to_dict()
     else:
         engine = _load_engine(path, rt, kind=found.kind)
-    return _loaded(spec, engine, found.kind, choice=choice)
+    return _loaded(spec, engine, kind_named(found.kind), choice=choice)
 
 
 def _loaded(

@@ -45,6 +45,7 @@ from typing import cast
 
 from batchserve.config import CostEstimate
 from batchserve.errors import ConfigError
+from batchserve.models.kinds import EMBEDDING
 from batchserve.models.loader import parse_synthetic
 from batchserve.models.synthetic import SyntheticModel
 from batchserve.units import parse_duration
@@ -91,7 +92,7 @@ class FaultyModel:
         ConfigError: a setting is malformed; the message names the variable.
     """
 
-    kind = "embedding"
+    kind = EMBEDDING
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         env = os.environ if env is None else env

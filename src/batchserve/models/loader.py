@@ -16,10 +16,11 @@ SPEC is one of:
   network allows (:mod:`batchserve.engines.hub`); ``revision=`` names a branch, tag or
   commit (``BAAI/bge-small-en-v1.5:revision=main``);
 * ``package.module:attr``: any batch function, or model object with ``__call__`` (a class is
-  instantiated with no arguments). An object with ``kind = "embedding"`` and an integer
-  ``dimension`` (and optionally ``count_tokens``) is served as an embedding model; one with
-  an ``initial_cost`` (a :class:`~batchserve.config.CostEstimate`) starts the batcher's
-  cost model from it and skips the warm-up passes.
+  instantiated with no arguments). An object whose ``kind`` is the embedding kind (or its
+  name, ``embedding``), with an integer ``dimension`` (and optionally ``count_tokens``), is
+  served as an embedding model; one with an ``initial_cost`` (a
+  :class:`~batchserve.config.CostEstimate`) starts the batcher's cost model from it and
+  skips the warm-up passes.
 
 This module reads every SPEC (names, options, :class:`LoadedModel`) and loads the two
 kinds that run in the process as they are: the synthetic model and an imported object.
@@ -42,7 +43,7 @@ from batchserve.config import CostEstimate
 from batchserve.errors import ConfigError
 from batchserve.models.base import BatchFn
 from batchserve.models.engine import Engine
-from batchserve.models.kinds import Kind, Prompts
+from batchserve.models.kinds import EMBEDDING, GENERIC, Kind, Prompts
 from batchserve.models.synthetic import SyntheticModel
 from batchserve.units import parse_duration
 
@@ -89,9 +90,9 @@ class LoadedModel:
     Attributes:
         spec: the SPEC it was loaded from.
         fn: the batch function.
-        kind: ``embedding`` (text in, float vector out), ``reranker`` (a (query, passage)
-            pair in, one logit out), ``classifier`` (a text or pair in, one logit per label
-            out) or ``generic`` (anything); see :mod:`batchserve.models.kinds`.
+        kind: what it is (:class:`~batchserve.models.kinds.Kind`): an embedder (text in,
+            float vector out), a reranker (a (query, passage) pair in, one logit out), a
+            classifier (a text or pair in, one logit per label out) or generic (anything).
         dimension: length of each embedding, if known.
         count_tokens: tokens per input as it ran (special tokens included, after
             truncation), for ``usage`` and the truncation count; None counts words.
@@ -126,7 +127,7 @@ class LoadedModel:
 
     spec: str
     fn: BatchFn
-    kind: Kind = "generic"
+    kind: Kind = GENERIC
     dimension: int | None = None
     count_tokens: Callable[[Sequence[Any]], list[int]] | None = None
     untruncated_tokens: Callable[[Sequence[Any]], list[int]] | None = None
@@ -260,7 +261,7 @@ def load_model(spec: str) -> LoadedModel:
     """
     if spec == "synthetic" or spec.startswith("synthetic:"):
         model = parse_synthetic(spec)
-        kind: Kind = "embedding" if model.dimension else "generic"
+        kind = EMBEDDING if model.dimension else GENERIC
         return LoadedModel(
             spec=spec,
             fn=model,
@@ -285,21 +286,24 @@ def load_model(spec: str) -> LoadedModel:
 def describe(spec: str, fn: BatchFn) -> LoadedModel:
     """What the protocols need to know of the model object ``fn``, read from its attributes.
 
-    An object declares itself an embedding model with ``kind = "embedding"`` and an integer
-    ``dimension`` (an embedding engine qualifies; it may state ``max_seq_length``,
-    ``pooling`` and ``normalized``, see :class:`~batchserve.models.engine.Engine`);
-    anything else is generic. One that
-    states its cost (``initial_cost``, a :class:`~batchserve.config.CostEstimate`) is not
-    warmed up to measure it. An embedding model may also say how it counts tokens
-    (``count_tokens``, ``untruncated_tokens``, ``max_seq_length``) and that its vectors are
-    unit length (``normalized = True``).
+    An object declares itself an embedding model with a ``kind`` of
+    :data:`~batchserve.models.kinds.EMBEDDING` (or its name) and an integer ``dimension``
+    (an embedding engine qualifies; it may state ``max_seq_length``, ``pooling`` and
+    ``normalized``, see :class:`~batchserve.models.engine.Engine`); anything else is
+    generic. One that states its cost (``initial_cost``, a
+    :class:`~batchserve.config.CostEstimate`) is not warmed up to measure it. An embedding
+    model may also say how it counts tokens (``count_tokens``, ``untruncated_tokens``,
+    ``max_seq_length``) and that its vectors are unit length (``normalized = True``).
     """
     cost = getattr(fn, "initial_cost", None)
     initial_cost = cost if isinstance(cost, CostEstimate) else None
     dimension = getattr(fn, "dimension", None)
     count = getattr(fn, "count_tokens", None)
-    is_embedding = getattr(fn, "kind", None) == "embedding" or (
-        isinstance(dimension, int) and callable(count)
+    declared = getattr(fn, "kind", None)
+    is_embedding = (
+        declared is EMBEDDING
+        or declared == EMBEDDING.name
+        or (isinstance(dimension, int) and callable(count))
     )
     if not is_embedding or not isinstance(dimension, int) or isinstance(dimension, bool):
         return LoadedModel(spec=spec, fn=fn, initial_cost=initial_cost)
@@ -310,7 +314,7 @@ def describe(spec: str, fn: BatchFn) -> LoadedModel:
     return LoadedModel(
         spec=spec,
         fn=fn,
-        kind="embedding",
+        kind=EMBEDDING,
         dimension=dimension,
         count_tokens=count if callable(count) else None,
         untruncated_tokens=untruncated if callable(untruncated) else None,

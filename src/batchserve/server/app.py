@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from batchserve.batcher import BatchRecord
 from batchserve.clock import Clock, MonotonicClock
 from batchserve.engines.loader import load_model
+from batchserve.models.kinds import Kind
 from batchserve.models.loader import LoadedModel
 from batchserve.policy import ClassConfig, WorkClass
 from batchserve.server.deadlines import wire_deadline
@@ -51,7 +52,7 @@ from batchserve.server.exchange import Endpoint, Exchange, HeadVerdict, Reply
 from batchserve.server.http import Head, authorize, check_body_type, check_length
 from batchserve.server.ops.metrics import Metrics
 from batchserve.server.protocols import infinity, kserve, openai, rerankers, tei, triton
-from batchserve.server.protocols.tasks import Task, TaskEndpoint
+from batchserve.server.protocols.tasks import Task, TaskEndpoint, kinds_of
 from batchserve.server.registry import Registry, ServedModel
 from batchserve.server.routes import Routes, model_path
 from batchserve.server.settings import ServerSettings
@@ -256,7 +257,7 @@ class App:
         registry, limits = self.registry, self.limits
 
         def endpoint(
-            choose: Any, protocol: str, error_body: Any, kinds: frozenset[str] | None
+            choose: Any, protocol: str, error_body: Any, kinds: tuple[Kind, ...] | None
         ) -> TaskEndpoint:
             return TaskEndpoint(
                 registry,
@@ -271,7 +272,7 @@ class App:
             return endpoint(lambda data, kind: task, protocol, error_body, task.kinds)
 
         tei_error = tei.error_body
-        rerank_kinds = rerankers.INFINITY_RERANK.kinds | tei.RERANK.kinds
+        rerank_kinds = kinds_of(rerankers.INFINITY_RERANK, tei.RERANK)
         return {
             "/": endpoint(tei.choose_root, "tei", tei_error, None),
             "/embed": fixed(tei.EMBED, "tei", tei_error),
@@ -403,7 +404,7 @@ def _class_stats_of(model: ServedModel) -> Callable[[], Any]:
     return stats
 
 
-def _kind_of(model: ServedModel) -> Callable[[], str | None]:
+def _kind_of(model: ServedModel) -> Callable[[], Kind | None]:
     return lambda: model.loaded.kind if model.loaded is not None else None
 
 

@@ -6,8 +6,8 @@ loads its SPEC in a thread (seconds for MiniLM), warms it up, and builds its
 request is answered ``not_ready`` (503, Retry-After); a model that failed to load stays
 ``failed`` and the server stops. The warm-up of an embedding model also measures one pass of
 1 and of a few texts, so the batcher's cost model (and deadline-aware admission) starts from
-this machine's figures instead of from zero (a reranker's with a pair, a classifier's with
-a text); a synthetic model states its cost exactly.
+this machine's figures instead of from zero (with its kind's warm-up item: a reranker's a
+pair, a classifier's a text); a synthetic model states its cost exactly.
 
 :meth:`ServedModel.deadline_for` is a request's deadline when the wire states none: its
 class's default, else the model's. A request's inputs are offered to the batcher by its
@@ -33,14 +33,6 @@ from batchserve.server.settings import ModelSettings
 from batchserve.server.statuses import ApiError
 
 __all__ = ["Registry", "ServedModel"]
-
-_WARMUP_TEXT = "A short sentence to warm the model up before serving."
-#: The item a model of each kind is warmed up with (a kind not listed is not warmed up).
-_WARMUP_ITEMS: dict[str, Any] = {
-    "embedding": _WARMUP_TEXT,
-    "reranker": (_WARMUP_TEXT, _WARMUP_TEXT),
-    "classifier": _WARMUP_TEXT,
-}
 
 
 class ServedModel:
@@ -111,7 +103,7 @@ class ServedModel:
 
     def _load_and_warm(self) -> LoadedModel:
         loaded = self._loader(self.settings.spec)
-        warm: Any = _WARMUP_ITEMS.get(loaded.kind)
+        warm: Any = loaded.kind.warmup
         if warm is None or loaded.initial_cost is not None:
             return loaded
         fn: Any = loaded.fn

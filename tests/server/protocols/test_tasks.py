@@ -14,7 +14,7 @@ from server_helpers import build_app, client_for, embedding_model
 
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.errors import ConfigError
-from batchserve.models.kinds import ITEMS, KINDS, Prompts, folder_prompts, item_of
+from batchserve.models.kinds import BY_NAME, ITEMS, Prompts, folder_prompts, item_of
 from batchserve.models.loader import LoadedModel
 from batchserve.server import RequestLimits
 
@@ -355,5 +355,5 @@ async def test_status_and_metrics_show_each_model_s_kind_and_item(
     assert 'batchserve_model_info{item="text",kind="classifier",model="clf"} 1.0' in metrics
     assert 'batchserve_model_info{item="text",kind="embedding",model="emb"} 1.0' in metrics
     assert 'batchserve_model_info{item="item",kind="generic",model="gen"} 1.0' in metrics
-    assert set(ITEMS) == {item_of(k) for k in KINDS} - {None}
+    assert set(ITEMS) == {item_of(k) for k in BY_NAME.values()} - {None}
     assert item_of(None) is None  # a model still loading

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from batchserve.models.kinds import EMBEDDING
 from batchserve.models.loader import LoadedModel
 from batchserve.server.protocols.window import (
     refuse_over_window,
@@ -36,7 +37,7 @@ class Words:
         return LoadedModel(
             spec="words",
             fn=lambda texts: texts,
-            kind="embedding",
+            kind=EMBEDDING,
             count_tokens=self.count,
             untruncated_tokens=self.untruncated,
             max_input_tokens=WINDOW,
@@ -72,7 +73,7 @@ def test_truncate_false_names_the_input_its_tokens_and_the_window() -> None:
 
 
 def test_a_model_that_cannot_count_refuses_nothing_and_reports_no_cut() -> None:
-    loaded = LoadedModel(spec="f", fn=lambda t: t, kind="embedding", max_input_tokens=WINDOW)
+    loaded = LoadedModel(spec="f", fn=lambda t: t, kind=EMBEDDING, max_input_tokens=WINDOW)
     long = ["a " * 100]
     refuse_over_window(loaded, long)
     assert token_counts(loaded, long) is None

@@ -98,7 +98,7 @@ def model_status(model: ServedModel, metrics: Metrics) -> dict[str, Any]:
     kind = model.loaded.kind if model.loaded is not None else None
     return {
         "state": model.state,
-        "kind": kind,
+        "kind": kind.name if kind is not None else None,
         "item": item_of(kind),
         "labels": list(model.loaded.labels) if model.loaded is not None else [],
         "engine": model.loaded.engine if model.loaded is not None else None,

@@ -87,7 +87,7 @@ from prometheus_client.utils import floatToGoString
 
 from batchserve.batcher import BatchRecord
 from batchserve.config import BatchConfig
-from batchserve.models.kinds import item_of
+from batchserve.models.kinds import Kind, item_of
 from batchserve.policy import Counters, PolicyStats
 from batchserve.server.account import Account, Passes
 
@@ -198,7 +198,7 @@ class Metrics:
         self._settings: dict[str, tuple[BatchConfig | None, float | None]] = {}
         self._sources: dict[str, tuple[StatsSource, Callable[[], bool]]] = {}
         self._class_sources: dict[str, ClassStatsSource] = {}
-        self._kinds: dict[str, Callable[[], str | None]] = {}
+        self._kinds: dict[str, Callable[[], Kind | None]] = {}
         self.registry.register(self)
 
     def add_model(
@@ -209,14 +209,14 @@ class Metrics:
         *,
         config: BatchConfig | None = None,
         timeout_s: float | None = None,
-        kind: Callable[[], str | None] | None = None,
+        kind: Callable[[], Kind | None] | None = None,
     ) -> None:
         """Report ``name``'s state at each scrape from ``stats()`` and ``ready()``.
 
         ``config`` and ``timeout_s`` (its batcher's settings and default deadline) are
         exported too, so alerts can compare the queue with its size and latency with the
-        deadline; ``kind()`` (``embedding``, ``reranker``...; None until loaded) as
-        ``batchserve_model_info``, with what one item is
+        deadline; ``kind()`` (the model's kind; None until loaded) as
+        ``batchserve_model_info``, by its name, with what one item is
         (:func:`~batchserve.models.kinds.item_of`).
         """
         if kind is not None:
@@ -466,7 +466,7 @@ class Metrics:
             if kind is None:
                 info.add_metric([name, "loading", "loading"], 1.0)
             else:
-                info.add_metric([name, kind, item_of(kind) or "item"], 1.0)
+                info.add_metric([name, kind.name, item_of(kind) or "item"], 1.0)
         yield info
         for name, (stats_fn, ready_fn) in self._sources.items():
             ready.add_metric([name], 1.0 if ready_fn() else 0.0)

@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from batchserve.models.kinds import BY_NAME
 from batchserve.server.http import load_json
 from batchserve.server.protocols.openai import (
     EmbeddingsEndpoint,
@@ -50,9 +51,9 @@ __all__ = [
 
 #: The model name ``infinity_client`` sends when none is given.
 DEFAULT_MODEL = "default/not-specified"
-#: What each kind of model answers, in Infinity's words (its ``ModelCapabilites``).
-CAPABILITIES = {"embedding": ["embed"], "reranker": ["rerank"], "classifier": ["classify"]}
-_EMBEDDERS = frozenset({"embedding"})
+#: What each kind of model answers (by its name), in Infinity's words (its
+#: ``ModelCapabilites``).
+CAPABILITIES = {name: list(kind.tasks) for name, kind in BY_NAME.items() if kind.tasks}
 _CREATED = int(time.time())
 
 
@@ -90,7 +91,7 @@ class InfinityEmbeddingsEndpoint(EmbeddingsEndpoint):
         Raises:
             ApiError: 404 for a name not served among several models.
         """
-        return route_model(self.registry, name, _EMBEDDERS)
+        return route_model(self.registry, name, self.kinds)
 
     def extra(self) -> bytes:
         """Infinity's ``id`` and ``created``."""
@@ -126,8 +127,8 @@ def _entry(model: ServedModel) -> dict[str, Any]:
             "batch_size": config.max_batch_size,
         },
         "backend": engine.get("backend", ""),
-        "capabilities": CAPABILITIES.get(loaded.kind, []) if loaded is not None else [],
-        "kind": loaded.kind if loaded is not None else None,
+        "capabilities": list(loaded.kind.tasks) if loaded is not None else [],
+        "kind": loaded.kind.name if loaded is not None else None,
         "state": model.state,
     }
     for key, name in (("precision", "dtype"), ("device", "device")):

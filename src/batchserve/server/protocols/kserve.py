@@ -38,13 +38,23 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 import numpy as np
 
 from batchserve import __version__
 from batchserve.batcher import Served
-from batchserve.models.kinds import apply_prompt
+from batchserve.models.kinds import (
+    CLASSIFIER,
+    EMBEDDING,
+    GENERIC,
+    RERANKER,
+    Kind,
+    Logits,
+    Tensors,
+    Vector,
+    apply_prompt,
+)
 from batchserve.models.loader import LoadedModel
 from batchserve.server.exchange import Exchange, Parsed, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
@@ -64,6 +74,7 @@ __all__ = [
     "PROBABILITIES_OUTPUT",
     "QUERY_INPUT",
     "SCORE_OUTPUT",
+    "TEXT_INPUT",
     "InferEndpoint",
     "InferRequest",
     "build_infer_response",
@@ -79,15 +90,19 @@ __all__ = [
     "timeout_param",
 ]
 
-EMBEDDING_OUTPUT = "embedding"
-GENERIC_OUTPUT = "output"
-#: A reranker's inputs (a query, broadcast when it is one, and its passages) and output (the
-#: sigmoid of each pair's logit, as TEI's /rerank answers by default).
+#: A model's texts (an embedder's, a classifier's: a kind whose item is a text).
+TEXT_INPUT = "text"
+#: A pair's inputs (a reranker's: a query, broadcast when it is one, and its passages).
 QUERY_INPUT = "query"
 PASSAGE_INPUT = "passage"
-SCORE_OUTPUT = "score"
-#: A classifier's output: the softmax over its labels, in ``id2label`` order.
-PROBABILITIES_OUTPUT = "probabilities"
+#: Each kind's output is named by its head (:class:`~batchserve.models.kinds.Kind`): an
+#: embedder's vectors, a reranker's score (the sigmoid of each pair's logit, as TEI's
+#: /rerank answers by default), a classifier's probabilities (the softmax over its labels,
+#: in ``id2label`` order), a generic model's stacked outputs.
+EMBEDDING_OUTPUT = EMBEDDING.head.output
+SCORE_OUTPUT = RERANKER.head.output
+PROBABILITIES_OUTPUT = CLASSIFIER.head.output
+GENERIC_OUTPUT = GENERIC.head.output
 
 #: At most this many tensors in ``inputs`` (or ``outputs``) of one request: each costs the
 #: event loop some work to decode, so a body of a hundred thousand tiny tensors must be
@@ -147,27 +162,22 @@ def server_metadata() -> dict[str, Any]:
 
 
 def model_metadata(name: str, loaded: LoadedModel | None) -> dict[str, Any]:
-    """``GET /v2/models/{name}``: inputs and outputs (empty for a generic model)."""
+    """``GET /v2/models/{name}``: inputs and outputs (empty for a generic model).
+
+    The inputs are those of its kind's item, the outputs those of its kind's head.
+    """
     inputs: list[dict[str, Any]] = []
     outputs: list[dict[str, Any]] = []
-    if loaded is not None and loaded.kind == "embedding":
+    if loaded is not None:
         # [-1, 1], as Triton states a batch of strings: its tools need a shape per row.
         # Requests may send [N] or [N, 1].
-        inputs = [{"name": "text", "datatype": "BYTES", "shape": [-1, 1]}]
-        outputs = [
-            {"name": EMBEDDING_OUTPUT, "datatype": "FP32", "shape": [-1, loaded.dimension or -1]}
-        ]
-    elif loaded is not None and loaded.kind == "reranker":
         inputs = [
-            {"name": QUERY_INPUT, "datatype": "BYTES", "shape": [-1, 1]},
-            {"name": PASSAGE_INPUT, "datatype": "BYTES", "shape": [-1, 1]},
+            {"name": n, "datatype": "BYTES", "shape": [-1, 1]} for n in _input_names(loaded.kind)
         ]
-        outputs = [{"name": SCORE_OUTPUT, "datatype": "FP32", "shape": [-1, 1]}]
-    elif loaded is not None and loaded.kind == "classifier":
-        inputs = [{"name": "text", "datatype": "BYTES", "shape": [-1, 1]}]
-        outputs = [
-            {"name": PROBABILITIES_OUTPUT, "datatype": "FP32", "shape": [-1, len(loaded.labels)]}
-        ]
+        width = _output_width(loaded)
+        if width is not None:
+            shape = [-1, width]
+            outputs = [{"name": loaded.kind.head.output, "datatype": "FP32", "shape": shape}]
     return {
         "name": name,
         "versions": ["1"],
@@ -175,6 +185,33 @@ def model_metadata(name: str, loaded: LoadedModel | None) -> dict[str, Any]:
         "inputs": inputs,
         "outputs": outputs,
     }
+
+
+def _input_names(kind: Kind) -> tuple[str, ...]:
+    # The BYTES inputs of a kind's item (none: a generic model takes any tensors).
+    match kind.item:
+        case "text":
+            return (TEXT_INPUT,)
+        case "pair":
+            return (QUERY_INPUT, PASSAGE_INPUT)
+        case None:
+            return ()
+        case _:
+            assert_never(kind.item)
+
+
+def _output_width(loaded: LoadedModel) -> int | None:
+    # The width of a head's FP32 output (-1: not known); None: no output is stated.
+    head = loaded.kind.head
+    match head:
+        case Vector():
+            return loaded.dimension or -1
+        case Logits():
+            return len(loaded.labels) or -1
+        case Tensors():
+            return None
+        case _:
+            assert_never(head)
 
 
 def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
@@ -425,47 +462,46 @@ def parsed(model: ServedModel, req: InferRequest, limits: RequestLimits) -> Pars
     Its class of work from ``parameters.priority`` (for a model with classes) and its
     timeout from ``parameters.timeout``, when the request gives them.
 
-    An embedding model's texts get its prompt (``parameters.prompt_name``, else its
-    default), and the request keeps them for its answer (:attr:`InferRequest.texts`).
+    The items are those of the model kind's item: texts, (query, passage) pairs, or rows of
+    any tensors. A model whose kind takes prompts (an embedder) gets its prompt
+    (``parameters.prompt_name``, else its default) prepended to each text, and the request
+    keeps them for its answer (:attr:`InferRequest.texts`).
 
     Raises:
         ApiError: the inputs do not fit the model (see :func:`embedding_items`,
             :func:`generic_items`), an output it does not produce is asked for, the prompt
-            is not one of the model's (or the model is no embedder), or the priority names
+            is not one of the model's (or the model takes none), or the priority names
             no class of the model's.
     """
     loaded = model.loaded
     assert loaded is not None
-    items: list[Any]
-    if loaded.kind == "embedding":
-        items = embedding_items(req, limits)
-        extra = set(req.outputs) - {EMBEDDING_OUTPUT}
-        if extra:
-            raise ApiError(
-                "invalid",
-                f"outputs asks for {sorted(extra)}; this model produces ['{EMBEDDING_OUTPUT}']",
-                param="outputs",
-            )
-        try:
-            items = apply_prompt(items, loaded.prompts, req.prompt_name, "parameters.prompt_name")
-        except KeyError as exc:
-            raise ApiError("invalid", exc.args[0], param="parameters.prompt_name") from None
-        req = dataclasses.replace(req, texts=tuple(items))
-    elif req.prompt_name is not None:
+    kind = loaded.kind
+    if req.prompt_name is not None and not kind.prompts:
         raise ApiError(
             "invalid",
             f"parameters.prompt_name applies to an embedding model; model {model.name!r} is "
-            f"a {loaded.kind} model",
+            f"a {kind.name} model",
             param="parameters.prompt_name",
         )
-    elif loaded.kind == "reranker":
-        items = _pairs(req, limits)
-        _only_outputs(req, SCORE_OUTPUT)
-    elif loaded.kind == "classifier":
-        items = embedding_items(req, limits)
-        _only_outputs(req, PROBABILITIES_OUTPUT)
-    else:
-        items = generic_items(req, limits)
+    items: list[Any]
+    texts: list[str] = []
+    match kind.item:
+        case "text":
+            items = texts = embedding_items(req, limits)
+        case "pair":
+            items = _pairs(req, limits)
+        case None:
+            items = generic_items(req, limits)
+        case _:
+            assert_never(kind.item)
+    if not isinstance(kind.head, Tensors):
+        _only_outputs(req, kind.head.output)
+    if kind.prompts:
+        try:
+            items = apply_prompt(texts, loaded.prompts, req.prompt_name, "parameters.prompt_name")
+        except KeyError as exc:
+            raise ApiError("invalid", exc.args[0], param="parameters.prompt_name") from None
+        req = dataclasses.replace(req, texts=tuple(items))
     work_class = None
     if req.priority is not None and model.classes is not None:
         work_class = resolve_class(model.classes, req.priority, "parameters.priority")
@@ -565,22 +601,32 @@ def build_infer_response(
     return header + b"".join(chunks), len(header)
 
 
-def stack_outputs(kind: str, results: Sequence[Any]) -> dict[str, Any]:
-    """Stack per-item outputs into output tensors (name -> array).
+def stack_outputs(kind: Kind, results: Sequence[Any]) -> dict[str, Any]:
+    """Stack per-item outputs into output tensors (name -> array), as the kind's head says.
+
+    A vector per item is stacked as it is; logits per item through the kind's activation
+    (a reranker's sigmoid, ``[N, 1]``; a classifier's softmax, ``[N, labels]``); anything
+    else by its keys (per-item dicts) or as one tensor.
 
     Raises:
         ApiError: ``internal`` when the model's outputs cannot be stacked (ragged shapes).
     """
-    if kind == "embedding":
-        return {EMBEDDING_OUTPUT: np.asarray(results, dtype=np.float32)}
-    if kind == "reranker":
-        logits = np.asarray(results, dtype=np.float64).reshape(len(results), 1)
-        return {SCORE_OUTPUT: (1.0 / (1.0 + np.exp(-logits))).astype(np.float32)}
-    if kind == "classifier":
-        logits = np.asarray(results, dtype=np.float64)
-        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
-        probabilities = shifted / shifted.sum(axis=1, keepdims=True)
-        return {PROBABILITIES_OUTPUT: probabilities.astype(np.float32)}
+    head = kind.head
+    match head:
+        case Vector():
+            return {head.output: np.asarray(results, dtype=np.float32)}
+        case Logits():
+            logits = np.asarray(results, dtype=np.float64)
+            if logits.ndim == 1:  # one logit per item, each a scalar
+                logits = logits[:, None]
+            return {head.output: kind.activate(logits).astype(np.float32)}
+        case Tensors():
+            return _stack_any(results)
+        case _:
+            assert_never(head)
+
+
+def _stack_any(results: Sequence[Any]) -> dict[str, Any]:
     try:
         if results and all(isinstance(r, dict) for r in results):
             keys = list(results[0])

@@ -36,7 +36,7 @@ import numpy as np
 import orjson
 
 from batchserve.batcher import Served
-from batchserve.models.kinds import apply_prompt, wrong_kind
+from batchserve.models.kinds import EMBEDDING, Kind, apply_prompt, wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
 from batchserve.server.protocols.window import token_counts, truncated
@@ -299,6 +299,8 @@ class EmbeddingsEndpoint:
     protocol = "openai"
     #: The route named when a model of another kind is asked.
     route = "POST /v1/embeddings"
+    #: The kinds of model it answers.
+    kinds: tuple[Kind, ...] = (EMBEDDING,)
     body_types = frozenset({"application/json"})
 
     def __init__(self, registry: Registry, limits: RequestLimits) -> None:
@@ -314,7 +316,7 @@ class EmbeddingsEndpoint:
                 model.require_batcher()  # raises NotReady while it loads
             loaded = model.loaded
             assert loaded is not None
-            if loaded.kind != "embedding":
+            if loaded.kind not in self.kinds:
                 raise ApiError(
                     "wrong_kind",
                     wrong_kind(model.name, loaded.kind, self.route),

@@ -35,17 +35,18 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from batchserve.models.kinds import CLASSIFIER, RERANKER, Kind
 from batchserve.server.http import json_bytes
 from batchserve.server.protocols import tei
 from batchserve.server.protocols.tasks import (
     Task,
     TaskRequest,
-    activate,
     by_score,
     check_text,
     optional_bool,
     optional_int,
     require_object,
+    scores,
     text_list,
     tokens_of,
 )
@@ -218,9 +219,11 @@ def _parse(data: Any, limits: RequestLimits, *, objects: bool, docs_default: boo
     )
 
 
-def _ranked(req: TaskRequest, outputs: list[Any]) -> list[tuple[int, float]]:
-    raw = req.options["raw_scores"]
-    scored = [(i, activate("reranker", o, raw)[0]) for i, o in enumerate(outputs)]
+def _ranked(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> list[tuple[int, float]]:
+    loaded = model.loaded
+    assert loaded is not None
+    rows = scores(outputs, loaded.kind.scoring(req.options["raw_scores"]))
+    scored = [(i, row[0]) for i, row in enumerate(rows)]
     scored.sort(key=lambda p: -p[1])
     top_n = req.options["top_n"]
     return scored[:top_n] if top_n is not None else scored
@@ -231,13 +234,13 @@ def _meta(version: str) -> dict[str, Any]:
 
 
 def _answer_v2(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> bytes:
-    results = [{"index": i, "relevance_score": s} for i, s in _ranked(req, outputs)]
+    results = [{"index": i, "relevance_score": s} for i, s in _ranked(model, req, outputs)]
     return json_bytes({"id": str(uuid.uuid4()), "results": results, "meta": _meta("2")})
 
 
 def _answer_v1(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> bytes:
     results = []
-    for i, s in _ranked(req, outputs):
+    for i, s in _ranked(model, req, outputs):
         result: dict[str, Any] = {"index": i, "relevance_score": s}
         if req.options["return_documents"]:
             document = req.options["documents"][i]
@@ -263,7 +266,7 @@ def _answer_infinity(model: ServedModel, req: TaskRequest, outputs: list[Any]) -
             "index": i,
             "document": req.items[i][1] if req.options["return_documents"] else None,
         }
-        for i, s in _ranked(req, outputs)
+        for i, s in _ranked(model, req, outputs)
     ]
     tokens = tokens_of(model, req.items)
     return json_bytes(
@@ -278,7 +281,7 @@ def _answer_infinity(model: ServedModel, req: TaskRequest, outputs: list[Any]) -
     )
 
 
-_RERANKERS = frozenset({"reranker"})
+_RERANKERS = (RERANKER,)
 
 COHERE_V2_RERANK = Task(
     route="POST /v2/rerank",
@@ -300,7 +303,7 @@ INFINITY_RERANK = Task(
 )
 
 
-def choose_rerank(data: Any, kind: str) -> Task:
+def choose_rerank(data: Any, kind: Kind) -> Task:
     """``POST /rerank``: TEI's shape (``texts``), or Infinity's (``documents``)."""
     if isinstance(data, dict) and "documents" in data and "texts" not in data:
         return INFINITY_RERANK
@@ -327,11 +330,8 @@ def _answer_classify(model: ServedModel, req: TaskRequest, outputs: list[Any]) -
     loaded = model.loaded
     assert loaded is not None
     data = []
-    for logits in outputs:
-        scores = activate(loaded.kind, logits, req.options["raw_scores"])
-        preds = [
-            {"score": s, "label": label} for s, label in zip(scores, loaded.labels, strict=True)
-        ]
+    for row in scores(outputs, loaded.kind.scoring(req.options["raw_scores"])):
+        preds = [{"score": s, "label": label} for s, label in zip(row, loaded.labels, strict=True)]
         preds.sort(key=by_score)
         data.append(preds)
     tokens = tokens_of(model, req.items)
@@ -349,7 +349,7 @@ def _answer_classify(model: ServedModel, req: TaskRequest, outputs: list[Any]) -
 
 CLASSIFY = Task(
     route="POST /classify",
-    kinds=frozenset({"classifier"}),
+    kinds=(CLASSIFIER,),
     parse=_parse_classify,
     answer=_answer_classify,
 )

@@ -13,28 +13,28 @@ refused whole.
 
 Checks common to every task, done before anything is queued:
 
-* the model: the one the body names, else the one of the route's kind (see
-  :class:`TaskEndpoint`), and its kind answers the route (else 400 ``wrong_kind``, naming
+* the model: the one the body names, else the one of the route's kinds (see
+  :func:`route_model`), and its kind answers the route (else 400 ``wrong_kind``, naming
   the kind and the route to use);
 * the items fit: at most ``--max-inputs`` per request and never more than the model's queue
   holds (a request that could never be admitted whole is refused at once, 413, saying
   which limit); a rerank of 1,000 passages under those limits is served in passes;
-* an embedding model's prompt (``prompt_name``, else the folder's default prompt) is
-  prepended to each text, as ``SentenceTransformer.encode`` does; an unknown name is 422
-  naming the field and the prompts the model has;
+* the prompt of a model whose kind takes prompts (an embedder: ``prompt_name``, else the
+  folder's default prompt) is prepended to each text, as ``SentenceTransformer.encode``
+  does; an unknown name is 422 naming the field and the prompts the model has;
 * ``truncate=false``: an item over the model's window is refused (413), naming the input
   and its token count. Otherwise inputs over the window are truncated, and the answer says
   how many in the ``X-Truncated-Inputs`` header, and the tokens its items took in
   ``X-Compute-Tokens``, as TEI does (:mod:`~batchserve.server.protocols.window`).
 
-The activation of a sequence classification model's logits is applied here, per request:
-a sigmoid for a reranker's one logit and a softmax for a classifier's, as TEI does, or none
+The activation of a sequence classification model's logits is its kind's
+(:mod:`batchserve.models.kinds.activation`: a sigmoid for a reranker's one logit and a
+softmax for a classifier's, as TEI does), applied per request by :func:`scores`, or none
 when the request asks for raw scores.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from batchserve.batcher import Served
-from batchserve.models.kinds import apply_prompt, wrong_kind
+from batchserve.models.kinds import Activation, Kind, apply_prompt, wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
 from batchserve.server.protocols.window import (
@@ -63,13 +63,14 @@ __all__ = [
     "TaskRequest",
     "Task",
     "TaskEndpoint",
-    "activate",
     "by_score",
     "check_text",
+    "kinds_of",
     "optional_bool",
     "optional_int",
     "require_object",
     "route_model",
+    "scores",
     "text_list",
 ]
 
@@ -99,7 +100,9 @@ class Task:
 
     Attributes:
         route: ``POST /rerank`` and the like (named in errors).
-        kinds: the model kinds it answers.
+        kinds: the model kinds it answers, in order of preference: a body that names no
+            model, on a server of several, goes to the model of the first kind served
+            (:func:`route_model`).
         parse: a pure function from the body's JSON and the limits to a :class:`TaskRequest`.
         answer: the answer's body from the model, the request and each item's output.
         field: the body's field that holds the items, as an error about item ``i`` names it
@@ -107,7 +110,7 @@ class Task:
     """
 
     route: str
-    kinds: frozenset[str]
+    kinds: tuple[Kind, ...]
     parse: Callable[[Any, RequestLimits], TaskRequest]
     answer: Callable[[ServedModel, TaskRequest, list[Any]], bytes]
     field: str = "input"
@@ -223,19 +226,22 @@ def optional_int(data: dict[str, Any], key: str, minimum: int = 1) -> int | None
     return value
 
 
-def activate(kind: str, logits: npt.NDArray[np.float32], raw: bool) -> list[float]:
-    """One item's scores from its logits.
+def scores(outputs: Sequence[npt.ArrayLike], activation: Activation) -> list[list[float]]:
+    """Each item's scores: its logits (one row per item) through ``activation``.
 
-    As they are when ``raw``; else a reranker's sigmoid or a classifier's softmax (what TEI
-    and ``CrossEncoder.predict`` apply by default).
+    ``activation`` is the model kind's (:meth:`~batchserve.models.kinds.Kind.scoring`: its
+    own, or none for raw scores), or one a request names.
     """
-    row = np.asarray(logits, dtype=np.float64).reshape(-1)
-    if raw:
-        return [float(v) for v in row]
-    if kind == "reranker" or row.size == 1:
-        return [1.0 / (1.0 + math.exp(-float(v))) if v > -700 else 0.0 for v in row]
-    shifted = np.exp(row - row.max())
-    return [float(v) for v in shifted / shifted.sum()]
+    if not outputs:
+        return []
+    logits = np.asarray(outputs, dtype=np.float64).reshape(len(outputs), -1)
+    out: list[list[float]] = activation(logits).tolist()
+    return out
+
+
+def kinds_of(*tasks: Task) -> tuple[Kind, ...]:
+    """The kinds any of ``tasks`` answers, once each, in their order of preference."""
+    return tuple(dict.fromkeys(k for t in tasks for k in t.kinds))
 
 
 class TaskEndpoint:
@@ -243,20 +249,17 @@ class TaskEndpoint:
 
     Which model answers: the one the body's ``model`` names; else, with one model served,
     that one (clients of hosted APIs send their own names, ``rerank-v3.5``, and TEI's
-    routes name none); else the default model if its kind answers the route, or the only
-    model whose kind does (TEI's ``/rerank`` reaches the reranker of a server that also
-    serves an embedder). A name that is not served, with several models and not one of the
-    route's kind, is 404 naming the models; several of its kind and none named, 400 asking
-    for one.
+    routes name none); else, by :func:`route_model`, the model of the route's kind (TEI's
+    ``/rerank`` reaches the reranker of a server that also serves an embedder).
 
     Args:
         registry: the served models.
         limits: the request limits.
-        choose: the task for a body and a model kind (one route, one task, except ``POST /``).
+        choose: the task for a body and a model's kind (one route, one task, except ``POST /``).
         protocol: the metrics label (``tei``, ``cohere``, ``jina``).
         error_body: the protocol's error body.
-        kinds: the model kinds the route answers (None: any, ``POST /`` answering each
-            model's own task).
+        kinds: the model kinds the route answers, in order of preference (None: any,
+            ``POST /`` answering each model's own task).
     """
 
     body_types = frozenset({"application/json"})
@@ -266,10 +269,10 @@ class TaskEndpoint:
         registry: Registry,
         limits: RequestLimits,
         *,
-        choose: Callable[[Any, str], Task],
+        choose: Callable[[Any, Kind], Task],
         protocol: str,
         error_body: Callable[[ApiError], bytes],
-        kinds: frozenset[str] | None = None,
+        kinds: tuple[Kind, ...] | None = None,
     ) -> None:
         self.registry = registry
         self.limits = limits
@@ -293,12 +296,13 @@ class TaskEndpoint:
             model.require_batcher()  # raises NotReady while it loads
         loaded = model.loaded
         assert loaded is not None
-        task = self._choose(data, loaded.kind)
-        if loaded.kind not in task.kinds:
-            raise ApiError("wrong_kind", wrong_kind(model.name, loaded.kind, task.route), "model")
+        kind = loaded.kind
+        task = self._choose(data, kind)
+        if kind not in task.kinds:
+            raise ApiError("wrong_kind", wrong_kind(model.name, kind, task.route), "model")
         req = task.parse(data, self.limits)
         req.task = task
-        if loaded.kind == "embedding":
+        if kind.prompts:
             try:
                 req.items = apply_prompt(req.items, loaded.prompts, req.options.get("prompt_name"))
             except KeyError as exc:
@@ -341,25 +345,38 @@ class TaskEndpoint:
         return self._error_body(error)
 
 
-def route_model(registry: Registry, name: str | None, kinds: frozenset[str] | None) -> ServedModel:
+def route_model(registry: Registry, name: str | None, kinds: Sequence[Kind] | None) -> ServedModel:
     """The model that answers a route of ``kinds`` for a body naming ``name``.
 
-    See :class:`TaskEndpoint`: the one named; else, with one model served, that one; else
-    the default if its kind answers, or the only model whose kind does.
+    The one named; else, with one model served, that one. Else the route's kinds are tried
+    in their order of preference, and the first that some model is of answers: the default
+    model if it is of that kind, or the only model that is (so ``/predict``, which a
+    classifier and a reranker both answer, reaches the one classifier of a server that also
+    serves a reranker, and the reranker only when no classifier is served). A name that is
+    not served, with several models and not one of that kind, is 404 naming the models;
+    several of that kind and none named, 422 naming them.
 
     Raises:
-        ApiError: 404 ``not_found`` for a name not served (naming the models), 400
+        ApiError: 404 ``not_found`` for a name not served (naming the models), 422
             ``invalid`` when several models answer and none is named.
     """
     models = registry.models
     if name is not None and name in models:
         return models[name]
     default = registry.default
-    if len(models) == 1 or kinds is None or _kind(default) in kinds:
+    if len(models) == 1 or kinds is None:
         if name is not None and len(models) > 1:
             return registry.require(name)  # 404, naming the models
         return default
-    fits = [m for m in models.values() if _kind(m) in kinds]
+    fits: list[ServedModel] = []
+    for kind in kinds:
+        fits = [m for m in models.values() if _kind(m) is kind]
+        if fits:
+            break
+    if default in fits:
+        if name is not None:
+            return registry.require(name)  # 404, naming the models
+        return default
     if len(fits) == 1:
         return fits[0]
     if name is not None or not fits:
@@ -372,7 +389,7 @@ def route_model(registry: Registry, name: str | None, kinds: frozenset[str] | No
     )
 
 
-def _kind(model: ServedModel) -> str | None:
+def _kind(model: ServedModel) -> Kind | None:
     loaded = model.loaded
     return loaded.kind if loaded is not None else None
 

@@ -36,21 +36,31 @@ for an empty list, ``backend`` for the rest); the statuses are the server's own 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 import numpy as np
 
 from batchserve import __version__
+from batchserve.models.kinds import (
+    ACTIVATIONS,
+    CLASSIFIER,
+    EMBEDDING,
+    RERANKER,
+    Kind,
+    Logits,
+    Tensors,
+    Vector,
+)
 from batchserve.server.http import json_bytes
 from batchserve.server.protocols.tasks import (
     Task,
     TaskRequest,
-    activate,
     by_score,
     check_text,
     optional_bool,
     optional_int,
     require_object,
+    scores,
     text_list,
 )
 from batchserve.server.statuses import ApiError
@@ -219,7 +229,7 @@ def _answer_embed(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> b
 
 EMBED = Task(
     route="POST /embed",
-    kinds=frozenset({"embedding"}),
+    kinds=(EMBEDDING,),
     parse=_parse_embed,
     answer=_answer_embed,
     field="inputs",
@@ -247,11 +257,11 @@ def _parse_rerank(data: Any, limits: RequestLimits) -> TaskRequest:
 
 
 def _answer_rerank(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> bytes:
-    raw = req.options["raw_scores"]
+    loaded = model.loaded
+    assert loaded is not None
     ranks = []
-    for i, logits in enumerate(outputs):
-        score = activate("reranker", logits, raw)[0]
-        rank: dict[str, Any] = {"index": i, "score": score}
+    for i, row in enumerate(scores(outputs, loaded.kind.scoring(req.options["raw_scores"]))):
+        rank: dict[str, Any] = {"index": i, "score": row[0]}
         if req.options["return_text"]:
             rank["text"] = req.items[i][1]
         ranks.append(rank)
@@ -261,7 +271,7 @@ def _answer_rerank(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> 
 
 RERANK = Task(
     route="POST /rerank",
-    kinds=frozenset({"reranker"}),
+    kinds=(RERANKER,),
     parse=_parse_rerank,
     answer=_answer_rerank,
     field="texts",
@@ -324,24 +334,25 @@ def _parse_predict(data: Any, limits: RequestLimits) -> TaskRequest:
     )
 
 
-def _predictions(model: ServedModel, logits: Any, raw: bool) -> list[dict[str, Any]]:
-    loaded = model.loaded
-    assert loaded is not None
-    scores = activate(loaded.kind, logits, raw)
-    out = [{"score": s, "label": label} for s, label in zip(scores, loaded.labels, strict=True)]
+def _predictions(labels: tuple[str, ...], row: list[float]) -> list[dict[str, Any]]:
+    out = [{"score": s, "label": label} for s, label in zip(row, labels, strict=True)]
     out.sort(key=by_score)
     return out
 
 
 def _answer_predict(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> bytes:
-    raw = req.options["raw_scores"]
-    answers = [_predictions(model, o, raw) for o in outputs]
+    loaded = model.loaded
+    assert loaded is not None
+    rows = scores(outputs, loaded.kind.scoring(req.options["raw_scores"]))
+    answers = [_predictions(loaded.labels, row) for row in rows]
     return json_bytes(answers[0] if req.options["single"] else answers)
 
 
+#: A classifier's route first: a body that names no model goes to the classifier of a
+#: server that also serves a reranker (``InferenceClient.text_classification``).
 PREDICT = Task(
     route="POST /predict",
-    kinds=frozenset({"classifier", "reranker"}),
+    kinds=(CLASSIFIER, RERANKER),
     parse=_parse_predict,
     answer=_answer_predict,
     field="inputs",
@@ -395,16 +406,9 @@ def _answer_root_classify(model: ServedModel, req: TaskRequest, outputs: list[An
     fn = req.options["function"]
     top_k = req.options["top_k"]
     answers = []
-    for logits in outputs:
-        if fn == "none":
-            scores = activate(loaded.kind, logits, raw=True)
-        elif fn == "sigmoid":
-            scores = [activate("reranker", np.asarray([v]), raw=False)[0] for v in logits]
-        else:
-            scores = activate(loaded.kind, logits, raw=False)
-        preds = [
-            {"label": label, "score": s} for label, s in zip(loaded.labels, scores, strict=True)
-        ]
+    activation = loaded.kind.activation if fn is None else ACTIVATIONS[fn]
+    for row in scores(outputs, activation):
+        preds = [{"label": label, "score": s} for label, s in zip(loaded.labels, row, strict=True)]
         preds.sort(key=by_score)
         answers.append(preds[:top_k] if top_k is not None else preds)
     return json_bytes(answers)
@@ -412,7 +416,7 @@ def _answer_root_classify(model: ServedModel, req: TaskRequest, outputs: list[An
 
 ROOT_CLASSIFY = Task(
     route="POST /",
-    kinds=frozenset({"classifier"}),
+    kinds=(CLASSIFIER,),
     parse=_parse_root_classify,
     answer=_answer_root_classify,
     field="inputs",
@@ -453,21 +457,29 @@ def _answer_similarity(model: ServedModel, req: TaskRequest, outputs: list[Any])
 
 SIMILARITY = Task(
     route="POST /similarity",
-    kinds=frozenset({"embedding"}),
+    kinds=(EMBEDDING,),
     parse=_parse_similarity,
     answer=_answer_similarity,
 )
 
 
-def choose_root(data: Any, kind: str) -> Task:
-    """The task ``POST /`` runs for a model of ``kind`` (and, for an embedder, the body)."""
-    if kind == "reranker":
-        return RERANK
-    if kind == "classifier":
-        return ROOT_CLASSIFY
-    if isinstance(data, dict) and isinstance(data.get("inputs"), dict):
-        return SIMILARITY
-    return EMBED
+def choose_root(data: Any, kind: Kind) -> Task:
+    """The task ``POST /`` runs for a model of ``kind`` (and, for an embedder, the body).
+
+    As TEI routes it by its model's type: logits over a pair rank (``/rerank``), logits
+    over a text classify (Hugging Face's text classification); a vector is embedded, or
+    compared (``sentence_similarity``, told apart by its ``inputs`` object). A model with
+    no head the server knows is sent to ``/embed``, which names the route to use.
+    """
+    match kind.head:
+        case Logits():
+            return RERANK if kind.item == "pair" else ROOT_CLASSIFY
+        case Vector() | Tensors():
+            if isinstance(data, dict) and isinstance(data.get("inputs"), dict):
+                return SIMILARITY
+            return EMBED
+        case _:
+            assert_never(kind.head)
 
 
 # -- GET /info ----------------------------------------------------------------------------
@@ -486,20 +498,25 @@ def info(model: ServedModel, limits: RequestLimits) -> dict[str, Any]:
     ``max_input_length`` its window.
     """
     loaded = model.loaded
-    kind = loaded.kind if loaded is not None else "embedding"
+    kind = loaded.kind if loaded is not None else EMBEDDING
     labels = loaded.labels if loaded is not None else ()
     model_type: dict[str, Any]
-    if kind in ("reranker", "classifier"):
-        model_type = {
-            kind: {
-                "id2label": {str(i): label for i, label in enumerate(labels)},
-                "label2id": {label: i for i, label in enumerate(labels)},
+    # TEI's model types are named as the kinds are; a model with no head TEI knows is
+    # described as an embedder, as one still loading is.
+    match kind.head:
+        case Logits():
+            model_type = {
+                kind.name: {
+                    "id2label": {str(i): label for i, label in enumerate(labels)},
+                    "label2id": {label: i for i, label in enumerate(labels)},
+                }
             }
-        }
-    else:
-        pooling = (loaded.pooling if loaded is not None else None) or "mean"
-        # TEI spells last-token pooling ``last_token``; the other modes keep their names.
-        model_type = {"embedding": {"pooling": _TEI_POOLING.get(pooling, pooling)}}
+        case Vector() | Tensors():
+            pooling = (loaded.pooling if loaded is not None else None) or "mean"
+            # TEI spells last-token pooling ``last_token``; the other modes keep their names.
+            model_type = {EMBEDDING.name: {"pooling": _TEI_POOLING.get(pooling, pooling)}}
+        case _:
+            assert_never(kind.head)
     engine = (loaded.engine if loaded is not None else None) or {}
     config = model.config
     return {
@@ -518,7 +535,7 @@ def info(model: ServedModel, limits: RequestLimits) -> dict[str, Any]:
         "version": __version__,
         "sha": None,
         "docker_label": None,
-        "kind": kind,
+        "kind": kind.name,
     }
 
 

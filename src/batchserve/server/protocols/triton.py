@@ -162,7 +162,7 @@ def _kind_parameters(model: ServedModel) -> dict[str, dict[str, str]]:
     # What the model is, and the unit its items (and so the statistics) are counted in.
     if model.loaded is None:
         return {}
-    out: dict[str, dict[str, str]] = {"kind": {"string_value": model.loaded.kind}}
+    out: dict[str, dict[str, str]] = {"kind": {"string_value": model.loaded.kind.name}}
     item = item_of(model.loaded.kind)
     if item is not None:
         out["item"] = {"string_value": item}

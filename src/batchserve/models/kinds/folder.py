@@ -1,15 +1,4 @@
-"""What a model does, named once: its kind, read from its folder, and the routes it answers.
-
-A served model is one of four kinds:
-
-* ``embedding``: a text in, a float vector out (a sentence-transformers folder, the built-in
-  MiniLM, a synthetic model with a dimension);
-* ``reranker``: a (query, passage) pair in, one relevance logit out: a sequence
-  classification model with one label (what ``CrossEncoder.save`` or a
-  ``...ForSequenceClassification.save_pretrained`` with ``num_labels=1`` writes);
-* ``classifier``: a text (or a pair) in, one logit per label out: a sequence classification
-  model with several labels, named by its ``id2label``;
-* ``generic``: anything else (an imported batch function).
+"""A model folder's kind, read from its files, and what batchserve refuses to serve.
 
 :func:`folder_kind` reads the kind from a folder's files alone (no weights are loaded), as
 sentence-transformers and TEI decide it:
@@ -38,17 +27,6 @@ code of its own (``auto_map``) is refused unless the user trusts it
 (``--trust-remote-code``): without that code, transformers would load the architecture it
 knows under that name and serve vectors the model never made (jina-embeddings-v3's LoRA
 adapters left out of an ``xlm-roberta``).
-
-:data:`ROUTES` names, per kind, the route a client should use: a route asked of the wrong
-kind answers 400 with :func:`wrong_kind`'s message.
-
-:func:`item_of` names what one of a kind's items is, the unit every count of items and
-every rate of the operations views (``/status``, ``/metrics``, the dashboard, ``top``,
-Triton's configuration and statistics) is in: a reranker's item is a ``pair`` (one query
-and one passage: a request of one query and N passages is N items); an embedder's and a
-classifier's a ``text``. A classifier may be sent a pair (TEI's ``/predict``): it is one
-item like a text, one sequence through the model, and is counted as a ``text`` (the unit
-names the kind's usual input; a pass may mix both).
 """
 
 from __future__ import annotations
@@ -56,55 +34,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Any
 
 from batchserve.errors import ConfigError
+from batchserve.models.kinds.kind import KindName
 
-__all__ = [
-    "ITEMS",
-    "KINDS",
-    "ROUTES",
-    "SERVES",
-    "FolderKind",
-    "Kind",
-    "PromptedText",
-    "Prompts",
-    "apply_prompt",
-    "folder_kind",
-    "folder_prompts",
-    "item_of",
-    "prompt_of",
-    "wrong_kind",
-]
-
-Kind: TypeAlias = Literal["embedding", "reranker", "classifier", "generic"]
-
-#: Every kind, in the order the manual lists them.
-KINDS: tuple[Kind, ...] = ("embedding", "reranker", "classifier", "generic")
-
-#: The routes each kind answers, the first being the one a wrong-kind error points to.
-ROUTES: dict[str, tuple[str, ...]] = {
-    "embedding": ("POST /embed", "POST /v1/embeddings", "POST /similarity", "POST /embeddings"),
-    "reranker": ("POST /rerank", "POST /v2/rerank", "POST /v1/rerank", "POST /predict"),
-    "classifier": ("POST /predict", "POST /classify"),
-    "generic": ("POST /v2/models/{name}/infer",),
-}
-
-#: What one item of each kind is (a kind not listed, ``generic``, has items of no known unit).
-_ITEMS: dict[str, str] = {"embedding": "text", "reranker": "pair", "classifier": "text"}
-
-#: Every unit :func:`item_of` names.
-ITEMS: tuple[str, ...] = ("pair", "text")
-
-
-def item_of(kind: str | None) -> str | None:
-    """What one item of a model of ``kind`` is: ``pair``, ``text``, or None (see above).
-
-    None for a ``generic`` model (its items are whatever its function takes) and for no
-    kind (a model still loading).
-    """
-    return _ITEMS.get(kind) if kind is not None else None
-
+__all__ = ["SERVES", "FolderKind", "folder_kind"]
 
 #: What batchserve serves, said in every refusal of a folder.
 SERVES = (
@@ -143,7 +78,8 @@ class FolderKind:
     """What a model folder's files say it is.
 
     Attributes:
-        kind: ``embedding``, ``reranker`` or ``classifier``.
+        kind: the name of its kind, ``embedding``, ``reranker`` or ``classifier``
+            (:func:`~batchserve.models.kinds.kind_named` is the kind itself).
         labels: the label of each logit, in order (``id2label``); empty for an embedder.
         architecture: the first architecture named, if any.
         refusal: why batchserve does not serve it, with what was found (None: it does);
@@ -152,7 +88,7 @@ class FolderKind:
             as ``AutoModel=module.Class`` pairs; empty when it names none.
     """
 
-    kind: Kind
+    kind: KindName
     labels: tuple[str, ...] = ()
     architecture: str | None = None
     refusal: str | None = None
@@ -215,7 +151,7 @@ def folder_kind(path: str | Path) -> FolderKind:
     )
     found = f"config.json architectures: {', '.join(architectures) or 'none'}"
     classifying = any(a.endswith("ForSequenceClassification") for a in architectures)
-    kind: Kind = "embedding"
+    kind: KindName = "embedding"
     labels: tuple[str, ...] = ()
     if classifying:
         labels = _labels(config, config_file)
@@ -316,115 +252,3 @@ def _labels(config: dict[str, object], where: Path) -> tuple[str, ...]:
     if isinstance(count, int) and not isinstance(count, bool) and count >= 1:
         return tuple(f"LABEL_{i}" for i in range(count))
     return ("LABEL_0", "LABEL_1")  # transformers' default num_labels
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Prompts:
-    """An embedding model's named prompts, as sentence-transformers saves them.
-
-    Attributes:
-        prompts: name -> the text prepended to an input (``{"query": "query: "}``).
-        default: the prompt applied when a request names none (None: none).
-    """
-
-    prompts: dict[str, str]
-    default: str | None = None
-
-
-def folder_prompts(path: str | Path) -> Prompts:
-    """The prompts of ``config_sentence_transformers.json`` in ``path`` (none if absent).
-
-    Raises:
-        ConfigError: the file names a default prompt it does not define.
-    """
-    config_file = Path(path) / "config_sentence_transformers.json"
-    if not config_file.is_file():
-        return Prompts(prompts={})
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{config_file} is not readable JSON: {exc}") from exc
-    raw = config.get("prompts") if isinstance(config, dict) else None
-    prompts = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
-    default = config.get("default_prompt_name") if isinstance(config, dict) else None
-    if default is not None and default not in prompts:
-        raise ConfigError(
-            f"{config_file}: default_prompt_name {default!r} is not one of its prompts "
-            f"({', '.join(prompts) or 'none'})"
-        )
-    return Prompts(prompts=prompts, default=default)
-
-
-class PromptedText(str):
-    """A text with a prompt prepended: the joined string, which still knows its two parts.
-
-    It is a ``str`` (the prompt, then the text), so everything that reads an embedder's
-    items (token counts, estimates, the batcher) reads it as the text the model sees; an
-    engine reads :attr:`prompt` to keep the prompt's tokens out of the pooling where the
-    folder says so (``include_prompt: false``), as ``SentenceTransformer.encode(...,
-    prompt_name=...)`` does.
-
-    Attributes:
-        prompt: the prompt (never empty: an empty prompt is no prompt).
-        text: the text as the caller sent it.
-    """
-
-    prompt: str
-    text: str
-
-    def __new__(cls, prompt: str, text: str) -> PromptedText:
-        """``prompt + text``, knowing both."""
-        obj = super().__new__(cls, prompt + text)
-        obj.prompt = prompt
-        obj.text = text
-        return obj
-
-    def __getnewargs__(self) -> tuple[str, str]:  # type: ignore[override]
-        return self.prompt, self.text
-
-
-def prompt_of(item: object) -> str | None:
-    """The prompt ``item`` was given (a :class:`PromptedText`'s), else None."""
-    return item.prompt if isinstance(item, PromptedText) else None
-
-
-def apply_prompt(
-    texts: list[str], prompts: Prompts | None, name: str | None, field: str = "prompt_name"
-) -> list[str]:
-    """``texts`` with the prompt ``name`` (or the default, if None) prepended.
-
-    Each prompted text is a :class:`PromptedText` (the joined string, knowing its prompt);
-    an empty prompt (sentence-transformers saves ``"document": ""``) leaves the texts as
-    they are, as ``encode`` does.
-
-    Args:
-        texts: the inputs.
-        prompts: the model's prompts (None: it defines none).
-        name: the prompt a request names (None: the default, if the model has one).
-        field: the request's field that named it, as an error names it.
-
-    Raises:
-        KeyError: ``name`` is not a prompt of the model (the message names ``field`` and
-            the prompts it has).
-    """
-    if prompts is None:
-        if name is not None:
-            raise KeyError(f"{field} {name!r} is not known: this model defines no prompts")
-        return texts
-    name = name if name is not None else prompts.default
-    if name is None:
-        return texts
-    prompt = prompts.prompts.get(name)
-    if prompt is None:
-        known = ", ".join(sorted(prompts.prompts)) or "none"
-        raise KeyError(f"{field} {name!r} is not known: this model defines {known}")
-    if not prompt:
-        return texts
-    return [PromptedText(prompt, t) for t in texts]
-
-
-def wrong_kind(name: str, kind: str, route: str) -> str:
-    """The message of a route asked of a model of the wrong kind, naming the right route."""
-    use = ROUTES.get(kind, ROUTES["generic"])[0].replace("{name}", name)
-    article = "an" if kind[0] in "aeiou" else "a"
-    return f"model {name!r} is {article} {kind} model and does not answer {route}; use {use}"
