@@ -211,7 +211,11 @@ class Routes:
 
     async def _tei_decode(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
         tokenizing, data = await self._tei_tokenizing(scope, receive)
-        await send(send_fn, 200, json_bytes(await asyncio.to_thread(tokenizing.decode, data)))
+        await send(
+            send_fn,
+            200,
+            json_bytes(await asyncio.to_thread(tokenizing.decode, data, self.app.limits)),
+        )
 
     async def _health(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
         # TEI's and Infinity's: 200 when the models serve, with Infinity's {"unix": seconds}

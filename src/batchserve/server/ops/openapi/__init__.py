@@ -32,6 +32,7 @@ from batchserve.server.ops.openapi.common import (
 from batchserve.server.ops.openapi.operations import operation_paths, operation_schemas
 from batchserve.server.ops.openapi.schemas import inference_schemas
 from batchserve.server.ops.openapi.tasks import task_paths
+from batchserve.server.protocols.fields import Served
 from batchserve.server.settings import RequestLimits
 
 __all__ = ["openapi_spec"]
@@ -244,8 +245,13 @@ def openapi_spec(
         "/": {"get": simple_op("Index", "Server name, models, links.", "Documentation")},
     }
     paths.update(operation_paths(model_param, lambda rs: error_responses(rs, "KServeError")))
-    names = sorted(set(prompts or []))
-    tasks = task_paths(security, ok_infer, sorted(set(dimensions or [])), names)
+    served = Served(
+        models=tuple(models),
+        limits=limits,
+        dimensions=tuple(sorted(set(dimensions or []))),
+        prompts=tuple(sorted(set(prompts or []))),
+    )
+    tasks = task_paths(security, ok_infer, served)
     for path, operations in tasks.items():
         paths.setdefault(path, {}).update(operations)
     return {
@@ -264,7 +270,7 @@ def openapi_spec(
         "paths": paths,
         "components": {
             "schemas": {
-                **inference_schemas(models, limits, sorted(set(dimensions or [])), names),
+                **inference_schemas(served),
                 **operation_schemas(),
             },
             "securitySchemes": {

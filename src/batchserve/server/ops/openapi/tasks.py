@@ -14,9 +14,11 @@ from batchserve.server.ops.openapi.common import (
     INFER_ERRORS,
     error_responses,
     json_content,
-    prompt_schema,
     simple_op,
 )
+from batchserve.server.protocols import bodies
+from batchserve.server.protocols.bodies import BODIES
+from batchserve.server.protocols.fields import Served
 
 __all__ = ["task_paths"]
 
@@ -108,161 +110,25 @@ _COMPUTE_TOKENS = {
 }
 
 
-def _task_bodies(dimensions: list[int], prompts: list[str]) -> dict[str, Any]:
-    # The task routes' bodies: the fields that decide what is run (others are optional).
-    # A query, a text to classify or compare must not be empty; a text to embed and a
-    # passage to score may be (pipelines send a document without text as ``""``).
-    text = {"type": "string", "minLength": 1}
-    texts = {"type": "array", "items": text, "minItems": 1}
-    passage = {"type": "string"}
-    passages = {"type": "array", "items": passage, "minItems": 1}
-    documents = {
-        "type": "array",
-        "minItems": 1,
-        "items": {
-            "anyOf": [
-                passage,
-                {
-                    "type": "object",
-                    "description": "A document of string fields: its `text` is ranked, or "
-                    "with `rank_fields` those fields.",
-                    "additionalProperties": {"type": "string"},
-                },
-            ]
-        },
+def _task_bodies(served: Served) -> dict[str, Any]:
+    # The bodies are described once (protocols.bodies); /rerank takes TEI's or Infinity's.
+    out = {path: body.schema(served) for path, body in BODIES.items()}
+    out["/rerank"] = {
+        "oneOf": [bodies.TEI_RERANK.schema(served), bodies.INFINITY_RERANK.schema(served)]
     }
-    flag = {"type": ["boolean", "null"]}
-    count = {"type": ["integer", "null"], "minimum": 1}
-    similarity = {
-        "type": "object",
-        "required": ["source_sentence", "sentences"],
-        "properties": {"source_sentence": text, "sentences": texts},
-    }
-    dims = {**count, **({"maximum": max(dimensions)} if dimensions else {})}
-    prompt = prompt_schema(prompts, nullable=True)
-    embed_parameters = {
-        "type": ["object", "null"],
-        "description": "TEI's fields, also read here (`truncate`, `normalize`, `dimensions`, "
-        "`prompt_name`).",
-        "properties": {
-            "truncate": flag,
-            "normalize": flag,
-            "dimensions": dims,
-            "prompt_name": prompt,
-        },
-    }
-    pair = {"type": "array", "items": text, "minItems": 1, "maxItems": 2}
-    rerank: dict[str, Any] = {"model": {"type": ["string", "null"]}, "query": text}
-    ranked = {
-        **rerank,
-        "top_n": count,
-        "max_tokens_per_doc": count,
-        "max_chunks_per_doc": count,
-    }
-    cohere = {
-        "type": "object",
-        "required": ["query", "documents"],
-        "properties": {
-            **ranked,
-            "documents": documents,
-            "rank_fields": {"type": ["array", "null"], "items": text, "minItems": 1},
-            "return_documents": flag,
-        },
-    }
-    return {
-        "/embed": {
-            "type": "object",
-            "required": ["inputs"],
-            "properties": {
-                "inputs": {"oneOf": [passage, passages]},
-                "truncate": flag,
-                "normalize": flag,
-                "dimensions": dims,
-                "prompt_name": prompt,
-                "parameters": embed_parameters,
-            },
-        },
-        "/similarity": {
-            "type": "object",
-            "required": ["inputs"],
-            "properties": {"inputs": similarity, "parameters": embed_parameters},
-        },
-        "/": {
-            "type": "object",
-            "required": ["inputs"],
-            "properties": {
-                "inputs": {"oneOf": [passage, passages, similarity]},
-                "parameters": {"type": ["object", "null"]},
-            },
-        },
-        "/rerank": {
-            "oneOf": [
-                {
-                    "type": "object",
-                    "required": ["query", "texts"],
-                    "properties": {
-                        **rerank,
-                        "texts": passages,
-                        "raw_scores": flag,
-                        "return_text": flag,
-                        "truncate": flag,
-                    },
-                },
-                {
-                    "type": "object",
-                    "required": ["query", "documents"],
-                    "properties": {
-                        **ranked,
-                        "documents": passages,
-                        "raw_scores": flag,
-                        "return_documents": flag,
-                    },
-                },
-            ]
-        },
-        "/predict": {
-            "type": "object",
-            "required": ["inputs"],
-            "properties": {
-                "inputs": {"oneOf": [text, pair, {"type": "array", "items": pair, "minItems": 1}]},
-                "raw_scores": flag,
-            },
-        },
-        "/v2/rerank": cohere,
-        "/v1/rerank": cohere,
-        "/tokenize": {
-            "type": "object",
-            "required": ["inputs"],
-            "properties": {"inputs": {"oneOf": [text, texts]}, "add_special_tokens": flag},
-        },
-        "/decode": {
-            "type": "object",
-            "required": ["ids"],
-            "properties": {
-                "ids": {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
-            },
-        },
-        "/classify": {
-            "type": "object",
-            "required": ["input"],
-            "properties": {"input": {"oneOf": [text, texts]}, "raw_scores": flag},
-        },
-    }
+    return out
 
 
 def task_paths(
-    security: dict[str, Any],
-    ok_infer: dict[str, Any],
-    dimensions: list[int],
-    prompts: list[str] | None = None,
+    security: dict[str, Any], ok_infer: dict[str, Any], served: Served
 ) -> dict[str, Any]:
     """The task routes' operations.
 
-    ``security`` and ``ok_infer`` as the inference routes have them; ``dimensions`` the
-    embedding sizes served; ``prompts`` the names of the prompts the served models define.
+    ``security`` and ``ok_infer`` as the inference routes have them; ``served`` what the
+    bodies' schemas state of the deployment.
     """
     paths: dict[str, Any] = {}
-    bodies = _task_bodies(dimensions, prompts or [])
+    schemas = _task_bodies(served)
     for path, summary, description, tag, error in _TASKS:
         paths[path] = {
             "post": {
@@ -273,7 +139,7 @@ def task_paths(
                 "tags": [tag],
                 **security,
                 "parameters": [*DEADLINE_PARAMS, *CLASS_PARAMS],
-                "requestBody": {"required": True, "content": json_content(bodies[path])},
+                "requestBody": {"required": True, "content": json_content(schemas[path])},
                 "responses": {
                     "200": {
                         **ok_infer,
@@ -307,7 +173,7 @@ def task_paths(
         paths[path] = {
             "post": {
                 **simple_op(summary, description, "TEI", ["malformed", "invalid", "wrong_kind"]),
-                "requestBody": {"required": True, "content": json_content(bodies[path])},
+                "requestBody": {"required": True, "content": json_content(schemas[path])},
             }
         }
     paths["/health"] = {
