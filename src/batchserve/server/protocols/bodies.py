@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from batchserve.server.settings import RequestLimits
 
 __all__ = [
-    "BODIES",
     "CLASSIFY",
     "COHERE_V1_RERANK",
     "COHERE_V2_RERANK",
@@ -531,16 +530,3 @@ CLASSIFY = Body(
         Field(name="model", rule=Name(strict=False), documented=False),
     )
 )
-
-#: The body of each task route, by path, as the OpenAPI document states it.
-BODIES: dict[str, Body] = {
-    "/embed": EMBED,
-    "/similarity": SIMILARITY,
-    "/": ROOT,
-    "/predict": PREDICT,
-    "/v2/rerank": COHERE_V2_RERANK,
-    "/v1/rerank": COHERE_V1_RERANK,
-    "/tokenize": TOKENIZE,
-    "/decode": DECODE,
-    "/classify": CLASSIFY,
-}

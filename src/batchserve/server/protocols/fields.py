@@ -33,6 +33,7 @@ __all__ = [
     "Choice",
     "Count",
     "Custom",
+    "Either",
     "Field",
     "Flag",
     "Name",
@@ -527,3 +528,14 @@ class Body:
     def check(self, value: Any, where: str, limits: RequestLimits) -> dict[str, Any]:
         """A nested object as a field's rule (see :meth:`read`)."""
         return self.read(value, limits, where=where)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Either:
+    """A body of one of several shapes, told apart by its parser (TEI's or Infinity's)."""
+
+    bodies: tuple[Body, ...]
+
+    def schema(self, served: Served) -> dict[str, Any]:
+        """The shapes as JSON Schema's ``oneOf``."""
+        return {"oneOf": [b.schema(served) for b in self.bodies]}
