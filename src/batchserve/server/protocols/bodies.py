@@ -417,18 +417,19 @@ def _ids(ids: Any, where: str, limits: RequestLimits) -> list[list[int]]:
     return batch
 
 
-#: ``POST /decode``: ``ids`` read as a batch of rows.
+def _ids_shape(served: Served) -> dict[str, Any]:
+    row = {"type": "array", "items": {"type": "integer", "minimum": 0}}
+    return {"oneOf": [{**row, "minItems": 1}, {"type": "array", "items": row, "minItems": 1}]}
+
+
+#: ``POST /decode``: ``ids`` (a list, or a list of lists) read as a batch of rows.
 DECODE = Body(
     fields=(
         Field(
             name="ids",
             rule=Custom(
                 read=_ids,
-                shape=lambda served: {
-                    "type": "array",
-                    "items": {"type": "integer", "minimum": 0},
-                    "minItems": 1,
-                },
+                shape=_ids_shape,
             ),
             required=True,
         ),
