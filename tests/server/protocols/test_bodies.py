@@ -118,3 +118,17 @@ def test_the_document_states_the_bodies_the_parsers_read() -> None:
     components = spec["components"]["schemas"]
     assert components["EmbeddingsRequest"] == bodies.OPENAI_EMBEDDINGS.schema(SERVED)
     assert components["InfinityEmbeddingsRequest"] == bodies.INFINITY_EMBEDDINGS.schema(SERVED)
+    assert components["InferRequest"] == bodies.INFER.schema(SERVED)
+
+
+def test_kserve_s_fields_around_the_tensors_are_read_from_the_description() -> None:
+    read = bodies.INFER.read(
+        {"inputs": [{}], "parameters": {"timeout": 2_000_000, "priority": 1}}, LIMITS
+    )
+    assert read["parameters"]["timeout"] == 2.0
+    assert read["parameters"]["priority"] == 1
+    assert read["parameters"]["binary_data_output"] is False
+    with pytest.raises(ApiError, match="inputs must be a non-empty list of tensors"):
+        bodies.INFER.read({"inputs": []}, LIMITS)
+    with pytest.raises(ApiError, match=r"parameters.timeout must be a number of microseconds"):
+        bodies.INFER.read({"inputs": [{}], "parameters": {"timeout": -1}}, LIMITS)

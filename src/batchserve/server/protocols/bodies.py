@@ -11,12 +11,14 @@ each body's schema with :meth:`Body.schema <batchserve.server.protocols.fields.B
 A field read from two places (TEI's ``truncate`` in the body or in ``parameters``) is
 described in both bodies; a field a parser reads for its clients but does not offer
 (``truncation_direction``, Cohere's ``raw_scores``) is described and not documented.
-KServe's tensors are not described here: a tensor's data against its shape and datatype is
-beyond a table of fields (:mod:`~batchserve.server.protocols.kserve` parses them).
+KServe's infer body is described around its tensors: a tensor's data against its shape and
+datatype is beyond a table of fields (:mod:`~batchserve.server.protocols.kserve` decodes
+them, and the OpenAPI document states a tensor as a component of its own).
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from batchserve.server.protocols.fields import (
@@ -48,7 +50,9 @@ __all__ = [
     "EMBED",
     "EMBED_PARAMETERS",
     "INFINITY_EMBEDDINGS",
+    "INFER",
     "INFINITY_RERANK",
+    "MAX_TENSORS",
     "OPENAI_EMBEDDINGS",
     "PREDICT",
     "ROOT",
@@ -57,6 +61,10 @@ __all__ = [
     "TOKENIZE",
     "embedding_texts",
     "predict_inputs",
+    "priority_param",
+    "prompt_param",
+    "tensor_parameters",
+    "timeout_param",
 ]
 
 
@@ -530,4 +538,220 @@ CLASSIFY = Body(
         Field(name="raw_scores", rule=Flag(), default=False),
         Field(name="model", rule=Name(strict=False), documented=False),
     )
+)
+
+
+# -- KServe v2 infer ----------------------------------------------------------------------
+# The fields around the tensors; a tensor's own (its data against its shape and datatype,
+# its binary data's size) are read by protocols.kserve and protocols.tensors.
+
+#: At most this many tensors in ``inputs`` (or ``outputs``) of one request: each costs the
+#: event loop some work to decode, so a body of a hundred thousand tiny tensors must be
+#: refused before it is decoded.
+MAX_TENSORS = 256
+
+
+def tensor_parameters(spec: dict[str, Any], where: str) -> dict[str, Any]:
+    """A tensor's (or an output's) ``parameters``: an object, or none.
+
+    Raises:
+        ApiError: ``invalid`` naming ``where``.
+    """
+    params = spec.get("parameters")
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise ApiError(
+            "invalid",
+            f"{where}.parameters must be an object, got {type(params).__name__}",
+            param=f"{where}.parameters",
+        )
+    return params
+
+
+def prompt_param(value: Any) -> str | None:
+    """``parameters.prompt_name``: the name of one of the model's prompts; None when not given.
+
+    Raises:
+        ApiError: ``invalid`` for anything but a non-empty string.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ApiError(
+            "invalid",
+            f"parameters.prompt_name must be the name of one of the model's prompts (a "
+            f"string), got {value!r:.40}",
+            param="parameters.prompt_name",
+        )
+    return value
+
+
+def priority_param(value: Any) -> int | str | None:
+    """``parameters.priority``: a level (an integer) or a class name; None when not given.
+
+    Raises:
+        ApiError: ``invalid`` for any other value.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ApiError(
+            "invalid",
+            f"parameters.priority must be an integer level or a class name, got {value!r:.40}",
+            param="parameters.priority",
+        )
+    return value
+
+
+def _requested_outputs(value: Any, where: str, limits: RequestLimits) -> dict[str, bool]:
+    if value is None:
+        return {}
+    if not isinstance(value, list):
+        raise ApiError("invalid", "outputs must be a list", param="outputs")
+    if len(value) > MAX_TENSORS:
+        raise ApiError(
+            "too_large",
+            f"outputs must hold at most {MAX_TENSORS} tensors, got {len(value)}",
+            param="outputs",
+        )
+    out = {}
+    for i, spec in enumerate(value):
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            raise ApiError("invalid", "each of outputs must have a string name", param="outputs")
+        out[spec["name"]] = tensor_parameters(spec, f"outputs[{i}]").get("binary_data") is True
+    return out
+
+
+def timeout_param(value: Any) -> float | None:
+    """``parameters.timeout`` (microseconds, as Triton reads it) in seconds; None: not given.
+
+    Raises:
+        ApiError: ``invalid`` unless it is a finite number > 0.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ApiError(
+            "invalid",
+            f"parameters.timeout must be a number of microseconds > 0, got {value!r}",
+            param="parameters.timeout",
+        )
+    try:
+        seconds = float(value) / 1e6
+    except OverflowError:  # an integer too large for a float
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        raise ApiError(
+            "invalid",
+            f"parameters.timeout must be finite, got {value!r:.40}",
+            param="parameters.timeout",
+        )
+    return seconds
+
+
+def _infer_inputs(value: Any, where: str, limits: RequestLimits) -> list[Any]:
+    if not isinstance(value, list) or not value:
+        raise ApiError("invalid", "inputs must be a non-empty list of tensors", param="inputs")
+    if len(value) > MAX_TENSORS:
+        raise ApiError(
+            "too_large",
+            f"inputs must hold at most {MAX_TENSORS} tensors, got {len(value)}",
+            param="inputs",
+        )
+    return value
+
+
+_TENSOR = {"$ref": "#/components/schemas/Tensor"}
+
+#: ``POST /v2/models/{name}/infer``: ``inputs`` read as the tensors' specs, decoded by the
+#: parser; ``parameters.timeout`` read in seconds.
+INFER = Body(
+    fields=(
+        Field(
+            name="parameters",
+            rule=Body(
+                fields=(
+                    Field(
+                        name="timeout",
+                        rule=Custom(
+                            read=lambda value, where, limits: timeout_param(value),
+                            shape=lambda served: {"type": "integer"},
+                        ),
+                        doc="Timeout in microseconds, as Triton reads it.",
+                    ),
+                    Field(
+                        name="priority",
+                        rule=Custom(
+                            read=lambda value, where, limits: priority_param(value),
+                            shape=lambda served: {
+                                "oneOf": [{"type": "integer"}, {"type": "string"}]
+                            },
+                        ),
+                        doc="Class of work, as Triton's priority: a level (1 = the first "
+                        "class, 0 = the default) or a class name. Read only by models with "
+                        "classes; takes precedence over `X-Priority`.",
+                    ),
+                    Field(
+                        name="binary_data_output",
+                        # Anything but true is false, as Triton reads it.
+                        rule=Custom(
+                            read=lambda value, where, limits: value is True,
+                            shape=lambda served: {"type": "boolean"},
+                        ),
+                        default=False,
+                    ),
+                    Field(
+                        name="prompt_name",
+                        rule=Custom(
+                            read=lambda value, where, limits: prompt_param(value),
+                            shape=PromptName(nullable=False).schema,
+                        ),
+                    ),
+                ),
+                message="parameters must be an object",
+            ),
+        ),
+        Field(
+            name="inputs",
+            rule=Custom(
+                read=_infer_inputs,
+                shape=lambda served: {
+                    "type": "array",
+                    "items": _TENSOR,
+                    "minItems": 1,
+                    "maxItems": MAX_TENSORS,
+                },
+            ),
+            required=True,
+        ),
+        Field(
+            name="outputs",
+            rule=Custom(
+                read=_requested_outputs,
+                shape=lambda served: {
+                    "type": "array",
+                    "maxItems": MAX_TENSORS,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string"},
+                            "parameters": {
+                                "type": "object",
+                                "properties": {"binary_data": {"type": "boolean"}},
+                            },
+                        },
+                    },
+                },
+            ),
+        ),
+        Field(
+            name="id",
+            rule=Custom(
+                read=lambda value, where, limits: value if isinstance(value, str) else None,
+                shape=lambda served: {"type": "string"},
+            ),
+        ),
+    ),
+    message="body must be a JSON object",
 )

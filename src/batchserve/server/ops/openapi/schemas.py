@@ -9,9 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from batchserve.models.kinds import KINDS
-from batchserve.server.protocols.bodies import INFINITY_EMBEDDINGS, OPENAI_EMBEDDINGS
-from batchserve.server.protocols.fields import PromptName, Served
-from batchserve.server.protocols.kserve import MAX_TENSORS
+from batchserve.server.protocols.bodies import INFER, INFINITY_EMBEDDINGS, OPENAI_EMBEDDINGS
+from batchserve.server.protocols.fields import Served
 from batchserve.server.protocols.tensors import DTYPES, MAX_DIMS
 from batchserve.server.statuses import STATUS_TABLE
 
@@ -137,50 +136,7 @@ def inference_schemas(served: Served) -> dict[str, Any]:
             "properties": {"message": {"type": "string"}, "detail": {"type": "string"}},
         },
         "Tensor": tensor,
-        "InferRequest": {
-            "type": "object",
-            "required": ["inputs"],
-            "properties": {
-                "id": {"type": "string"},
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "timeout": {
-                            "type": "integer",
-                            "description": "Timeout in microseconds, as Triton reads it.",
-                        },
-                        "priority": {
-                            "description": "Class of work, as Triton's priority: a level "
-                            "(1 = the first class, 0 = the default) or a class name. Read "
-                            "only by models with classes; takes precedence over `X-Priority`.",
-                            "oneOf": [{"type": "integer"}, {"type": "string"}],
-                        },
-                        "binary_data_output": {"type": "boolean"},
-                        "prompt_name": PromptName(nullable=False).schema(served),
-                    },
-                },
-                "inputs": {
-                    "type": "array",
-                    "items": {"$ref": "#/components/schemas/Tensor"},
-                    "minItems": 1,
-                    "maxItems": MAX_TENSORS,
-                },
-                "outputs": {
-                    "type": "array",
-                    "maxItems": MAX_TENSORS,
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "name": {"type": "string"},
-                            "parameters": {
-                                "type": "object",
-                                "properties": {"binary_data": {"type": "boolean"}},
-                            },
-                        },
-                    },
-                },
-            },
-        },
+        "InferRequest": INFER.schema(served),
         "InferResponse": {
             "type": "object",
             "properties": {
