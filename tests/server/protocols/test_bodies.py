@@ -104,6 +104,9 @@ def test_a_body_reads_defaults_and_parameters_override_only_what_they_hold() -> 
         bodies.EMBED.read({}, LIMITS)
     with pytest.raises(ApiError, match=r"^body must be a JSON object, got list$"):
         bodies.EMBED.read([], LIMITS)
+    # A required field sent as null is checked by its rule, which names it and its type.
+    with pytest.raises(ApiError, match=r"^inputs must be a list of strings, got NoneType$"):
+        bodies.EMBED.read({"inputs": None}, LIMITS)
 
 
 def test_the_document_states_the_bodies_the_parsers_read() -> None:

@@ -182,7 +182,7 @@ def _parse(data: Any, limits: RequestLimits, body: Body) -> TaskRequest:
     texts, documents = _documents(
         fields["documents"],
         limits,
-        objects=body is not bodies.INFINITY_RERANK,
+        objects="rank_fields" in fields,  # where rank_fields are taken, so are objects
         rank_fields=fields.get("rank_fields"),
     )
     return TaskRequest(
