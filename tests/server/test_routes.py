@@ -1,8 +1,10 @@
-"""The route grammar: ``/v2/models/{name}[/versions/{v}]/...`` read in one place."""
+"""The route grammar (``/v2/models/{name}[/versions/{v}]/...``) and the one route table."""
 
 import pytest
 from server_helpers import build_app
 
+from batchserve.models.kinds import BY_NAME, CLASSIFIER, EMBEDDING, RERANKER
+from batchserve.server.protocols.catalog import INFERENCE, kinds_of
 from batchserve.server.routes import model_path
 from batchserve.server.statuses import ApiError
 
@@ -47,3 +49,31 @@ def test_inference_route_takes_the_infer_paths_and_nothing_else() -> None:
         ("POST", "/v1/models"),
     ]:
         assert app.inference_route(method, path) is None, (method, path)
+
+
+def test_every_inference_route_is_one_row_its_endpoint_and_its_405_from_it() -> None:
+    app = build_app({"m": "synthetic:fixed=0ms,per_item=0ms,dim=4"})
+    paths = [route.path.replace("{name}", "m") for route in INFERENCE]
+    assert len(set(paths)) == len(paths)
+    for route, path in zip(INFERENCE, paths, strict=True):
+        found = app.inference_route(route.method, path)
+        assert found is not None, path
+        assert found[1] == ("m" if "{name}" in route.path else None)
+        assert app.inference_route("DELETE", path) is None
+        with pytest.raises(ApiError, match=f"takes .*{route.method}, got DELETE") as refused:
+            app.routes.resolve("DELETE", path)
+        assert refused.value.reason == "method_not_allowed"
+
+
+def test_the_kinds_of_a_path_are_the_kinds_table_s() -> None:
+    # /predict is a classifier's own route, which a reranker also answers: preferred first.
+    assert kinds_of("/predict") == (CLASSIFIER, RERANKER)
+    assert kinds_of("/v2/rerank") == (RERANKER,)
+    assert kinds_of("/embed") == (EMBEDDING,)
+    assert kinds_of("/") is None  # each model answers its own task there
+    for kind in BY_NAME.values():
+        for route in kind.routes:
+            method, path = route.split(" ")
+            kinds = kinds_of(path, method)
+            assert kinds is not None
+            assert kind in kinds

@@ -51,8 +51,8 @@ from batchserve.server.deadlines import wire_deadline
 from batchserve.server.exchange import Endpoint, Exchange, HeadVerdict, Reply
 from batchserve.server.http import Head, authorize, check_body_type, check_length
 from batchserve.server.ops.metrics import Metrics
-from batchserve.server.protocols import infinity, kserve, openai, rerankers, tei, triton
-from batchserve.server.protocols.tasks import Task, TaskEndpoint, kinds_of
+from batchserve.server.protocols import triton
+from batchserve.server.protocols.catalog import INFER_PATH, INFERENCE
 from batchserve.server.registry import Registry, ServedModel
 from batchserve.server.routes import Routes, model_path
 from batchserve.server.settings import ServerSettings
@@ -147,9 +147,11 @@ class App:
         self._drain_task: asyncio.Future[None] | None = None
         self._inflight = 0
         self._idle: asyncio.Event | None = None
-        self._embeddings = openai.EmbeddingsEndpoint(self.registry, self.limits)
-        self._infer = kserve.InferEndpoint(self.limits)
-        self._tasks = self._task_endpoints()
+        # The inference routes (one table: protocols.catalog), each path's endpoint built
+        # once; KServe's infer is found by the path's shape.
+        endpoints = {r.path: (r.method, r.endpoint(self.registry, self.limits)) for r in INFERENCE}
+        self._infer = endpoints.pop(INFER_PATH)
+        self._endpoints = endpoints
         # With one model, an OpenAI request can only be for it: refusals need no body.
         self._only = self.registry.default if len(self.registry.models) == 1 else None
         # The verdicts of a head that states no deadline and names no tenant (most heads),
@@ -231,14 +233,10 @@ class App:
 
         None for every other request (other routes, other methods, unknown paths).
         """
-        if method != "POST":
-            return None
-        if path == "/v1/embeddings":
-            return self._embeddings, None
-        task = self._tasks.get(path)
-        if task is not None:
-            return task, None
-        if path.endswith("/infer"):
+        route = self._endpoints.get(path)
+        if route is not None:
+            return (route[1], None) if method == route[0] else None
+        if path.endswith("/infer") and method == self._infer[0]:
             model = model_path(path)
             if model is not None and model[2] == ("infer",):
                 name, version, _ = model
@@ -247,47 +245,8 @@ class App:
                     # served (as gRPC's ModelInfer does); an unknown model's 404 is the
                     # exchange's, naming the models.
                     return None
-                return self._infer, name
+                return self._infer[1], name
         return None
-
-    def _task_endpoints(self) -> dict[str, Endpoint]:
-        # The task APIs (TEI, Cohere, Jina, Infinity): one endpoint per path, each a
-        # choice of task by body and model kind (see protocols.tasks), and Infinity's
-        # OpenAI-shaped /embeddings.
-        registry, limits = self.registry, self.limits
-
-        def endpoint(
-            choose: Any, protocol: str, error_body: Any, kinds: tuple[Kind, ...] | None
-        ) -> TaskEndpoint:
-            return TaskEndpoint(
-                registry,
-                limits,
-                choose=choose,
-                protocol=protocol,
-                error_body=error_body,
-                kinds=kinds,
-            )
-
-        def fixed(task: Task, protocol: str, error_body: Any) -> TaskEndpoint:
-            return endpoint(lambda data, kind: task, protocol, error_body, task.kinds)
-
-        tei_error = tei.error_body
-        rerank_kinds = kinds_of(rerankers.INFINITY_RERANK, tei.RERANK)
-        return {
-            "/": endpoint(tei.choose_root, "tei", tei_error, None),
-            "/embed": fixed(tei.EMBED, "tei", tei_error),
-            "/rerank": endpoint(
-                rerankers.choose_rerank, "tei", rerankers.rerank_error_body, rerank_kinds
-            ),
-            "/predict": fixed(tei.PREDICT, "tei", tei_error),
-            "/similarity": fixed(tei.SIMILARITY, "tei", tei_error),
-            "/v1/rerank": fixed(
-                rerankers.COHERE_V1_RERANK, "cohere", rerankers.cohere_jina_error_body
-            ),
-            "/v2/rerank": fixed(rerankers.COHERE_V2_RERANK, "cohere", rerankers.cohere_error_body),
-            "/classify": fixed(rerankers.CLASSIFY, "infinity", rerankers.infinity_error_body),
-            "/embeddings": infinity.InfinityEmbeddingsEndpoint(registry, limits),
-        }
 
     def authorize(self, head: Head) -> str | None:
         """The tenant the request's key names (None: the server's own key, or no keys set).

@@ -4,8 +4,9 @@ Theory of operation: the route table is data. :attr:`Routes.static` maps each fi
 to its handlers by method; ``/v1/models/{name}`` and ``/v2/models/{name}[/versions/{v}]/...``
 are resolved by shape, with the per-model table :attr:`Routes.model`. :meth:`Routes.resolve`
 answers 404 for an unknown path and 405 (with ``Allow``) for a method a path does not take.
-Inference routes are listed only for those 405s: the application carries them as exchanges
-(:meth:`batchserve.server.app.App.inference_route`). Each handler is a thin ASGI coroutine
+Inference routes are listed only for those 405s, from their one table
+(:data:`batchserve.server.protocols.catalog.INFERENCE`): the application carries them as
+exchanges (:meth:`batchserve.server.app.App.inference_route`). Each handler is a thin ASGI coroutine
 over its protocol module (:mod:`~batchserve.server.protocols.openai`,
 :mod:`~batchserve.server.protocols.kserve`, :mod:`~batchserve.server.protocols.triton`,
 :mod:`~batchserve.server.protocols.tei`, :mod:`~batchserve.server.protocols.infinity`) or
@@ -25,6 +26,7 @@ from batchserve.server.ops.live import server_status
 from batchserve.server.ops.metrics import CONTENT_TYPE, Metrics
 from batchserve.server.ops.openapi import openapi_spec
 from batchserve.server.protocols import infinity, kserve, openai, tei, triton
+from batchserve.server.protocols.catalog import INFERENCE
 from batchserve.server.registry import Registry
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
@@ -101,8 +103,17 @@ class Routes:
             ("ready",): {"GET": self._kserve_model_ready},
             ("config",): {"GET": self._triton_config},
             ("stats",): {"GET": self._triton_stats},
-            ("infer",): {"POST": self._not_routed},
         }
+        # The inference routes are exchanges (App.inference_route): listed here, from the
+        # one route table, for the 405s of the methods they do not take.
+        for route in INFERENCE:
+            model = model_path(route.path)
+            routes = (
+                self.model.setdefault(model[2], {})
+                if model
+                else self.static.setdefault(route.path, {})
+            )
+            routes[route.method] = self._not_routed
 
     def resolve(self, method: str, path: str) -> tuple[Handler, tuple[Any, ...]]:
         """The handler of ``method path`` and the arguments it takes from the path.
@@ -135,7 +146,6 @@ class Routes:
 
     def _static_routes(self) -> dict[str, dict[str, Handler]]:
         return {
-            "/v1/embeddings": {"POST": self._not_routed},
             "/v1/models": {"GET": self._openai_models},
             "/v2": {"GET": self._kserve_server},
             "/v2/health/live": {"GET": self._live},
@@ -147,24 +157,16 @@ class Routes:
             "/dashboard": {"GET": self._dashboard},
             "/openapi.json": {"GET": self._openapi},
             "/docs": {"GET": self._docs},
-            "/": {"GET": self._index, "POST": self._not_routed},
-            "/embed": {"POST": self._not_routed},
-            "/rerank": {"POST": self._not_routed},
-            "/predict": {"POST": self._not_routed},
-            "/similarity": {"POST": self._not_routed},
-            "/v1/rerank": {"POST": self._not_routed},
-            "/v2/rerank": {"POST": self._not_routed},
-            "/classify": {"POST": self._not_routed},
+            "/": {"GET": self._index},
             "/info": {"GET": self._tei_info},
             "/tokenize": {"POST": self._tei_tokenize},
             "/decode": {"POST": self._tei_decode},
             "/health": {"GET": self._health},
-            "/embeddings": {"POST": self._not_routed},
             "/models": {"GET": self._infinity_models},
         }
 
     async def _not_routed(self, scope: Scope, receive: Receive, send_fn: Send, *args: Any) -> None:
-        # Inference routes are exchanges (see inference_route); listed here for 405s only.
+        # Inference routes are exchanges (see App.inference_route); listed for 405s only.
         raise AssertionError(f"{scope['method']} {scope['path']} is an inference exchange")
 
     # -- OpenAI ----------------------------------------------------------------------------
@@ -211,7 +213,11 @@ class Routes:
 
     async def _tei_decode(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
         tokenizing, data = await self._tei_tokenizing(scope, receive)
-        await send(send_fn, 200, json_bytes(await asyncio.to_thread(tokenizing.decode, data)))
+        await send(
+            send_fn,
+            200,
+            json_bytes(await asyncio.to_thread(tokenizing.decode, data, self.app.limits)),
+        )
 
     async def _health(self, scope: Scope, receive: Receive, send_fn: Send) -> None:
         # TEI's and Infinity's: 200 when the models serve, with Infinity's {"unix": seconds}

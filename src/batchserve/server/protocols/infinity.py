@@ -31,6 +31,7 @@ from typing import Any
 
 from batchserve.models.kinds import BY_NAME
 from batchserve.server.http import load_json
+from batchserve.server.protocols.bodies import INFINITY_EMBEDDINGS
 from batchserve.server.protocols.openai import (
     EmbeddingsEndpoint,
     EmbeddingsRequest,
@@ -66,24 +67,15 @@ class InfinityEmbeddingsEndpoint(EmbeddingsEndpoint):
     def request(self, body: bytes) -> EmbeddingsRequest:
         """The checked request, Infinity's fields read as Infinity reads them.
 
+        See :data:`~batchserve.server.protocols.bodies.INFINITY_EMBEDDINGS`.
+
         Raises:
             ApiError: ``invalid`` or ``too_large``, naming the field.
         """
         data = load_json(body)
-        if isinstance(data, dict):
-            modality = data.get("modality")
-            if modality not in (None, "text"):
-                raise ApiError(
-                    "invalid",
-                    f"modality must be 'text' (this server embeds texts), got {modality!r}",
-                    param="modality",
-                )
-            dims = data.get("dimensions")
-            if dims == 0 and not isinstance(dims, bool):  # Infinity's 0: the model's own
-                data = {**data, "dimensions": None}
-            if data.get("model") == DEFAULT_MODEL:
-                data = {**data, "model": None}
-        return embeddings_request(data, self.limits, allow_empty=True)
+        if isinstance(data, dict) and data.get("model") == DEFAULT_MODEL:
+            data = {**data, "model": None}
+        return embeddings_request(data, self.limits, body=INFINITY_EMBEDDINGS)
 
     def model(self, name: str | None) -> ServedModel:
         """The model named; else, as Infinity resolves it, the one served or the embedder.

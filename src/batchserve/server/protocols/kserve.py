@@ -58,6 +58,13 @@ from batchserve.models.kinds import (
 from batchserve.models.loader import LoadedModel
 from batchserve.server.exchange import Exchange, Parsed, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
+from batchserve.server.protocols import bodies
+from batchserve.server.protocols.bodies import (
+    priority_param,
+    prompt_param,
+    tensor_parameters,
+    timeout_param,
+)
 from batchserve.server.protocols.tensors import Tensor, decode_tensor, encode_tensor
 from batchserve.server.protocols.window import truncated_head
 from batchserve.server.settings import RequestLimits
@@ -104,23 +111,8 @@ SCORE_OUTPUT = RERANKER.head.output
 PROBABILITIES_OUTPUT = CLASSIFIER.head.output
 GENERIC_OUTPUT = GENERIC.head.output
 
-#: At most this many tensors in ``inputs`` (or ``outputs``) of one request: each costs the
-#: event loop some work to decode, so a body of a hundred thousand tiny tensors must be
-#: refused before it is decoded.
-MAX_TENSORS = 256
-
-
-def _params(spec: dict[str, Any], where: str) -> dict[str, Any]:
-    params = spec.get("parameters")
-    if params is None:
-        return {}
-    if not isinstance(params, dict):
-        raise ApiError(
-            "invalid",
-            f"{where}.parameters must be an object, got {type(params).__name__}",
-            param=f"{where}.parameters",
-        )
-    return params
+#: The limits the infer body's described fields read (none: a tensor's are checked by kind).
+_UNREAD = RequestLimits()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -235,26 +227,15 @@ def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
             )
         body, binary = body[:n], body[n:]
     data = load_json(body)
-    if not isinstance(data, dict):
-        raise ApiError("invalid", "body must be a JSON object", param="body")
-    params = data.get("parameters") or {}
-    if not isinstance(params, dict):
-        raise ApiError("invalid", "parameters must be an object", param="parameters")
-    specs = data.get("inputs")
-    if not isinstance(specs, list) or not specs:
-        raise ApiError("invalid", "inputs must be a non-empty list of tensors", param="inputs")
-    if len(specs) > MAX_TENSORS:
-        raise ApiError(
-            "too_large",
-            f"inputs must hold at most {MAX_TENSORS} tensors, got {len(specs)}",
-            param="inputs",
-        )
+    fields = bodies.INFER.read(data, _UNREAD)
+    params = fields["parameters"] or {}
+    specs = fields["inputs"]
     inputs: list[Tensor] = []
     offset = 0
     for i, spec in enumerate(specs):
         if not isinstance(spec, dict):
             raise ApiError("invalid", "each of inputs must be an object", param="inputs")
-        size = _params(spec, f"inputs[{i}]").get("binary_data_size")
+        size = tensor_parameters(spec, f"inputs[{i}]").get("binary_data_size")
         chunk = None
         if size is not None:
             if isinstance(size, bool) or not isinstance(size, int) or size < 0:
@@ -268,95 +249,14 @@ def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
             offset += size
         inputs.append(decode_tensor(spec, chunk))
     return InferRequest(
-        id=data.get("id") if isinstance(data.get("id"), str) else None,
+        id=fields["id"],
         inputs=inputs,
-        outputs=_requested_outputs(data.get("outputs")),
-        binary_default=params.get("binary_data_output") is True,
-        timeout_s=timeout_param(params.get("timeout")),
-        priority=priority_param(params.get("priority")),
-        prompt_name=prompt_param(params.get("prompt_name")),
+        outputs=fields["outputs"] or {},
+        binary_default=params.get("binary_data_output", False),
+        timeout_s=params.get("timeout"),
+        priority=params.get("priority"),
+        prompt_name=params.get("prompt_name"),
     )
-
-
-def prompt_param(value: Any) -> str | None:
-    """``parameters.prompt_name``: the name of one of the model's prompts; None when not given.
-
-    Raises:
-        ApiError: ``invalid`` for anything but a non-empty string.
-    """
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise ApiError(
-            "invalid",
-            f"parameters.prompt_name must be the name of one of the model's prompts (a "
-            f"string), got {value!r:.40}",
-            param="parameters.prompt_name",
-        )
-    return value
-
-
-def priority_param(value: Any) -> int | str | None:
-    """``parameters.priority``: a level (an integer) or a class name; None when not given.
-
-    Raises:
-        ApiError: ``invalid`` for any other value.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ApiError(
-            "invalid",
-            f"parameters.priority must be an integer level or a class name, got {value!r:.40}",
-            param="parameters.priority",
-        )
-    return value
-
-
-def _requested_outputs(value: Any) -> dict[str, bool]:
-    if value is None:
-        return {}
-    if not isinstance(value, list):
-        raise ApiError("invalid", "outputs must be a list", param="outputs")
-    if len(value) > MAX_TENSORS:
-        raise ApiError(
-            "too_large",
-            f"outputs must hold at most {MAX_TENSORS} tensors, got {len(value)}",
-            param="outputs",
-        )
-    out = {}
-    for i, spec in enumerate(value):
-        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
-            raise ApiError("invalid", "each of outputs must have a string name", param="outputs")
-        out[spec["name"]] = _params(spec, f"outputs[{i}]").get("binary_data") is True
-    return out
-
-
-def timeout_param(value: Any) -> float | None:
-    """``parameters.timeout`` (microseconds, as Triton reads it) in seconds; None: not given.
-
-    Raises:
-        ApiError: ``invalid`` unless it is a finite number > 0.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ApiError(
-            "invalid",
-            f"parameters.timeout must be a number of microseconds > 0, got {value!r}",
-            param="parameters.timeout",
-        )
-    try:
-        seconds = float(value) / 1e6
-    except OverflowError:  # an integer too large for a float
-        seconds = math.inf
-    if not math.isfinite(seconds):
-        raise ApiError(
-            "invalid",
-            f"parameters.timeout must be finite, got {value!r:.40}",
-            param="parameters.timeout",
-        )
-    return seconds
 
 
 def embedding_items(request: InferRequest, limits: RequestLimits) -> list[str]:

@@ -36,7 +36,7 @@ from batchserve import __version__
 from batchserve.batcher import Served
 from batchserve.models.loader import LoadedModel
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
-from batchserve.server.protocols import kserve, triton
+from batchserve.server.protocols import bodies, kserve, triton
 from batchserve.server.protocols.proto import grpc_service_pb2 as pb
 from batchserve.server.protocols.tensors import (
     DTYPES,
@@ -147,10 +147,10 @@ def parse_model_infer(body: bytes) -> tuple[pb.ModelInferRequest, kserve.InferRe
     inputs = msg.inputs
     if not inputs:
         raise ApiError("invalid", "inputs must hold at least one tensor", param="inputs")
-    if len(inputs) > kserve.MAX_TENSORS or len(msg.outputs) > kserve.MAX_TENSORS:
+    if len(inputs) > bodies.MAX_TENSORS or len(msg.outputs) > bodies.MAX_TENSORS:
         raise ApiError(
             "too_large",
-            f"inputs and outputs must hold at most {kserve.MAX_TENSORS} tensors each, got "
+            f"inputs and outputs must hold at most {bodies.MAX_TENSORS} tensors each, got "
             f"{len(inputs)} and {len(msg.outputs)}",
             param="inputs",
         )

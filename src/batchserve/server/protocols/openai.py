@@ -1,8 +1,9 @@
 """The OpenAI embeddings protocol: ``POST /v1/embeddings`` and ``GET /v1/models``.
 
-Parsing (:func:`parse_embeddings_request`) checks every field and names the one that breaks
-a rule; nothing is queued for a request that fails it. ``input`` is a string or a list of
-strings (token arrays are refused: this server tokenizes itself); ``encoding_format`` is
+Parsing (:func:`parse_embeddings_request`) checks every field as the body's description
+states it (:data:`~batchserve.server.protocols.bodies.OPENAI_EMBEDDINGS`) and names the one
+that breaks a rule; nothing is queued for a request that fails it. ``input`` is a string or
+a list of strings (token arrays are refused: this server tokenizes itself); ``encoding_format`` is
 ``float`` (JSON numbers) or ``base64`` (little-endian float32 bytes, what the official
 client asks for by default); ``dimensions`` shortens each vector to its first N values and,
 unless the model's vectors are not unit length, scales it back to unit length (what
@@ -39,6 +40,8 @@ from batchserve.batcher import Served
 from batchserve.models.kinds import EMBEDDING, Kind, apply_prompt, wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
+from batchserve.server.protocols.bodies import OPENAI_EMBEDDINGS
+from batchserve.server.protocols.fields import Body
 from batchserve.server.protocols.window import token_counts, truncated
 from batchserve.server.registry import Registry, ServedModel
 from batchserve.server.settings import RequestLimits
@@ -100,105 +103,25 @@ def parse_embeddings_request(body: bytes, limits: RequestLimits) -> EmbeddingsRe
 
 
 def embeddings_request(
-    data: Any, limits: RequestLimits, *, allow_empty: bool = False
+    data: Any, limits: RequestLimits, *, body: Body = OPENAI_EMBEDDINGS
 ) -> EmbeddingsRequest:
     """Check an embeddings request's JSON (see :func:`parse_embeddings_request`).
 
     Args:
         data: the body's JSON.
         limits: the request limits.
-        allow_empty: embed an empty text (Infinity does) rather than refuse it (OpenAI).
+        body: the body's description (Infinity's differs: empty texts, ``dimensions: 0``).
 
     Raises:
         ApiError: ``invalid`` or ``too_large``, naming the field.
     """
-    if not isinstance(data, dict):
-        raise ApiError(
-            "invalid", f"body must be a JSON object, got {type(data).__name__}", param="body"
-        )
-    model = data.get("model")
-    if model is not None and (not isinstance(model, str) or not model):
-        raise ApiError("invalid", f"model must be a non-empty string, got {model!r}", "model")
-    if "input" not in data:
-        raise ApiError("invalid", "input is required: a string or a list of strings", "input")
-    texts = _texts(data["input"], limits, allow_empty)
-    fmt = data.get("encoding_format")
-    if fmt is None:
-        fmt = "float"
-    if fmt not in ("float", "base64"):
-        raise ApiError(
-            "invalid",
-            f"encoding_format must be 'float' or 'base64', got {fmt!r}",
-            param="encoding_format",
-        )
-    user = data.get("user")
-    if user is not None and not isinstance(user, str):
-        raise ApiError("invalid", f"user must be a string, got {type(user).__name__}", "user")
-    dims = data.get("dimensions")
-    if isinstance(dims, float) and dims.is_integer():
-        # JSON's 1.0 is the integer 1 (JSON Schema counts it one; OpenAI's and Infinity's
-        # pydantic servers take it), as every other integer field here reads it.
-        dims = int(dims)
-    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
-        raise ApiError(
-            "invalid", f"dimensions must be an integer >= 1, got {dims!r}", param="dimensions"
-        )
-    return EmbeddingsRequest(model=model, texts=texts, encoding_format=fmt, dimensions=dims)
-
-
-def _texts(value: Any, limits: RequestLimits, allow_empty: bool) -> list[str]:
-    if isinstance(value, str):
-        texts = [value]
-    elif isinstance(value, list):
-        if not value:
-            raise ApiError("invalid", "input must not be an empty list", param="input")
-        texts = value
-    else:
-        raise ApiError(
-            "invalid",
-            f"input must be a string or a list of strings, got {type(value).__name__}",
-            param="input",
-        )
-    if len(texts) > limits.max_inputs:
-        raise ApiError(
-            "too_large",
-            f"input must hold at most {limits.max_inputs} items (--max-inputs), got {len(texts)}",
-            param="input",
-        )
-    single = isinstance(value, str)
-    for i, text in enumerate(texts):
-        where = "input" if single else f"input[{i}]"
-        if not isinstance(text, str):
-            hint = (
-                " (token arrays are not supported; send text)"
-                if isinstance(text, int | list)
-                else ""
-            )
-            raise ApiError(
-                "invalid",
-                f"{where} must be a string, got {type(text).__name__}{hint}",
-                param=where,
-            )
-        if not text and not allow_empty:
-            raise ApiError("invalid", f"{where} must not be an empty string", param=where)
-        if not text.isascii():
-            try:
-                text.encode()
-            except UnicodeEncodeError:
-                raise ApiError(
-                    "invalid",
-                    f"{where} must be valid Unicode text, got a lone surrogate "
-                    "(half of an escaped UTF-16 pair)",
-                    param=where,
-                ) from None
-        if len(text) > limits.max_input_chars:
-            raise ApiError(
-                "too_large",
-                f"{where} must be at most {limits.max_input_chars} characters "
-                f"(--max-input-chars), got {len(text)}",
-                param=where,
-            )
-    return texts
+    fields = body.read(data, limits)
+    return EmbeddingsRequest(
+        model=fields["model"],
+        texts=fields["input"],
+        encoding_format=fields["encoding_format"],
+        dimensions=fields["dimensions"],
+    )
 
 
 def check_dimensions(requested: int | None, dimension: int | None) -> None:

@@ -37,15 +37,12 @@ from typing import TYPE_CHECKING, Any
 
 from batchserve.models.kinds import CLASSIFIER, RERANKER, Kind
 from batchserve.server.http import json_bytes
-from batchserve.server.protocols import tei
+from batchserve.server.protocols import bodies, tei
+from batchserve.server.protocols.fields import Body
 from batchserve.server.protocols.tasks import (
     Task,
     TaskRequest,
     by_score,
-    check_text,
-    optional_bool,
-    optional_int,
-    require_object,
     scores,
     text_list,
     tokens_of,
@@ -180,40 +177,22 @@ def _document_text(document: Any, i: int, rank_fields: list[str] | None) -> Any:
     return "\n".join(lines)
 
 
-def _rank_fields(data: dict[str, Any]) -> list[str] | None:
-    value = data.get("rank_fields")
-    if value is None:
-        return None
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        raise ApiError(
-            "invalid",
-            f"rank_fields must be a non-empty list of field names, got {value!r}",
-            param="rank_fields",
-        )
-    return value
-
-
-def _parse(data: Any, limits: RequestLimits, *, objects: bool, docs_default: bool) -> TaskRequest:
-    data = require_object(data)
-    query = check_text(data.get("query"), "query", limits)
-    if "documents" not in data:
-        raise ApiError("invalid", "documents is required: a list of strings", "documents")
-    rank_fields = _rank_fields(data) if objects else None
+def _parse(data: Any, limits: RequestLimits, body: Body) -> TaskRequest:
+    fields = body.read(data, limits)
+    query = fields["query"]
     texts, documents = _documents(
-        data["documents"], limits, objects=objects, rank_fields=rank_fields
+        fields["documents"],
+        limits,
+        objects="rank_fields" in fields,  # where rank_fields are taken, so are objects
+        rank_fields=fields.get("rank_fields"),
     )
-    model = data.get("model")
-    if model is not None and not isinstance(model, str):
-        raise ApiError("invalid", f"model must be a string, got {model!r}", param="model")
-    optional_int(data, "max_tokens_per_doc")
-    optional_int(data, "max_chunks_per_doc")
     return TaskRequest(
-        model=model,
+        model=fields["model"],
         items=[(query, t) for t in texts],
         options={
-            "top_n": optional_int(data, "top_n"),
-            "return_documents": optional_bool(data, "return_documents", docs_default),
-            "raw_scores": optional_bool(data, "raw_scores", False),
+            "top_n": fields["top_n"],
+            "return_documents": fields["return_documents"],
+            "raw_scores": fields["raw_scores"],
             "documents": documents,
         },
     )
@@ -286,19 +265,19 @@ _RERANKERS = (RERANKER,)
 COHERE_V2_RERANK = Task(
     route="POST /v2/rerank",
     kinds=_RERANKERS,
-    parse=lambda data, limits: _parse(data, limits, objects=True, docs_default=False),
+    parse=lambda data, limits: _parse(data, limits, bodies.COHERE_V2_RERANK),
     answer=_answer_v2,
 )
 COHERE_V1_RERANK = Task(
     route="POST /v1/rerank",
     kinds=_RERANKERS,
-    parse=lambda data, limits: _parse(data, limits, objects=True, docs_default=True),
+    parse=lambda data, limits: _parse(data, limits, bodies.COHERE_V1_RERANK),
     answer=_answer_v1,
 )
 INFINITY_RERANK = Task(
     route="POST /rerank",
     kinds=_RERANKERS,
-    parse=lambda data, limits: _parse(data, limits, objects=False, docs_default=False),
+    parse=lambda data, limits: _parse(data, limits, bodies.INFINITY_RERANK),
     answer=_answer_infinity,
 )
 
@@ -314,15 +293,9 @@ def choose_rerank(data: Any, kind: Kind) -> Task:
 
 
 def _parse_classify(data: Any, limits: RequestLimits) -> TaskRequest:
-    data = require_object(data)
-    if "input" not in data:
-        raise ApiError("invalid", "input is required: a list of strings", param="input")
-    value = data["input"]
-    texts = [check_text(value, "input", limits)] if isinstance(value, str) else None
+    body = bodies.CLASSIFY.read(data, limits)
     return TaskRequest(
-        model=data.get("model") if isinstance(data.get("model"), str) else None,
-        items=texts if texts is not None else text_list(value, "input", limits),
-        options={"raw_scores": optional_bool(data, "raw_scores", False)},
+        model=body["model"], items=body["input"], options={"raw_scores": body["raw_scores"]}
     )
 
 

@@ -46,6 +46,13 @@ from batchserve.batcher import Served
 from batchserve.models.kinds import Activation, Kind, apply_prompt, wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
+from batchserve.server.protocols.fields import (
+    check_text,
+    optional_bool,
+    optional_int,
+    require_object,
+    text_list,
+)
 from batchserve.server.protocols.window import (
     TRUNCATED_HEADER,
     refuse_over_window,
@@ -65,7 +72,6 @@ __all__ = [
     "TaskEndpoint",
     "by_score",
     "check_text",
-    "kinds_of",
     "optional_bool",
     "optional_int",
     "require_object",
@@ -116,116 +122,6 @@ class Task:
     field: str = "input"
 
 
-def require_object(data: Any) -> dict[str, Any]:
-    """``data`` if it is a JSON object.
-
-    Raises:
-        ApiError: ``invalid`` naming the body.
-    """
-    if not isinstance(data, dict):
-        raise ApiError(
-            "invalid", f"body must be a JSON object, got {type(data).__name__}", param="body"
-        )
-    return data
-
-
-def check_text(value: Any, where: str, limits: RequestLimits, *, allow_empty: bool = False) -> str:
-    """``value`` if it is a string within ``--max-input-chars`` (non-empty unless allowed).
-
-    ``allow_empty`` is for a pipeline's documents, which may have no text (LangChain's and
-    Haystack's rerankers and embedders send ``content or ""``): TEI embeds an empty text
-    (its special tokens alone) and scores a pair with an empty passage rather than refuse
-    the whole request.
-
-    Raises:
-        ApiError: ``invalid`` or ``too_large``, naming ``where``.
-    """
-    if not isinstance(value, str):
-        raise ApiError(
-            "invalid", f"{where} must be a string, got {type(value).__name__}", param=where
-        )
-    if not value and not allow_empty:
-        raise ApiError("invalid", f"{where} must not be an empty string", param=where)
-    if len(value) > limits.max_input_chars:
-        raise ApiError(
-            "too_large",
-            f"{where} must be at most {limits.max_input_chars} characters "
-            f"(--max-input-chars), got {len(value)}",
-            param=where,
-        )
-    if not value.isascii():
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            raise ApiError(
-                "invalid", f"{where} must be valid Unicode text (a lone surrogate)", param=where
-            ) from None
-    return value
-
-
-def text_list(
-    value: Any, where: str, limits: RequestLimits, *, allow_empty: bool = False
-) -> list[str]:
-    """``value`` if it is a non-empty list of texts (each checked; see :func:`check_text`).
-
-    Raises:
-        ApiError: ``empty`` for an empty list, ``invalid`` or ``too_large`` otherwise.
-    """
-    if not isinstance(value, list):
-        raise ApiError(
-            "invalid",
-            f"{where} must be a list of strings, got {type(value).__name__}",
-            param=where,
-        )
-    if not value:
-        raise ApiError("empty", f"{where} must not be empty", param=where)
-    _check_count(len(value), where, limits)
-    return [
-        check_text(v, f"{where}[{i}]", limits, allow_empty=allow_empty) for i, v in enumerate(value)
-    ]
-
-
-def _check_count(n: int, where: str, limits: RequestLimits) -> None:
-    if n > limits.max_inputs:
-        raise ApiError(
-            "too_large",
-            f"{where} must hold at most {limits.max_inputs} items (--max-inputs), got {n}",
-            param=where,
-        )
-
-
-def optional_bool(data: dict[str, Any], key: str, default: bool) -> bool:
-    """``data[key]`` if it is a boolean, ``default`` if absent or null.
-
-    Raises:
-        ApiError: ``invalid`` naming ``key``.
-    """
-    value = data.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ApiError("invalid", f"{key} must be a boolean, got {value!r}", param=key)
-    return value
-
-
-def optional_int(data: dict[str, Any], key: str, minimum: int = 1) -> int | None:
-    """``data[key]`` if it is an integer >= ``minimum``, None if absent or null.
-
-    Raises:
-        ApiError: ``invalid`` naming ``key``.
-    """
-    value = data.get(key)
-    if value is None:
-        return None
-    if isinstance(value, float) and value.is_integer():  # JSON's 1.0 is the integer 1
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ApiError(
-            "invalid", f"{key} must be an integer >= {minimum}, got {value!r}", param=key
-        )
-    return value
-
-
 def scores(outputs: Sequence[npt.ArrayLike], activation: Activation) -> list[list[float]]:
     """Each item's scores: its logits (one row per item) through ``activation``.
 
@@ -237,11 +133,6 @@ def scores(outputs: Sequence[npt.ArrayLike], activation: Activation) -> list[lis
     logits = np.asarray(outputs, dtype=np.float64).reshape(len(outputs), -1)
     out: list[list[float]] = activation(logits).tolist()
     return out
-
-
-def kinds_of(*tasks: Task) -> tuple[Kind, ...]:
-    """The kinds any of ``tasks`` answers, once each, in their order of preference."""
-    return tuple(dict.fromkeys(k for t in tasks for k in t.kinds))
 
 
 class TaskEndpoint:

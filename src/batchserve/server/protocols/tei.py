@@ -52,6 +52,8 @@ from batchserve.models.kinds import (
     Vector,
 )
 from batchserve.server.http import json_bytes
+from batchserve.server.protocols import bodies
+from batchserve.server.protocols.bodies import predict_inputs as parse_predict_inputs
 from batchserve.server.protocols.tasks import (
     Task,
     TaskRequest,
@@ -61,7 +63,6 @@ from batchserve.server.protocols.tasks import (
     optional_int,
     require_object,
     scores,
-    text_list,
 )
 from batchserve.server.statuses import ApiError
 
@@ -134,31 +135,18 @@ def _params(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _parse_embed(data: Any, limits: RequestLimits) -> TaskRequest:
-    data = require_object(data)
-    params = _params(data)
-    if "inputs" not in data:
-        raise ApiError("invalid", "inputs is required: a string or a list of strings", "inputs")
-    value = data["inputs"]
     # An empty text is embedded, as TEI does: Haystack's TEI embedders send
     # ``doc.content or ""``, and one empty document must not fail a batch of them.
-    texts = (
-        [check_text(value, "inputs", limits, allow_empty=True)]
-        if isinstance(value, str)
-        else text_list(value, "inputs", limits, allow_empty=True)
-    )
-    merged = {**data, **params}
-    dims = optional_int(merged, "dimensions")
-    prompt = merged.get("prompt_name")
-    if prompt is not None and not isinstance(prompt, str):
-        raise ApiError("invalid", f"prompt_name must be a string, got {prompt!r}", "prompt_name")
+    body = bodies.EMBED.read(data, limits)
+    merged = {**body, **(body["parameters"] or {})}
     return TaskRequest(
-        model=data.get("model") if isinstance(data.get("model"), str) else None,
-        items=texts,
-        truncate=_truncate(data, params),
+        model=body["model"],
+        items=body["inputs"],
+        truncate=merged["truncate"],
         options={
-            "dimensions": dims,
-            "normalize": optional_bool(merged, "normalize", True),
-            "prompt_name": prompt,
+            "dimensions": merged["dimensions"],
+            "normalize": merged["normalize"],
+            "prompt_name": merged["prompt_name"],
         },
     )
 
@@ -240,19 +228,13 @@ EMBED = Task(
 
 
 def _parse_rerank(data: Any, limits: RequestLimits) -> TaskRequest:
-    data = require_object(data)
-    query = check_text(data.get("query"), "query", limits)
-    if "texts" not in data:
-        raise ApiError("invalid", "texts is required: a list of strings", param="texts")
-    texts = text_list(data["texts"], "texts", limits, allow_empty=True)
+    body = bodies.TEI_RERANK.read(data, limits)
+    query = body["query"]
     return TaskRequest(
         model=None,
-        items=[(query, t) for t in texts],
-        truncate=_truncate(data, {}),
-        options={
-            "raw_scores": optional_bool(data, "raw_scores", False),
-            "return_text": optional_bool(data, "return_text", False),
-        },
+        items=[(query, t) for t in body["texts"]],
+        truncate=body["truncate"],
+        options={"raw_scores": body["raw_scores"], "return_text": body["return_text"]},
     )
 
 
@@ -281,56 +263,14 @@ RERANK = Task(
 # -- /predict -----------------------------------------------------------------------------
 
 
-def parse_predict_inputs(value: Any, limits: RequestLimits) -> tuple[list[Any], bool]:
-    """TEI's ``inputs`` of ``/predict``: the items and whether it was a single input.
-
-    A string is one text; ``[a]`` one text and ``[a, b]`` one pair; a list of lists is a
-    batch of those.
-
-    Raises:
-        ApiError: any other shape, naming where.
-    """
-    if isinstance(value, str):
-        return [check_text(value, "inputs", limits)], True
-    if not isinstance(value, list):
-        raise ApiError(
-            "invalid",
-            "inputs must be a string, a pair [string, string] or a batch "
-            f"[[string], [string, string], ...], got {type(value).__name__}",
-            param="inputs",
-        )
-    if not value:
-        raise ApiError("empty", "inputs must not be empty", param="inputs")
-    if isinstance(value[0], str):
-        return [_sequence(value, "inputs", limits)], True
-    if len(value) > limits.max_inputs:
-        raise ApiError(
-            "too_large",
-            f"inputs must hold at most {limits.max_inputs} items (--max-inputs), got {len(value)}",
-            param="inputs",
-        )
-    return [_sequence(v, f"inputs[{i}]", limits) for i, v in enumerate(value)], False
-
-
-def _sequence(value: Any, where: str, limits: RequestLimits) -> Any:
-    if not isinstance(value, list) or len(value) not in (1, 2):
-        raise ApiError(
-            "invalid", f"{where} must be [string] or a pair [string, string]", param=where
-        )
-    texts = [check_text(v, f"{where}[{i}]", limits) for i, v in enumerate(value)]
-    return texts[0] if len(texts) == 1 else (texts[0], texts[1])
-
-
 def _parse_predict(data: Any, limits: RequestLimits) -> TaskRequest:
-    data = require_object(data)
-    if "inputs" not in data:
-        raise ApiError("invalid", "inputs is required", param="inputs")
-    items, single = parse_predict_inputs(data["inputs"], limits)
+    body = bodies.PREDICT.read(data, limits)
+    items, single = body["inputs"]
     return TaskRequest(
         model=None,
         items=items,
-        truncate=_truncate(data, {}),
-        options={"raw_scores": optional_bool(data, "raw_scores", False), "single": single},
+        truncate=body["truncate"],
+        options={"raw_scores": body["raw_scores"], "single": single},
     )
 
 
@@ -427,23 +367,14 @@ ROOT_CLASSIFY = Task(
 
 
 def _parse_similarity(data: Any, limits: RequestLimits) -> TaskRequest:
-    data = require_object(data)
-    inputs = data.get("inputs")
-    if not isinstance(inputs, dict):
-        raise ApiError(
-            "invalid", "inputs must be an object {source_sentence, sentences}", param="inputs"
-        )
-    source = check_text(inputs.get("source_sentence"), "inputs.source_sentence", limits)
-    sentences = text_list(inputs.get("sentences"), "inputs.sentences", limits)
-    params = _params(data)
-    prompt = params.get("prompt_name")
-    if prompt is not None and not isinstance(prompt, str):
-        raise ApiError("invalid", f"prompt_name must be a string, got {prompt!r}", "prompt_name")
+    body = bodies.SIMILARITY.read(data, limits)
+    inputs = body["inputs"]
+    params = body["parameters"] or {}
     return TaskRequest(
         model=None,
-        items=[source, *sentences],
-        truncate=_truncate(data, params),
-        options={"prompt_name": prompt},
+        items=[inputs["source_sentence"], *inputs["sentences"]],
+        truncate=params.get("truncate", body["truncate"]),
+        options={"prompt_name": params.get("prompt_name")},
     )
 
 
@@ -569,14 +500,9 @@ class Tokenizing:
         Raises:
             ApiError: the body breaks a rule (naming the field).
         """
-        data = require_object(data)
-        if "inputs" not in data:
-            raise ApiError("invalid", "inputs is required", param="inputs")
-        value = data["inputs"]
-        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-            value = [[v] for v in value]  # TEI: a list of strings is a batch of texts
-        items, _ = parse_predict_inputs(value, limits)
-        special = optional_bool(data, "add_special_tokens", True)
+        body = bodies.TOKENIZE.read(data, limits)
+        items = body["inputs"]
+        special = body["add_special_tokens"]
         out = []
         with self._lock:
             for item in items:
@@ -603,25 +529,13 @@ class Tokenizing:
                 out.append(row)
         return out
 
-    def decode(self, data: Any) -> list[str]:
+    def decode(self, data: Any, limits: RequestLimits) -> list[str]:
         """TEI's ``/decode``: ``ids`` (a list, or a list of lists) to texts.
 
         Raises:
             ApiError: ``ids`` is not a list of integers (or of lists of them).
         """
-        data = require_object(data)
-        ids = data.get("ids")
-        if isinstance(ids, list) and ids and all(isinstance(i, int) for i in ids):
-            batch = [ids]
-        elif isinstance(ids, list) and ids and all(isinstance(i, list) for i in ids):
-            batch = ids
-        else:
-            raise ApiError(
-                "invalid", "ids must be a list of integers or a list of such lists", "ids"
-            )
-        for i, row in enumerate(batch):
-            if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in row):
-                raise ApiError("invalid", f"ids[{i}] must hold integers >= 0", param="ids")
-        skip = optional_bool(data, "skip_special_tokens", True)
+        body = bodies.DECODE.read(data, limits)
+        batch, skip = body["ids"], body["skip_special_tokens"]
         with self._lock:
             return [self._tokenizer.decode(row, skip_special_tokens=skip) for row in batch]

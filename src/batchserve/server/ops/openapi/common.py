@@ -21,7 +21,6 @@ __all__ = [
     "error_responses",
     "json_content",
     "ok_response",
-    "prompt_schema",
     "simple_op",
     "timing_headers",
 ]
@@ -166,22 +165,6 @@ def timing_headers() -> dict[str, Any]:
         "schema": {"type": "integer", "minimum": 1},
     }
     return headers
-
-
-def prompt_schema(prompts: list[str], *, nullable: bool) -> dict[str, Any]:
-    """``prompt_name``: one of the ``prompts`` the served models define (or null if ``nullable``).
-
-    With no prompts served, only null (or, not ``nullable``, nothing) is valid.
-    """
-    description = (
-        "An embedding model's prompt, prepended to each text: one of its folder's "
-        "(`config_sentence_transformers.json`); default: its default prompt, as on every "
-        "route. An unknown name (or one for another kind of model) is 422."
-    )
-    names: list[Any] = [*prompts, None] if nullable else list(prompts)
-    if not names:
-        return {"not": {}, "description": description + " No served model defines prompts."}
-    return {"enum": names, "description": description}
 
 
 def json_content(schema: dict[str, Any]) -> dict[str, Any]:

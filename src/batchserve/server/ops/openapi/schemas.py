@@ -9,10 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from batchserve.models.kinds import KINDS
-from batchserve.server.ops.openapi.common import prompt_schema
-from batchserve.server.protocols.kserve import MAX_TENSORS
+from batchserve.server.protocols.bodies import INFER, INFINITY_EMBEDDINGS, OPENAI_EMBEDDINGS
+from batchserve.server.protocols.fields import Served
 from batchserve.server.protocols.tensors import DTYPES, MAX_DIMS
-from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import STATUS_TABLE
 
 __all__ = ["inference_schemas"]
@@ -38,20 +37,8 @@ _FASTAPI_DETAIL = {
 }
 
 
-def inference_schemas(
-    models: list[str],
-    limits: RequestLimits,
-    dimensions: list[int],
-    prompts: list[str] | None = None,
-) -> dict[str, Any]:
-    """The components the inference routes refer to.
-
-    For the served ``models``, the request ``limits``, the embedding ``dimensions`` and the
-    names of the ``prompts`` the models define.
-    """
-    # The limits are stated in words, not as maxItems/maxLength: they are settings of the
-    # deployment, and a request over one is answered 413, like a body over the byte limit.
-    text = {"type": "string", "minLength": 1}
+def inference_schemas(served: Served) -> dict[str, Any]:
+    """The components the inference routes refer to, for what is ``served``."""
     tensor = {
         "type": "object",
         "required": ["name", "datatype", "shape"],
@@ -71,33 +58,7 @@ def inference_schemas(
         },
     }
     schemas: dict[str, Any] = {
-        "EmbeddingsRequest": {
-            "type": "object",
-            "required": ["input"],
-            "properties": {
-                "input": {
-                    "description": f"A text, or a list of at most {limits.max_inputs} texts "
-                    f"(--max-inputs), each of at most {limits.max_input_chars} characters "
-                    "(--max-input-chars), none empty; over a limit: 413.",
-                    "oneOf": [text, {"type": "array", "items": text, "minItems": 1}],
-                },
-                # The optional fields may also be null, which means the same as absent.
-                "model": {
-                    "type": ["string", "null"],
-                    "enum": [*models, None],
-                    "description": "Default: the first served model.",
-                },
-                "encoding_format": {"enum": ["float", "base64", None], "default": "float"},
-                "dimensions": {
-                    "type": ["integer", "null"],
-                    "description": "Keep the first N values, renormalised; at most the "
-                    "model's own dimension.",
-                    "minimum": 1,
-                    **({"maximum": max(dimensions)} if dimensions else {}),
-                },
-                "user": {"type": ["string", "null"], "description": "Ignored."},
-            },
-        },
+        "EmbeddingsRequest": OPENAI_EMBEDDINGS.schema(served),
         "EmbeddingsResponse": {
             "type": "object",
             "properties": {
@@ -175,50 +136,7 @@ def inference_schemas(
             "properties": {"message": {"type": "string"}, "detail": {"type": "string"}},
         },
         "Tensor": tensor,
-        "InferRequest": {
-            "type": "object",
-            "required": ["inputs"],
-            "properties": {
-                "id": {"type": "string"},
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "timeout": {
-                            "type": "integer",
-                            "description": "Timeout in microseconds, as Triton reads it.",
-                        },
-                        "priority": {
-                            "description": "Class of work, as Triton's priority: a level "
-                            "(1 = the first class, 0 = the default) or a class name. Read "
-                            "only by models with classes; takes precedence over `X-Priority`.",
-                            "oneOf": [{"type": "integer"}, {"type": "string"}],
-                        },
-                        "binary_data_output": {"type": "boolean"},
-                        "prompt_name": prompt_schema(prompts or [], nullable=False),
-                    },
-                },
-                "inputs": {
-                    "type": "array",
-                    "items": {"$ref": "#/components/schemas/Tensor"},
-                    "minItems": 1,
-                    "maxItems": MAX_TENSORS,
-                },
-                "outputs": {
-                    "type": "array",
-                    "maxItems": MAX_TENSORS,
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "name": {"type": "string"},
-                            "parameters": {
-                                "type": "object",
-                                "properties": {"binary_data": {"type": "boolean"}},
-                            },
-                        },
-                    },
-                },
-            },
-        },
+        "InferRequest": INFER.schema(served),
         "InferResponse": {
             "type": "object",
             "properties": {
@@ -229,14 +147,12 @@ def inference_schemas(
             },
         },
     }
-    schemas.update(_infinity_schemas(schemas, limits))
+    schemas.update(_infinity_schemas(schemas, served))
     return schemas
 
 
-def _infinity_schemas(schemas: dict[str, Any], limits: RequestLimits) -> dict[str, Any]:
+def _infinity_schemas(schemas: dict[str, Any], served: Served) -> dict[str, Any]:
     """Infinity's ``/embeddings`` (OpenAI's shape, with its differences) and ``/models``."""
-    openai_request = schemas["EmbeddingsRequest"]["properties"]
-    text = {"type": "string"}
     counts = {"type": "integer", "minimum": 0}
     model = {
         "type": "object",
@@ -266,37 +182,7 @@ def _infinity_schemas(schemas: dict[str, Any], limits: RequestLimits) -> dict[st
         },
     }
     return {
-        "InfinityEmbeddingsRequest": {
-            "type": "object",
-            "required": ["input"],
-            "properties": {
-                **openai_request,
-                "input": {
-                    "description": f"A text, or a list of at most {limits.max_inputs} texts "
-                    f"(--max-inputs), each of at most {limits.max_input_chars} characters "
-                    "(--max-input-chars); an empty text is embedded, as Infinity does. Over "
-                    "a limit: 413.",
-                    "oneOf": [text, {"type": "array", "items": text, "minItems": 1}],
-                },
-                "model": {
-                    "type": ["string", "null"],
-                    "minLength": 1,
-                    "description": "A served model; with one model served, any name (and "
-                    "`default/not-specified`, what infinity_client sends) is that model, "
-                    "as Infinity resolves it.",
-                },
-                "dimensions": {
-                    **openai_request["dimensions"],
-                    "minimum": 0,
-                    "description": "0 or absent: the model's own (Infinity's default); else "
-                    "the first N values, renormalised, at most the model's own dimension.",
-                },
-                "modality": {
-                    "enum": ["text", None],
-                    "description": "Only texts are embedded here.",
-                },
-            },
-        },
+        "InfinityEmbeddingsRequest": INFINITY_EMBEDDINGS.schema(served),
         "InfinityEmbeddingsResponse": {
             "type": "object",
             "properties": {
