@@ -77,3 +77,45 @@ def test_a_stated_cost_is_trusted_until_measured() -> None:
     with pytest.raises(DeadlineInfeasible):
         p.offer(0.0, "x", deadline=0.01)
     assert p.statistics().counters.received == 1
+
+
+def test_a_request_of_several_items_rides_whole_on_the_probe() -> None:
+    # The belief says a pass takes 3 s; the deadlines are 2 s. A request of 32 items at an
+    # idle server: its first item is the probe, and the 31 behind it join the probe's pass
+    # (it starts on the idle worker at once). Refusing them would refuse the request,
+    # withdraw its first item, and leave nothing to correct the belief: every request of
+    # more than one item would be refused for ever.
+    p: Policy[str] = Policy(BatchConfig(max_batch_size=32, max_wait_s=0.0, initial_cost=COST))
+    serve_one(p, 0.0, 3.0, deadline_s=5.0)  # learned: a pass takes 3 s
+    for i in range(32):
+        p.offer(10.0, f"item {i}", deadline=12.0)
+    with pytest.raises(DeadlineInfeasible):
+        p.offer(10.0, "one more", deadline=12.0)  # beyond one pass: not the probe's
+    (batch,) = p.poll(10.0).dispatch
+    assert len(batch.entries) == 32
+    with pytest.raises(DeadlineInfeasible):
+        p.offer(10.0, "while it runs", deadline=12.0)  # no worker idle: no probe
+    p.finish(10.03, batch)  # the model is fast again: 30 ms, and the belief learns it
+    for t in (11.0, 12.0, 13.0):
+        for i in range(32):
+            p.offer(t, f"later {i}", deadline=t + 2.0)
+        (batch,) = p.poll(t).dispatch
+        p.finish(t + 0.03, batch)
+    assert p.cost_model.estimate.fixed_s + 32 * p.cost_model.estimate.per_item_s < 2.0
+
+
+def test_behind_a_head_admitted_on_its_prediction_no_item_is_a_probe() -> None:
+    # The head of the queue fits its (later) deadline; an item that would make the pass
+    # late is refused as before: it does not ride on a probe, there is none.
+    p: Policy[str] = Policy(BatchConfig(max_batch_size=32, max_wait_s=0.0, initial_cost=COST))
+    serve_one(p, 0.0, 3.0, deadline_s=5.0)
+    p.offer(10.0, "fits", deadline=20.0)
+    with pytest.raises(DeadlineInfeasible):
+        p.offer(10.0, "late", deadline=12.0)
+    # A screen that admitted a probe which never came does not make the next head one.
+    q: Policy[str] = Policy(BatchConfig(max_batch_size=32, max_wait_s=0.0, initial_cost=COST))
+    serve_one(q, 0.0, 3.0, deadline_s=5.0)
+    assert q.screen(10.0, 12.0) is None  # a probe, were it offered
+    q.offer(10.0, "fits", deadline=20.0)
+    with pytest.raises(DeadlineInfeasible):
+        q.offer(10.0, "late", deadline=12.0)

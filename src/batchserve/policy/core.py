@@ -167,6 +167,11 @@ class Policy(Generic[PayloadT]):
         # that expires or dispatches, finish, close); a passed screen is reused by the next
         # offer only while it is unchanged (see ``screen``).
         self._changes = 0
+        # The probe (``probe_ok``): ``_probe_at`` is ``_changes`` when the last item at the
+        # head of an empty queue was admitted as one; ``_probing`` whether the queued items
+        # ride on a probe (it heads the queue, and no pass has been dispatched since).
+        self._probe_at = -1
+        self._probing = False
         self._verdicts = Verdicts()
         self.by_tokens = by_tokens
         pricing: Pricing[PayloadT]
@@ -289,9 +294,16 @@ class Policy(Generic[PayloadT]):
         item is admitted as a probe (it only uses an idle worker) and its pass refreshes
         the belief. A cost stated up front and never measured is trusted.
         """
-        return (
-            depth == 0 and len(self._running) < self.config.workers and self.cost_model.samples > 0
-        )
+        if len(self._running) >= self.config.workers or not self.cost_model.samples:
+            return False
+        if depth == 0:
+            self._probe_at = self._changes
+            return True
+        # The items that join the probe's pass (it starts on the idle worker at once) ride
+        # on it: a request of several items is admitted whole, its pass measured. Refusing
+        # all but the first would refuse the request, withdraw the first, and leave the
+        # belief that refused it with nothing to correct it.
+        return self._probing and depth < self.config.max_batch_size
 
     # -- events ----------------------------------------------------------------------------
 
@@ -335,12 +347,16 @@ class Policy(Generic[PayloadT]):
             or deadline != verdicts.screened_deadline
             or now > verdicts.screened_until
         ):
+            self._probe_at = -1  # set again if this check admits a probe
             refusal = discipline.refusal(now, deadline, work_class, tenant, True)
             if refusal is not None:
                 tally.received += 1
                 tally.rejected[refusal.reason] += 1
                 raise refusal
         tally.received += 1
+        if not self._queue:
+            # The head of the queue: a probe or not, the items behind it ride with it.
+            self._probing = self._probe_at == self._changes
         self._changes += 1
         size = self._pricing.admit(size)
         entry = discipline.push(next(self._ids), payload, now, deadline, size, work_class, tenant)
@@ -370,6 +386,7 @@ class Policy(Generic[PayloadT]):
         verdicts = self._verdicts
         verdicts.fits_until = -math.inf
         discipline = self._discipline
+        self._probe_at = -1  # set again if this check admits a probe
         refusal = discipline.refusal(now, deadline, work_class, tenant, False)
         if refusal is not None:
             self._tally.refuse(refusal.reason)
@@ -449,6 +466,7 @@ class Policy(Generic[PayloadT]):
                     heapq.heappush(running_deadlines, (e.deadline, e.id, e))
             batch = Batch(next(self._batch_ids), entries, now)
             running[batch.id] = batch
+            self._probing = False
             dispatch.append(batch)
             dispatched(batch)
             self._changes += 1
