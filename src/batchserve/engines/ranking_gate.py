@@ -27,7 +27,7 @@ tested with plain numbers.
 and the same pair scored among random batch-mates must get the same score.
 :func:`score_similarity` is the figure :func:`batchserve.engines.quality.invariance`
 measures for these kinds: one minus the largest change of an item's score (its kind's
-activation, :attr:`Kind.activate <batchserve.models.kinds.Kind.activate>`: the sigmoid of
+activation, :meth:`Kind.activate <batchserve.models.kinds.Kind.activate>`: the sigmoid of
 a reranker's logit, a classifier's softmax probabilities), so that the embedder's bound
 (:data:`~batchserve.engines.quality.MIN_INVARIANCE`, 0.9999) reads the same for every kind:
 a score may move by at most 1e-4 with its batch-mates. ``--backend auto`` screens it before
