@@ -34,6 +34,7 @@ from batchserve.engines.quality_set import QualitySet
 from batchserve.engines.ranking_gate import SequenceJudge, SequenceVerdict, score_similarity
 from batchserve.engines.verdict import BUSY_SHARE, Trial, Verdict, gate_order, pick
 from batchserve.errors import ConfigError
+from batchserve.models.kinds import CLASSIFIER, RERANKER
 
 EPYC = Machine(cpu_model="AMD EPYC", cpu_flags=frozenset({"avx2", "fma"}), cores=2)
 ALL = {"torch", "onnx", "onnx-int8", "openvino", "openvino-int8"}
@@ -450,11 +451,11 @@ def test_a_rerankers_engines_are_timed_on_pairs_and_gated_by_the_ranking_they_ke
         "load": fakes.__getitem__,
         "installed": {"torch", "onnx", "onnx-int8", "openvino"},
         "quality_set": RANKED,
-        "judge": SequenceJudge("reranker", RANKED),
+        "judge": SequenceJudge(RERANKER, RANKED),
         "machine": EPYC,
     }
     verdict, fn = choose(source, **kwargs)
-    assert (verdict.kind, verdict.chosen) == ("reranker", Engine("onnx", "float32"))
+    assert (verdict.kind, verdict.chosen) == (RERANKER, Engine("onnx", "float32"))
     assert fn is fakes[Engine("onnx", "float32")]
     # every engine was timed on (query, passage) pairs of the reference manual's paragraphs
     timed = fakes[Engine("torch", "float32")]
@@ -473,17 +474,17 @@ def test_a_rerankers_engines_are_timed_on_pairs_and_gated_by_the_ranking_they_ke
     assert "onnx/float32 *" in table
     # the verdict and its figures are read back from the cache as they were written
     again, fn = choose(source, **kwargs)
-    assert (again.cached, again.kind, fn) == (True, "reranker", None)
+    assert (again.cached, again.kind, fn) == (True, RERANKER, None)
     assert again.trials == verdict.trials
     # a classifier's verdict of the same folder would be another
-    assert SequenceJudge("classifier", RANKED).key() != SequenceJudge("reranker", RANKED).key()
+    assert SequenceJudge(CLASSIFIER, RANKED).key() != SequenceJudge(RERANKER, RANKED).key()
 
 
 def test_a_score_that_moves_with_its_batch_mates_fails_the_invariance_screen() -> None:
-    judge = SequenceJudge("reranker", RANKED)
+    judge = SequenceJudge(RERANKER, RANKED)
     assert judge.screen(Scorer(0.0), batch_size=4) == pytest.approx(1.0)
     assert judge.screen(Scorer(0.0, drift=0.001), batch_size=4) < MIN_INVARIANCE
-    similarity = score_similarity("classifier")
+    similarity = score_similarity(CLASSIFIER)
     alone = np.array([[0.0, 0.0], [2.0, 0.0]], dtype=np.float32)
     assert similarity(alone, alone).tolist() == [1.0, 1.0]
     moved = similarity(alone, alone + np.array([[0.0, 0.01], [0.0, 0.0]], dtype=np.float32))

@@ -52,6 +52,7 @@ def test_rerank_and_classify_on_cuda_give_the_cpus_scores(
     from batchserve.engines import sequence
     from batchserve.engines.ranking_gate import score_similarity
     from batchserve.engines.runtime import Runtime
+    from batchserve.models.kinds import RERANKER
 
     path: Path = request.getfixturevalue(folder)
     cpu = sequence.on_torch(path, Runtime(backend="torch", device="cpu", threads=1))
@@ -59,12 +60,12 @@ def test_rerank_and_classify_on_cuda_give_the_cpus_scores(
     assert gpu.device.startswith("cuda")
     texts = _texts(64)
     items: list[Any] = (
-        [("how do I read a file", t) for t in texts] if gpu.kind == "reranker" else texts
+        [("how do I read a file", t) for t in texts] if gpu.kind is RERANKER else texts
     )
     want, got = _scores(cpu, items), _scores(gpu, items)
     # float32 on both (TF32 is off for matrix products by default): the same logits.
     assert np.max(np.abs(want - got)) <= 1e-4
-    if gpu.kind == "reranker":
+    if gpu.kind is RERANKER:
         assert list(np.argsort(-want[:, 0], kind="stable")) == list(
             np.argsort(-got[:, 0], kind="stable")
         )

@@ -13,7 +13,7 @@ from batchserve.engines.heads import VectorHead
 from batchserve.engines.model import EngineModel
 from batchserve.engines.runtime import Runtime, default_workers
 from batchserve.errors import ConfigError
-from batchserve.models.kinds import EMBEDDING, GENERIC, Prompts
+from batchserve.models.kinds import EMBEDDING, GENERIC, Kind, Prompts
 from batchserve.models.loader import needs_engine
 
 
@@ -53,7 +53,7 @@ def test_the_specs_options_override_the_runtime_given(
         backend, dtype, device, threads, graphs = "onnx", "float32", "cpu", 1, None
 
     def fake_load(
-        path: Path, rt: Runtime, *, gated: bool = True, kind: str = "embedding"
+        path: Path, rt: Runtime, *, gated: bool = True, kind: Kind = EMBEDDING
     ) -> EngineModel:
         assert path == tmp_path
         seen.append(rt)

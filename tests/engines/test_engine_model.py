@@ -18,12 +18,13 @@ import pytest
 from batchserve.engines.cuda_graphs import Check, GraphedPasses, cosine_within
 from batchserve.engines.model import EngineModel
 from batchserve.models.engine import Engine
+from batchserve.models.kinds import EMBEDDING
 
 
 class CharHead:
     """One token per character, at most 4; texts of under 3 characters grouped apart."""
 
-    kind = "embedding"
+    kind = EMBEDDING
     width = 2
     window = 4
     tokenizer = None
@@ -129,7 +130,7 @@ def test_a_cut_item_is_told_from_one_that_fills_the_window(model: EngineModel) -
 def test_it_states_what_the_server_reads_of_an_engine(model: EngineModel) -> None:
     engine: Engine = model  # the protocol, checked by mypy
     assert (engine.kind, engine.backend, engine.device, engine.dtype) == (
-        "embedding",
+        EMBEDDING,
         "fake",
         "cpu",
         "float32",

@@ -18,19 +18,19 @@ from batchserve.engines.runners import TorchRunner
 from batchserve.engines.runtime import Runtime
 from batchserve.engines.sequence import max_sequence_length, on_torch
 from batchserve.errors import ConfigError
-from batchserve.models.kinds import CLASSIFIER, RERANKER, folder_kind, wrong_kind
+from batchserve.models.kinds import CLASSIFIER, EMBEDDING, RERANKER, folder_kind, wrong_kind
 
 pytest.importorskip("transformers")
 
 
 def test_the_kind_comes_from_the_folder(reranker_folder: Path, classifier_folder: Path) -> None:
-    assert folder_kind(reranker_folder).kind == "reranker"
+    assert folder_kind(reranker_folder).kind is RERANKER
     assert folder_kind(reranker_folder).labels == ("LABEL_0",)
     found = folder_kind(classifier_folder)
-    assert found.kind == "classifier"
+    assert found.kind is CLASSIFIER
     assert found.labels == ("negative", "neutral", "positive")
     assert found.architecture == "BertForSequenceClassification"
-    assert folder_kind(builtin_path()).kind == "embedding"
+    assert folder_kind(builtin_path()).kind is EMBEDDING
 
 
 def test_a_folder_without_labels_counts_num_labels(tmp_path: Path) -> None:
@@ -66,7 +66,7 @@ def test_a_reranker_scores_pairs_as_the_model_does_alone(reranker_folder: Path) 
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     engine = on_torch(reranker_folder, Runtime(backend="torch", threads=1))
-    assert engine.kind == "reranker"
+    assert engine.kind is RERANKER
     assert engine.num_labels == 1
     pairs = [
         ("what is a cat", "A cat is a small domesticated carnivorous mammal."),
@@ -94,7 +94,7 @@ def test_a_reranker_scores_pairs_as_the_model_does_alone(reranker_folder: Path) 
 
 def test_a_classifier_answers_one_logit_per_label(classifier_folder: Path) -> None:
     engine = on_torch(classifier_folder, Runtime(backend="torch", threads=1))
-    assert engine.kind == "classifier"
+    assert engine.kind is CLASSIFIER
     assert engine.labels == ("negative", "neutral", "positive")
     out = engine(["I love it", ("premise", "hypothesis"), "I hate it"])
     assert out.shape == (3, 3)
@@ -188,10 +188,10 @@ def test_spearman_and_the_gate_s_thresholds_with_plain_numbers() -> None:
         return np.where(out == 5.0, 4.0, np.where(out == 4.0, 5.0, out))
 
     passages = ["a", "bb", "ccc", "dddd", "eeeee"]
-    same = gate_sequence(ref, ref, "reranker", queries=["q"], passages=passages, texts=[])
+    same = gate_sequence(ref, ref, RERANKER, queries=["q"], passages=passages, texts=[])
     assert same.passed
     assert same.spearman_mean == 1.0
-    moved = gate_sequence(ref, swapped, "reranker", queries=["q"], passages=passages, texts=[])
+    moved = gate_sequence(ref, swapped, RERANKER, queries=["q"], passages=passages, texts=[])
     assert not moved.passed
     assert moved.top_kept == 0.0
     assert "FAIL" in moved.summary()
@@ -200,7 +200,7 @@ def test_spearman_and_the_gate_s_thresholds_with_plain_numbers() -> None:
         return np.asarray([[len(t) % 2, 1 - len(t) % 2] for t in texts], dtype=np.float32)
 
     texts = ["a", "bb", "ccc"]
-    assert gate_sequence(labels, labels, "classifier", queries=[], passages=[], texts=texts).passed
+    assert gate_sequence(labels, labels, CLASSIFIER, queries=[], passages=[], texts=texts).passed
 
 
 def test_at_float32_every_score_stays_within_1e4_and_every_order_is_kept() -> None:
@@ -220,7 +220,7 @@ def test_at_float32_every_score_stays_within_1e4_and_every_order_is_kept() -> No
         return scores
 
     def judge(candidate: Any, dtype: str) -> Any:
-        return gate_sequence(ref, candidate, "reranker", queries=["q", "r"], passages=passages,
+        return gate_sequence(ref, candidate, RERANKER, queries=["q", "r"], passages=passages,
                              texts=[], dtype=dtype)  # fmt: skip
 
     assert judge(nudged(1e-5), "float32").passed  # 2.5e-6 after the sigmoid
@@ -254,10 +254,10 @@ def test_at_float32_every_label_is_kept_but_for_ties() -> None:
         out[0] = [0.0, 1.0]
         return out
 
-    kept = gate_sequence(ref, flips_the_tie, "classifier", queries=[], passages=[],
+    kept = gate_sequence(ref, flips_the_tie, CLASSIFIER, queries=[], passages=[],
                          texts=texts, dtype="float32")  # fmt: skip
     assert (kept.passed, kept.order_kept, kept.label_kept) == (True, 1.0, 0.99)
-    lost = gate_sequence(ref, flips_one, "classifier", queries=[], passages=[],
+    lost = gate_sequence(ref, flips_one, CLASSIFIER, queries=[], passages=[],
                          texts=texts, dtype="float32")  # fmt: skip
     assert not lost.passed  # 99% kept passes the rate, but one decisive label moved
     assert lost.failed_bounds() == ["score", "order"]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from batchserve.errors import ConfigError
-from batchserve.models.kinds import SERVES, folder_kind
+from batchserve.models.kinds import CLASSIFIER, EMBEDDING, RERANKER, SERVES, folder_kind
 
 TRANSFORMER = "sentence_transformers.base.modules.transformer.Transformer"
 POOLING = "sentence_transformers.sentence_transformer.modules.pooling.Pooling"
@@ -75,7 +75,7 @@ def test_embedders_are_served_whatever_their_architecture(
 ) -> None:
     path = folder(tmp_path / "m", architectures, modules=modules, st_type=st_type)
     found = folder_kind(path)
-    assert (found.kind, found.refusal, found.architecture) == ("embedding", None, architectures[0])
+    assert (found.kind, found.refusal, found.architecture) == (EMBEDDING, None, architectures[0])
     found.check(path)
 
 
@@ -86,11 +86,11 @@ def test_rerankers_and_classifiers_as_cross_encoder_and_save_pretrained_write_th
     saved = folder(
         tmp_path / "ce", arch, modules=[TRANSFORMER], st_type="CrossEncoder", num_labels=1
     )
-    assert folder_kind(saved).kind == "reranker"
+    assert folder_kind(saved).kind is RERANKER
     folder_kind(saved).check(saved)
     labels = {"0": "no", "1": "yes", "2": "maybe"}
     pretrained = folder(tmp_path / "c", arch, id2label=labels)
-    assert (folder_kind(pretrained).kind, folder_kind(pretrained).refusal) == ("classifier", None)
+    assert (folder_kind(pretrained).kind, folder_kind(pretrained).refusal) == (CLASSIFIER, None)
 
 
 @pytest.mark.parametrize(

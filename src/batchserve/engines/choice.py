@@ -80,6 +80,7 @@ from batchserve.engines.quality_set import QualitySet
 from batchserve.engines.runtime import usable_cores
 from batchserve.engines.verdict import FORMAT, Figures, Trial, Verdict, gate_order, pick
 from batchserve.errors import ConfigError
+from batchserve.models.kinds import EMBEDDING, Kind
 
 __all__ = [
     "EmbeddingJudge",
@@ -197,7 +198,7 @@ class Judge(Protocol):
     :class:`~batchserve.engines.ranking_gate.SequenceJudge` for a reranker or classifier.
     """
 
-    kind: str
+    kind: Kind
 
     def key(self) -> dict[str, Any]:
         """What the verdict depends on besides the engines, machine and settings."""
@@ -244,7 +245,7 @@ class EmbeddingJudge:
         workers: passes at once.
     """
 
-    kind = "embedding"
+    kind = EMBEDDING
 
     def __init__(
         self, source: Path, cache_dir: Path, quality_set: QualitySet, workers: int

@@ -280,9 +280,7 @@ def _build(source: Path, backend: str, cache_dir: Path, out: Path) -> dict[str, 
         fp32 = ensure_exported(source, "onnx", cache_dir)
         _convert_openvino(fp32.model_file, out / _OV_FILE)
         return {"model_file": _OV_FILE}
-    from batchserve.models.kinds import folder_kind
-
-    if folder_kind(source).kind in ("reranker", "classifier"):
+    if _answers_logits(source):
         raise ConfigError(
             "backend openvino-int8 is not offered for rerankers and classifiers yet "
             "(its calibration embeds texts); use openvino, onnx or onnx-int8"
@@ -290,6 +288,14 @@ def _build(source: Path, backend: str, cache_dir: Path, out: Path) -> dict[str, 
     ir = ensure_exported(source, "openvino", cache_dir)
     calibration = _quantize_openvino(source, ir.model_file, out / _OV_FILE)
     return {"model_file": _OV_FILE, "calibration_texts": calibration}
+
+
+def _answers_logits(source: Path) -> bool:
+    # A reranker's or classifier's folder: its kind's head answers logits (a sequence
+    # classification model), exported as the model itself rather than as an embedder.
+    from batchserve.models.kinds import Logits, folder_kind
+
+    return isinstance(folder_kind(source).kind.head, Logits)
 
 
 def _export_sequence_onnx(source: Path, path: Path) -> None:
@@ -334,9 +340,7 @@ def _export_sequence_onnx(source: Path, path: Path) -> None:
 def _export_onnx(source: Path, path: Path) -> None:
     import torch
 
-    from batchserve.models.kinds import folder_kind
-
-    if folder_kind(source).kind in ("reranker", "classifier"):
+    if _answers_logits(source):
         _export_sequence_onnx(source, path)
         return
 

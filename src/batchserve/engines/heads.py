@@ -35,6 +35,7 @@ import numpy.typing as npt
 
 from batchserve.engines.cuda_graphs import Check, cosine_within, logits_within
 from batchserve.engines.pipeline import Preprocess, TextPipeline
+from batchserve.models.kinds import EMBEDDING, Kind
 from batchserve.models.token_counts import estimate_tokens
 
 __all__ = ["Head", "LogitsHead", "Pair", "VectorHead", "item_key"]
@@ -52,8 +53,8 @@ class Head(Protocol):
     """What a kind's half of a model on an engine does (see the module docstring)."""
 
     @property
-    def kind(self) -> str:
-        """The model's kind (``embedding``, ``reranker``, ``classifier``)."""
+    def kind(self) -> Kind:
+        """The model's kind (:mod:`batchserve.models.kinds`)."""
         ...
 
     @property
@@ -146,7 +147,7 @@ class VectorHead:
         pipeline: the :class:`~batchserve.engines.pipeline.TextPipeline`.
     """
 
-    kind = "embedding"
+    kind = EMBEDDING
     labels: tuple[str, ...] = ()
 
     def __init__(self, pipeline: TextPipeline, *, preprocess: Preprocess | None = None) -> None:
@@ -243,7 +244,7 @@ class LogitsHead:
 
     Args:
         tokenizer: the model's fast tokenizer.
-        kind: ``reranker`` (one label) or ``classifier`` (several).
+        kind: the model's kind: a reranker (one label) or a classifier (several).
         labels: the label of each logit, in order.
         window: the window in tokens; longer items are truncated.
     """
@@ -251,7 +252,7 @@ class LogitsHead:
     pooling = None
     normalized = None
 
-    def __init__(self, tokenizer: Any, *, kind: str, labels: Sequence[str], window: int) -> None:
+    def __init__(self, tokenizer: Any, *, kind: Kind, labels: Sequence[str], window: int) -> None:
         self._tokenizer = tokenizer
         self._lock = threading.Lock()
         self.kind = kind

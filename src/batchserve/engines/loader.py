@@ -31,14 +31,14 @@ import dataclasses
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 from batchserve.engines.heads import VectorHead
 from batchserve.engines.model import EngineModel
 from batchserve.engines.runtime import Runtime, default_workers
 from batchserve.errors import ConfigError
 from batchserve.models import loader as models_loader
-from batchserve.models.kinds import Kind, folder_kind, kind_named
+from batchserve.models.kinds import EMBEDDING, Kind, Logits, Tensors, Vector, folder_kind
 from batchserve.models.loader import (
     SOURCE_KEYS,
     LoadedModel,
@@ -92,7 +92,7 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
         choice = verdict.to_dict()
     else:
         engine = _load_engine(path, rt, kind=found.kind)
-    return _loaded(spec, engine, kind_named(found.kind), choice=choice)
+    return _loaded(spec, engine, found.kind, choice=choice)
 
 
 def _loaded(
@@ -206,19 +206,29 @@ def _flag(key: str, value: str) -> bool:
 
 
 def _load_engine(
-    path: Path, rt: Runtime, *, gated: bool = True, kind: str = "embedding"
+    path: Path, rt: Runtime, *, gated: bool = True, kind: Kind = EMBEDDING
 ) -> EngineModel:
     # The folder's kind decides the head, the runtime the runner; an engine named on
     # purpose is gated (``auto`` gates those it may choose itself, and loads them ungated).
-    if kind in ("reranker", "classifier"):
-        from batchserve.engines import sequence
+    match kind.head:
+        case Logits():
+            from batchserve.engines import sequence
 
-        if not rt.exported:
-            return sequence.on_torch(path, rt)
-        fn = sequence.on_exported(path, rt)
-        if gated:
-            fn.gate = _gate_sequence(path, fn, rt)
-        return fn
+            if not rt.exported:
+                return sequence.on_torch(path, rt)
+            fn = sequence.on_exported(path, rt)
+            if gated:
+                fn.gate = _gate_sequence(path, fn, rt)
+            return fn
+        case Vector():
+            return _load_embedder(path, rt, gated=gated)
+        case Tensors():
+            raise ConfigError(f"{path}: a {kind.name} model runs on no engine")
+        case _:
+            assert_never(kind.head)
+
+
+def _load_embedder(path: Path, rt: Runtime, *, gated: bool) -> EngineModel:
     if rt.exported:
         from batchserve.engines.exported import on_exported
 
@@ -248,15 +258,15 @@ def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[En
     """
     from batchserve.engines.choice import Judge, choose
     from batchserve.engines.hardware import Engine, Machine
+    from batchserve.engines.ranking_gate import GATES, SequenceJudge
     from batchserve.engines.runtime import default_threads, resolve_device
 
     found = folder_kind(path)
     found.check(path, trust_remote_code=rt.trust_remote_code)
     kind = found.kind
     judge: Judge | None = None
-    if kind in ("reranker", "classifier"):
+    if kind.gate in GATES:
         from batchserve.engines.quality_set import load as load_quality_set
-        from batchserve.engines.ranking_gate import SequenceJudge
 
         judge = SequenceJudge(kind, load_quality_set())
 

@@ -39,6 +39,7 @@ from batchserve.engines.cuda_graphs import GraphedPasses
 from batchserve.engines.heads import Head
 from batchserve.engines.passes import PassStatistics, SubPasses, prior
 from batchserve.engines.runners import Runner
+from batchserve.models.kinds import Kind
 from batchserve.models.token_counts import TokenCounts
 
 __all__ = ["EngineModel"]
@@ -77,8 +78,8 @@ class EngineModel:
     # -- what it is ------------------------------------------------------------------------
 
     @property
-    def kind(self) -> str:
-        """``embedding``, ``reranker`` or ``classifier``."""
+    def kind(self) -> Kind:
+        """Its kind (:mod:`batchserve.models.kinds`): an embedder, a reranker or a classifier."""
         return self.head.kind
 
     @property

@@ -244,24 +244,24 @@ class TextPipeline:
         include_prompt = True
         steps: list[str | DenseLayer] = []
         dimension = 0
-        for i, (kind, path) in enumerate(modules[1:], start=1):
+        for i, (module, path) in enumerate(modules[1:], start=1):
             where = folder / path if path else folder
-            if kind == "Pooling":
+            if module == "Pooling":
                 if modes is not None or steps:
                     raise ConfigError(
                         f"{folder}/modules.json: module {i} is a second Pooling or follows a "
                         f"Dense; batchserve serves {_SERVED}"
                     )
                 modes, include_prompt, dimension = _pooling(where)
-            elif kind == "Dense" and modes is not None:
+            elif module == "Dense" and modes is not None:
                 layer, dimension = _dense(where)
                 steps.append(layer)
-            elif kind == "Normalize" and modes is not None:
+            elif module == "Normalize" and modes is not None:
                 _check_normalize(where)
                 steps.append("normalize")
             else:
                 raise ConfigError(
-                    f"{folder}/modules.json: module {i} is {kind} at {path or '.'}, which "
+                    f"{folder}/modules.json: module {i} is {module} at {path or '.'}, which "
                     f"batchserve does not run; it serves {_SERVED}"
                 )
         if modes is None:
@@ -475,10 +475,10 @@ def _modules(folder: Path) -> list[tuple[str, str]] | None:
         raise ConfigError(f"{path} must be a non-empty list of modules")
     out = []
     for i, entry in enumerate(sorted(data, key=lambda e: int(e.get("idx", 0)))):
-        kind = entry.get("type") if isinstance(entry, dict) else None
-        if not isinstance(kind, str):
+        module_type = entry.get("type") if isinstance(entry, dict) else None
+        if not isinstance(module_type, str):
             raise ConfigError(f"{path}: module {i} must name its type")
-        out.append((kind.rsplit(".", 1)[-1], str(entry.get("path") or "")))
+        out.append((module_type.rsplit(".", 1)[-1], str(entry.get("path") or "")))
     return out
 
 

@@ -26,7 +26,8 @@ tested with plain numbers.
 **Batch invariance** holds a reranker to what it holds an embedder to: a pair scored alone
 and the same pair scored among random batch-mates must get the same score.
 :func:`score_similarity` is the figure :func:`batchserve.engines.quality.invariance`
-measures for these kinds: one minus the largest change of an item's score (the sigmoid of
+measures for these kinds: one minus the largest change of an item's score (its kind's
+activation, :meth:`Kind.activate <batchserve.models.kinds.Kind.activate>`: the sigmoid of
 a reranker's logit, a classifier's softmax probabilities), so that the embedder's bound
 (:data:`~batchserve.engines.quality.MIN_INVARIANCE`, 0.9999) reads the same for every kind:
 a score may move by at most 1e-4 with its batch-mates. ``--backend auto`` screens it before
@@ -43,8 +44,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from batchserve.models.kinds import GateName, Kind, kind_named
+
 __all__ = [
     "FLOAT32_SCORE",
+    "GATES",
     "GATE_QUERIES",
     "HALF_SCORE",
     "GATE_TEXTS",
@@ -55,7 +59,6 @@ __all__ = [
     "SequenceJudge",
     "SequenceVerdict",
     "gate_sequence",
-    "probabilities",
     "score_floor",
     "score_similarity",
     "spearman",
@@ -75,6 +78,10 @@ HALF_SCORE = 1e-2
 #: and a classifier's texts.
 GATE_QUERIES = 16
 GATE_TEXTS = 256
+
+#: The gates this module judges (:attr:`Kind.gate <batchserve.models.kinds.Kind.gate>`):
+#: each query's ranking of its passages, and each text's top label.
+GATES: tuple[GateName, ...] = ("order", "label")
 
 Scorer = Callable[[Sequence[Any]], npt.NDArray[np.float32]]
 
@@ -96,7 +103,8 @@ class SequenceVerdict:
     """The gate's figures for one engine against the torch reference.
 
     Attributes:
-        kind: ``reranker`` or ``classifier``.
+        kind: the model's kind: a reranker or a classifier (its :attr:`~Kind.gate`, ``order``
+            or ``label``, says which figures it has).
         passed: whether every threshold holds.
         spearman_mean, spearman_min: rank correlation of each query's passages (reranker).
         top_kept: share of queries whose top passage is kept (reranker).
@@ -109,7 +117,7 @@ class SequenceVerdict:
             (reranker), or of texts whose label is (classifier); None without a floor.
     """
 
-    kind: str
+    kind: Kind
     passed: bool
     spearman_mean: float | None = None
     spearman_min: float | None = None
@@ -142,19 +150,22 @@ class SequenceVerdict:
         return names
 
     def to_dict(self) -> dict[str, Any]:
-        """The figures as JSON-ready values (``kind`` tells them from an embedder's)."""
-        return dataclasses.asdict(self)
+        """The figures as JSON-ready values (``kind``, its name, tells them from an embedder's)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["kind"] = self.kind.name
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SequenceVerdict:
         """Read back what :meth:`to_dict` wrote."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        names = {f.name for f in dataclasses.fields(cls)} - {"kind"}
+        kept = {k: v for k, v in data.items() if k in names}
+        return cls(kind=kind_named(str(data["kind"])), **kept)
 
     def summary(self) -> str:
         """One line: the figures and the verdict."""
         bound = SCORE_TOLERANCE if self.floor is None else self.floor
-        if self.kind == "reranker":
+        if self.kind.gate == "order":
             figures = (
                 f"Spearman mean {self.spearman_mean:.4f} (>= {MIN_SPEARMAN}), min "
                 f"{self.spearman_min:.4f}, top kept {self.top_kept:.1%} (>= {MIN_TOP_KEPT:.0%}), "
@@ -165,8 +176,7 @@ class SequenceVerdict:
             if self.max_score_diff is not None:
                 figures += f", max score diff {self.max_score_diff:.2e} (<= {bound})"
         if self.order_kept is not None:
-            what = "order" if self.kind == "reranker" else "label"
-            figures += f", every {what} kept: {self.order_kept:.1%}"
+            figures += f", every {self.kind.gate} kept: {self.order_kept:.1%}"
         return f"{figures} over {self.items} items: {'pass' if self.passed else 'FAIL'}"
 
 
@@ -184,7 +194,7 @@ def spearman(a: Sequence[float] | npt.NDArray[Any], b: Sequence[float] | npt.NDA
 def gate_sequence(
     reference: Scorer,
     candidate: Scorer,
-    kind: str,
+    kind: Kind,
     *,
     queries: Sequence[str],
     passages: Sequence[str],
@@ -196,20 +206,21 @@ def gate_sequence(
     Args:
         reference: the torch engine (items to logit rows).
         candidate: the engine to gate.
-        kind: ``reranker`` (each query against every passage) or ``classifier`` (texts).
+        kind: the model's kind: its gate is ``order`` (a reranker: each query against every
+            passage) or ``label`` (a classifier: texts).
         queries: a reranker's queries.
         passages: the passages ranked for each query.
         texts: a classifier's texts.
         dtype: the candidate's precision: it sets the per-item floor (:func:`score_floor`).
     """
     floor = score_floor(dtype)
-    if kind == "reranker":
+    if kind.gate == "order":
         pairs = [(q, p) for q in queries for p in passages]
         ref = np.asarray(reference(pairs), dtype=np.float64)[:, 0].reshape(len(queries), -1)
         got = np.asarray(candidate(pairs), dtype=np.float64)[:, 0].reshape(len(queries), -1)
         rhos = [spearman(r, g) for r, g in zip(ref, got, strict=True)]
         top = float(np.mean(np.argmax(ref, axis=1) == np.argmax(got, axis=1)))
-        p_ref, p_got = probabilities(kind, ref), probabilities(kind, got)
+        p_ref, p_got = kind.activate(ref), kind.activate(got)
         diff = float(np.max(np.abs(p_ref - p_got)))
         mean = float(np.mean(rhos))
         order = None if floor is None else _order_kept(p_ref, p_got, floor)
@@ -225,8 +236,8 @@ def gate_sequence(
             order_kept=order,
         )
         return dataclasses.replace(verdict, passed=not verdict.failed_bounds())
-    ref_p = probabilities(kind, np.asarray(reference(list(texts))))
-    got_p = probabilities(kind, np.asarray(candidate(list(texts))))
+    ref_p = kind.activate(np.asarray(reference(list(texts))))
+    got_p = kind.activate(np.asarray(candidate(list(texts))))
     kept = float(np.mean(np.argmax(ref_p, axis=1) == np.argmax(got_p, axis=1)))
     verdict = SequenceVerdict(
         kind=kind,
@@ -260,22 +271,13 @@ def _labels_kept(ref: npt.NDArray[Any], got: npt.NDArray[Any], floor: float) -> 
     return float(np.mean(same | tie)) if len(ref) else 1.0
 
 
-def probabilities(kind: str, logits: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
-    """A reranker's scores (the sigmoid of its logit) or a classifier's softmax, per row."""
-    rows = np.asarray(logits, dtype=np.float64)
-    if kind == "reranker":
-        out: npt.NDArray[np.float64] = 1.0 / (1.0 + np.exp(-rows))
-        return out
-    shifted = np.exp(rows - rows.max(axis=1, keepdims=True))
-    soft: npt.NDArray[np.float64] = shifted / shifted.sum(axis=1, keepdims=True)
-    return soft
-
-
-def score_similarity(kind: str) -> Callable[[npt.NDArray[Any], npt.NDArray[Any]], npt.NDArray[Any]]:
+def score_similarity(
+    kind: Kind,
+) -> Callable[[npt.NDArray[Any], npt.NDArray[Any]], npt.NDArray[Any]]:
     """The invariance figure of a ``kind``: one minus each row's largest score change."""
 
     def similarity(alone: npt.NDArray[Any], together: npt.NDArray[Any]) -> npt.NDArray[Any]:
-        change = np.abs(probabilities(kind, alone) - probabilities(kind, together))
+        change = np.abs(kind.activate(alone) - kind.activate(together))
         out: npt.NDArray[Any] = 1.0 - change.max(axis=1)
         return out
 
@@ -296,18 +298,18 @@ class SequenceJudge:
     :func:`gate_sequence` against the torch float32 reference on the shipped set.
 
     Args:
-        kind: ``reranker`` or ``classifier``.
+        kind: the model's kind: a reranker (gated on ``order``) or a classifier (``label``).
         quality_set: the gate's queries, passages and texts.
     """
 
-    def __init__(self, kind: str, quality_set: Any) -> None:
+    def __init__(self, kind: Kind, quality_set: Any) -> None:
         self.kind = kind
         self._qs = quality_set
         queries = list(quality_set.queries[:GATE_QUERIES])
         passages = list(quality_set.passages)
         self._probe_items: list[Any] = (
             [(queries[i % len(queries)], p) for i, p in enumerate(passages)]
-            if kind == "reranker"
+            if kind.gate == "order"
             else list(quality_set.texts[:GATE_TEXTS])
         )
 
@@ -321,7 +323,7 @@ class SequenceJudge:
         qs = self._qs
         blob = json.dumps([qs.queries[:GATE_QUERIES], qs.passages, qs.texts[:GATE_TEXTS]])
         return {
-            "kind": self.kind,
+            "kind": self.kind.name,
             "set": hashlib.sha256(blob.encode()).hexdigest()[:16],
             "speed_texts": corpus_digest(),
         }
@@ -331,7 +333,7 @@ class SequenceJudge:
         from batchserve.engines.corpus import speed_texts
 
         texts = speed_texts(batch_size, workers)
-        if self.kind != "reranker":
+        if self.kind.gate != "order":
             return [list(b) for b in texts]
         queries = self._qs.queries
         return [[(queries[i % len(queries)], t) for t in b] for i, b in enumerate(texts)]
@@ -339,7 +341,7 @@ class SequenceJudge:
     def unavailable(self, engine: Any) -> str | None:
         """OpenVINO's int8 is not offered: its calibration embeds texts."""
         if engine.backend == "openvino-int8":
-            return f"not offered for a {self.kind} (its int8 calibration embeds texts)"
+            return f"not offered for a {self.kind.name} (its int8 calibration embeds texts)"
         return None
 
     def screen(self, fn: Scorer, batch_size: int) -> float:

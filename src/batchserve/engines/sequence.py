@@ -25,7 +25,7 @@ from batchserve.engines.pipeline import MODEL_INPUTS
 from batchserve.engines.runners import ExportedRunner, TorchRunner, can_capture
 from batchserve.engines.runtime import Runtime, default_threads, place_exported, place_torch
 from batchserve.errors import ConfigError
-from batchserve.models.kinds import FolderKind, folder_kind
+from batchserve.models.kinds import FolderKind, Logits, folder_kind
 
 __all__ = [
     "EXTRA_HINT",
@@ -161,8 +161,8 @@ def _logits(model: Any, inputs: dict[str, Any]) -> Any:
 
 def _sequence_kind(path: str | Path, kind: FolderKind | None) -> FolderKind:
     found = kind or folder_kind(path)
-    if found.kind not in ("reranker", "classifier"):
-        raise ConfigError(f"{path} is not a sequence classification model ({found.kind})")
+    if not isinstance(found.kind.head, Logits):
+        raise ConfigError(f"{path} is not a sequence classification model ({found.kind.name})")
     return found
 
 

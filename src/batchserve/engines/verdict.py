@@ -26,7 +26,8 @@ from batchserve.engines.quality import (
     TOP_K,
     Quality,
 )
-from batchserve.engines.ranking_gate import SequenceVerdict
+from batchserve.engines.ranking_gate import GATES, SequenceVerdict
+from batchserve.models.kinds import EMBEDDING, Kind, kind_named
 
 __all__ = ["BUSY_SHARE", "FORMAT", "Figures", "Trial", "Verdict", "gate_order", "pick"]
 
@@ -109,8 +110,8 @@ class Trial:
 
 
 def _figures_from_dict(data: dict[str, Any]) -> Figures:
-    # A reranker's or classifier's figures say their kind; an embedder's do not.
-    if data.get("kind") in ("reranker", "classifier"):
+    # A reranker's or classifier's figures say their kind (by its name); an embedder's do not.
+    if "kind" in data and kind_named(str(data["kind"])).gate in GATES:
         return SequenceVerdict.from_dict(data)
     return Quality.from_dict(data)
 
@@ -157,8 +158,8 @@ class Verdict:
         seconds: what measuring cost (loads and exports included).
         created: when it was measured (ISO 8601, UTC).
         cached: whether this start read it from the cache.
-        kind: the kind of model measured (``embedding``, ``reranker``, ``classifier``):
-            what its items were and which gate it went through.
+        kind: the kind of model measured (:mod:`batchserve.models.kinds`): what its items
+            were and which gate it went through (its name in :meth:`to_dict`).
         cpu_share: on the CPU, the share of the cores the timed passes asked for that they
             got: this process's CPU seconds over the wall seconds timed times
             ``min(cores, workers x threads)``, at most 1 (None: timed on a GPU, or read
@@ -178,7 +179,7 @@ class Verdict:
     seconds: float
     created: str
     cached: bool = False
-    kind: str = "embedding"
+    kind: Kind = EMBEDDING
     cpu_share: float | None = None
 
     def busy(self) -> bool:
@@ -217,8 +218,8 @@ class Verdict:
         """The candidates side by side: rate, speed-up, every quality figure, gate, choice."""
         ref = self.trial(REFERENCE)
         base = ref.items_per_s if ref is not None else None
-        sequence = self.kind in ("reranker", "classifier")
-        unit = "pairs/s" if self.kind == "reranker" else "texts/s"
+        sequence = self.kind.gate in GATES
+        unit = f"{self.kind.item or 'item'}s/s"
         head = _SEQUENCE_HEAD if sequence else _EMBEDDING_HEAD
         lines = [f"{'engine':24} {unit:>8} {'vs fp32':>7} {head}  gate"]
         for t in self.trials:
@@ -268,7 +269,7 @@ class Verdict:
         """JSON-ready values (what the cache file, ``/status`` and profile --json hold)."""
         return {
             "format": FORMAT,
-            "kind": self.kind,
+            "kind": self.kind.name,
             "chosen": {"backend": self.chosen.backend, "precision": self.chosen.dtype},
             "speedup_vs_torch_fp32": None if (up := self.speedup()) is None else round(up, 3),
             "device": self.device,
@@ -309,7 +310,7 @@ class Verdict:
             seconds=float(data["seconds"]),
             created=str(data["created"]),
             cached=bool(data.get("cached", False)),
-            kind=str(data.get("kind", "embedding")),
+            kind=kind_named(str(data.get("kind", EMBEDDING.name))),
             cpu_share=None if data.get("cpu_share") is None else float(data["cpu_share"]),
         )
 

@@ -20,6 +20,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from batchserve.models.kinds import Kind
+
 __all__ = ["Engine", "Statistics"]
 
 
@@ -39,8 +41,8 @@ class Engine(Protocol):
     """
 
     @property
-    def kind(self) -> str:
-        """``embedding``, ``reranker`` or ``classifier`` (:mod:`batchserve.models.kinds`)."""
+    def kind(self) -> Kind:
+        """Its kind: an embedder, a reranker or a classifier (:mod:`batchserve.models.kinds`)."""
         ...
 
     @property

@@ -37,7 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from batchserve.errors import ConfigError
-from batchserve.models.kinds.kind import KindName
+from batchserve.models.kinds.classifier import CLASSIFIER
+from batchserve.models.kinds.embedding import EMBEDDING
+from batchserve.models.kinds.kind import Kind
+from batchserve.models.kinds.reranker import RERANKER
 
 __all__ = ["SERVES", "FolderKind", "folder_kind"]
 
@@ -78,8 +81,9 @@ class FolderKind:
     """What a model folder's files say it is.
 
     Attributes:
-        kind: the name of its kind, ``embedding``, ``reranker`` or ``classifier``
-            (:func:`~batchserve.models.kinds.kind_named` is the kind itself).
+        kind: its kind: :data:`~batchserve.models.kinds.EMBEDDING`,
+            :data:`~batchserve.models.kinds.RERANKER` or
+            :data:`~batchserve.models.kinds.CLASSIFIER`.
         labels: the label of each logit, in order (``id2label``); empty for an embedder.
         architecture: the first architecture named, if any.
         refusal: why batchserve does not serve it, with what was found (None: it does);
@@ -88,7 +92,7 @@ class FolderKind:
             as ``AutoModel=module.Class`` pairs; empty when it names none.
     """
 
-    kind: KindName
+    kind: Kind
     labels: tuple[str, ...] = ()
     architecture: str | None = None
     refusal: str | None = None
@@ -151,11 +155,11 @@ def folder_kind(path: str | Path) -> FolderKind:
     )
     found = f"config.json architectures: {', '.join(architectures) or 'none'}"
     classifying = any(a.endswith("ForSequenceClassification") for a in architectures)
-    kind: KindName = "embedding"
+    kind = EMBEDDING
     labels: tuple[str, ...] = ()
     if classifying:
         labels = _labels(config, config_file)
-        kind = "reranker" if len(labels) == 1 else "classifier"
+        kind = RERANKER if len(labels) == 1 else CLASSIFIER
     refusal = _media(folder, config, modules)
     if refusal is None and modules is not None:
         refusal = _declared(folder, modules, classifying, found)
