@@ -59,12 +59,7 @@ from batchserve.models.loader import LoadedModel
 from batchserve.server.exchange import Exchange, Parsed, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
 from batchserve.server.protocols import bodies
-from batchserve.server.protocols.bodies import (
-    priority_param,
-    prompt_param,
-    tensor_parameters,
-    timeout_param,
-)
+from batchserve.server.protocols.bodies import tensor_parameters
 from batchserve.server.protocols.tensors import Tensor, decode_tensor, encode_tensor
 from batchserve.server.protocols.window import truncated_head
 from batchserve.server.settings import RequestLimits
@@ -90,11 +85,8 @@ __all__ = [
     "model_metadata",
     "parse_infer_request",
     "parsed",
-    "priority_param",
-    "prompt_param",
     "server_metadata",
     "stack_outputs",
-    "timeout_param",
 ]
 
 #: A model's texts (an embedder's, a classifier's: a kind whose item is a text).

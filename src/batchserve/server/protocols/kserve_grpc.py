@@ -171,9 +171,9 @@ def parse_model_infer(body: bytes) -> tuple[pb.ModelInferRequest, kserve.InferRe
         inputs=decoded,
         outputs={o.name: True for o in msg.outputs},
         binary_default=True,
-        timeout_s=kserve.timeout_param(None if timeout is None else _param(timeout)),
-        priority=kserve.priority_param(None if priority is None else _param(priority)),
-        prompt_name=kserve.prompt_param(None if prompt is None else _param(prompt)),
+        timeout_s=bodies.timeout_param(None if timeout is None else _param(timeout)),
+        priority=bodies.priority_param(None if priority is None else _param(priority)),
+        prompt_name=bodies.prompt_param(None if prompt is None else _param(prompt)),
     )
     return msg, request
 

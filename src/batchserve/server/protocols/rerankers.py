@@ -38,15 +38,8 @@ from typing import TYPE_CHECKING, Any
 from batchserve.models.kinds import CLASSIFIER, RERANKER, Kind
 from batchserve.server.http import json_bytes
 from batchserve.server.protocols import bodies, tei
-from batchserve.server.protocols.fields import Body
-from batchserve.server.protocols.tasks import (
-    Task,
-    TaskRequest,
-    by_score,
-    scores,
-    text_list,
-    tokens_of,
-)
+from batchserve.server.protocols.fields import Body, text_list
+from batchserve.server.protocols.tasks import Task, TaskRequest, by_score, scores, tokens_of
 from batchserve.server.statuses import ApiError
 
 if TYPE_CHECKING:

@@ -45,14 +45,7 @@ import numpy.typing as npt
 from batchserve.batcher import Served
 from batchserve.models.kinds import Activation, Kind, apply_prompt, wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
-from batchserve.server.http import json_bytes, load_json
-from batchserve.server.protocols.fields import (
-    check_text,
-    optional_bool,
-    optional_int,
-    require_object,
-    text_list,
-)
+from batchserve.server.http import load_json
 from batchserve.server.protocols.window import (
     TRUNCATED_HEADER,
     refuse_over_window,
@@ -71,13 +64,8 @@ __all__ = [
     "Task",
     "TaskEndpoint",
     "by_score",
-    "check_text",
-    "optional_bool",
-    "optional_int",
-    "require_object",
     "route_model",
     "scores",
-    "text_list",
 ]
 
 
@@ -297,8 +285,3 @@ def tokens_of(model: ServedModel, items: Sequence[Any]) -> int:
     if count is not None:
         return sum(count(items))
     return sum(len(i.split()) if isinstance(i, str) else 1 for i in items)
-
-
-def json_answer(obj: Any) -> bytes:
-    """An answer's body as compact JSON."""
-    return json_bytes(obj)

@@ -54,16 +54,13 @@ from batchserve.models.kinds import (
 from batchserve.server.http import json_bytes
 from batchserve.server.protocols import bodies
 from batchserve.server.protocols.bodies import predict_inputs as parse_predict_inputs
-from batchserve.server.protocols.tasks import (
-    Task,
-    TaskRequest,
-    by_score,
+from batchserve.server.protocols.fields import (
     check_text,
     optional_bool,
     optional_int,
     require_object,
-    scores,
 )
+from batchserve.server.protocols.tasks import Task, TaskRequest, by_score, scores
 from batchserve.server.statuses import ApiError
 
 if TYPE_CHECKING:
