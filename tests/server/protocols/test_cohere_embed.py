@@ -284,3 +284,30 @@ async def test_a_model_with_no_calibration_refuses_int8_and_packs_bits() -> None
         np.asarray(bits.json()["embeddings"]["binary"], dtype=np.int8).tobytes()
         == expected.tobytes()
     )
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnx", "openvino"])
+async def test_every_engine_quantizes_on_its_own_calibration_whatever_the_batch(
+    folder: Path, library: Any, engine_cache: Path, backend: str
+) -> None:
+    # Each engine auto may choose is calibrated on its own vectors; a text's bytes are the
+    # same sent alone as among others.
+    if backend != "torch":
+        pytest.importorskip("onnxruntime" if backend == "onnx" else "openvino")
+    model = load_model(f"{folder}:backend={backend},threads=1,cache_dir={engine_cache}")
+    async with served(model) as (client, calibration):
+        assert calibration is not None
+        whole = await client.post("/v2/embed", json={"texts": TEXTS, "embedding_types": ALL})
+        alone = [
+            (await client.post("/v2/embed", json={"texts": [t], "embedding_types": ALL})).json()
+            for t in TEXTS
+        ]
+    assert whole.status_code == 200, whole.text
+    body = whole.json()["embeddings"]
+    floats = np.asarray(body["float"], dtype=np.float32)
+    assert _cosines(floats, _reference(library, TEXTS)).min() >= 0.9999
+    assert _cosines(calibration, _reference(library, list(calibration_texts()))).min() >= 0.9999
+    for kind in QUANTIZED:
+        expected = np.asarray(quantize_embeddings(floats, kind, calibration_embeddings=calibration))
+        assert np.asarray(body[kind], dtype=expected.dtype).tobytes() == expected.tobytes()
+        assert [a["embeddings"][kind][0] for a in alone] == body[kind], kind
