@@ -38,6 +38,7 @@ import base64
 import copy
 import threading
 import uuid
+import weakref
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
     from batchserve.server.registry import ServedModel
     from batchserve.server.settings import RequestLimits
 
-__all__ = ["V1_EMBED", "V2_EMBED", "cut_start", "prompt_for"]
+__all__ = ["PROMPT_NAMES", "V1_EMBED", "V2_EMBED", "cut_start", "prompt_for"]
 
 #: The prompt names an ``input_type`` is read as, in order (the folder's first one wins):
 #: the type's own name, then the names ``SentenceTransformer.encode_query`` and
@@ -92,7 +93,7 @@ def _parse(data: Any, limits: RequestLimits, body: Any, version: str) -> TaskReq
     return TaskRequest(
         model=fields["model"],
         items=fields["texts"],
-        truncate=fields["truncate"] != "NONE",
+        truncate=True,  # NONE is refused by _prepare, in Cohere's words
         options={
             "version": version,
             "texts": fields["texts"],
@@ -124,7 +125,6 @@ def _prepare(model: ServedModel, req: TaskRequest) -> None:
             req.items = cut_start(loaded, req.items, name)
         case "NONE":
             _refuse_over_window(loaded, req.items, name)
-            req.truncate = True  # refused here, in Cohere's words: not counted again
 
 
 def _refuse_over_window(loaded: LoadedModel, texts: list[str], prompt_name: str | None) -> None:
@@ -156,16 +156,17 @@ class _Offsets:
         return [start for start, _ in enc["offset_mapping"]]
 
 
-_OFFSETS: dict[int, _Offsets] = {}
+#: Each engine's copy, made at its first START request, gone with the engine.
+_OFFSETS: weakref.WeakKeyDictionary[Any, _Offsets] = weakref.WeakKeyDictionary()
 
 
 def _offsets(loaded: LoadedModel) -> _Offsets | None:
     engine = loaded.on_engine
     if engine is None:
         return None
-    found = _OFFSETS.get(id(engine))
+    found = _OFFSETS.get(engine)
     if found is None:
-        found = _OFFSETS[id(engine)] = _Offsets(engine.tokenizer)
+        found = _OFFSETS[engine] = _Offsets(engine.tokenizer)
     return found
 
 
@@ -196,12 +197,13 @@ def cut_start(loaded: LoadedModel, texts: list[str], prompt_name: str | None) ->
             continue
         text = texts[i]
         starts = offsets.starts(text)
-        j = n - window
+        j, step, tries = n - window, 1, 0
         while j < len(starts):
-            rest = text[starts[j] :]
-            if count([prompted(rest)])[0] <= window:
+            if count([prompted(text[starts[j] :])])[0] <= window:
                 break
-            j += 1
+            tries += 1
+            j += step
+            step *= 2 if tries >= 4 else 1  # a text that keeps missing is not tried per token
         out[i] = text[starts[j] :] if j < len(starts) else ""
     return out
 
