@@ -24,8 +24,10 @@ from server_helpers import build_app, client_for, embedding_model
 
 from batchserve.engines.calibration import calibration_texts
 from batchserve.engines.loader import load_model
+from batchserve.models.kinds import Prompts
 from batchserve.models.loader import LoadedModel
 from batchserve.server import RequestLimits
+from batchserve.server.protocols.cohere import PROMPT_NAMES, prompt_for
 from batchserve.server.protocols.openai import shorten
 
 st = pytest.importorskip("sentence_transformers")
@@ -311,3 +313,29 @@ async def test_every_engine_quantizes_on_its_own_calibration_whatever_the_batch(
         expected = np.asarray(quantize_embeddings(floats, kind, calibration_embeddings=calibration))
         assert np.asarray(body[kind], dtype=expected.dtype).tobytes() == expected.tobytes()
         assert [a["embeddings"][kind][0] for a in alone] == body[kind], kind
+
+
+def test_input_type_names_nomic_s_prompts_first_then_sentence_transformers() -> None:
+    nomic = Prompts(
+        prompts={k: f"{k}: " for k in ("search_query", "search_document", "clustering")},
+        default=None,
+    )
+    st_names = Prompts(prompts={"query": "q: ", "passage": "p: ", "corpus": "c: "})
+    assert [prompt_for(nomic, t) for t in PROMPT_NAMES] == [
+        "search_query",
+        "search_document",
+        None,  # no classification prompt: the default
+        "clustering",
+    ]
+    assert prompt_for(st_names, "search_query") == "query"
+    assert prompt_for(st_names, "search_document") == "passage"  # before corpus
+    assert prompt_for(None, "search_query") is None
+    assert prompt_for(nomic, None) is None
+
+
+async def test_a_reranker_is_refused_naming_the_route_to_use(reranker: LoadedModel) -> None:
+    async with served(reranker) as (client, calibration):
+        assert calibration is None  # only an embedder is calibrated
+        r = await client.post("/v2/embed", json={"texts": ["a"]})
+    assert r.status_code == 400
+    assert "/v2/embed" in r.json()["message"]
