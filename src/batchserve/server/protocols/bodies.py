@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLASSIFY",
-    "INPUT_TYPES",
     "COHERE_V1_EMBED",
     "COHERE_V1_RERANK",
     "COHERE_V2_EMBED",
@@ -58,6 +57,7 @@ __all__ = [
     "INFINITY_EMBEDDINGS",
     "INFER",
     "INFINITY_RERANK",
+    "INPUT_TYPES",
     "MAX_TENSORS",
     "OPENAI_EMBEDDINGS",
     "PREDICT",

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from batchserve.models.kinds import BY_NAME, Kind
-from batchserve.server.protocols import bodies, cohere, infinity, kserve, openai, rerankers, tei
+from batchserve.server.protocols import bodies, infinity, kserve, openai, rerankers, tei
+from batchserve.server.protocols.cohere import V1_EMBED, V2_EMBED
 from batchserve.server.protocols.fields import Body, Either
 from batchserve.server.protocols.tasks import Task, TaskEndpoint
 
@@ -257,7 +258,7 @@ INFERENCE: tuple[Route, ...] = (
     ),
     Route(
         path="/v2/embed",
-        build=_task(cohere.V2_EMBED, "cohere", rerankers.cohere_error_body),
+        build=_task(V2_EMBED, "cohere", rerankers.cohere_error_body),
         summary="Embed texts (Cohere v2)",
         description="`texts`, `input_type` (read as the folder's prompt: see the manual), "
         "`embedding_types` (float, int8, uint8, binary, ubinary, base64; int8/uint8 "
@@ -272,7 +273,7 @@ INFERENCE: tuple[Route, ...] = (
     ),
     Route(
         path="/v1/embed",
-        build=_task(cohere.V1_EMBED, "cohere", rerankers.cohere_error_body),
+        build=_task(V1_EMBED, "cohere", rerankers.cohere_error_body),
         summary="Embed texts (Cohere v1)",
         description="As `/v2/embed`, without `output_dimension`; no `embedding_types` "
         "answers `response_type: embeddings_floats` (`embeddings` a list of float vectors), "
