@@ -40,6 +40,7 @@ from batchserve.errors import ConfigError
 from batchserve.models.kinds.classifier import CLASSIFIER
 from batchserve.models.kinds.embedding import EMBEDDING
 from batchserve.models.kinds.kind import Kind
+from batchserve.models.kinds.llm_template import TEMPLATE_FILE, RerankTemplate, read_template
 from batchserve.models.kinds.reranker import RERANKER
 
 __all__ = ["SERVES", "FolderKind", "folder_kind"]
@@ -70,7 +71,8 @@ _WHY: dict[str, str] = {
     "ForCausalLM": "it declares no reranking template and no sentence-transformers modules, so "
     "its mean-pooled states would be served as an embedding no one trained (a decoder "
     "embedder such as Qwen3-Embedding is saved with modules.json: Transformer and last-token "
-    "Pooling)",
+    "Pooling); an LLM reranker declares its yes/no template in "
+    f'{TEMPLATE_FILE} (e.g. {{"template": "qwen3"}}, see docs/serving/rerank.md)',
 }
 #: Files of an image or audio processor.
 _PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
@@ -90,6 +92,8 @@ class FolderKind:
             ``kind`` is then what it would have been served as.
         remote_code: what ``auto_map`` in ``config.json`` names (the folder's own code),
             as ``AutoModel=module.Class`` pairs; empty when it names none.
+        template: an LLM reranker's yes/no template (a causal LM whose folder declares one
+            in ``batchserve_reranker.json``, :mod:`.llm_template`); None for any other.
     """
 
     kind: Kind
@@ -97,6 +101,7 @@ class FolderKind:
     architecture: str | None = None
     refusal: str | None = None
     remote_code: tuple[str, ...] = ()
+    template: RerankTemplate | None = None
 
     def check(self, where: str | Path, *, trust_remote_code: bool = False) -> None:
         """Refuse a folder batchserve does not serve, or whose code it was not told to trust.
@@ -161,13 +166,28 @@ def folder_kind(path: str | Path) -> FolderKind:
         labels = _labels(config, config_file)
         kind = RERANKER if len(labels) == 1 else CLASSIFIER
     refusal = _media(folder, config, modules)
+    template: RerankTemplate | None = None
     if refusal is None and modules is not None:
         refusal = _declared(folder, modules, classifying, found)
     elif refusal is None and not classifying:
         refusal = _head(architectures, found)
+        template = _llm_reranker(folder, architectures)
+        if template is not None:  # a causal LM asked yes or no: a reranker
+            kind, labels, refusal = RERANKER, ("LABEL_0",), None
     return FolderKind(
-        kind=kind, labels=labels, architecture=first, refusal=refusal, remote_code=remote
+        kind=kind,
+        labels=labels,
+        architecture=first,
+        refusal=refusal,
+        remote_code=remote,
+        template=template,
     )
+
+
+def _llm_reranker(folder: Path, architectures: list[str]) -> RerankTemplate | None:
+    # A causal LM is a reranker when its folder declares the yes/no template.
+    causal = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures)
+    return read_template(folder) if causal else None
 
 
 def _json(file: Path, shape: type) -> Any:

@@ -1,0 +1,130 @@
+"""A tiny LLM reranker folder (Qwen3-Reranker's shape) and its model card's recipe.
+
+:func:`build` makes a random-weight ``Qwen3ForCausalLM`` of two 32-wide layers with a
+byte-level BPE tokenizer trained here (Qwen's special tokens, ``<think>`` and ``</think>``,
+and ``yes`` and ``no`` single tokens), saved with ``save_pretrained`` and a
+``batchserve_reranker.json`` naming the ``qwen3`` template. :func:`reference` is the model
+card's recipe with transformers, one pair at a time: what the served scores must equal.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+from zoo import _corpus, _fast
+
+#: The card's prompt, word for word.
+PREFIX = (
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query "
+    'and the Instruct provided. Note that the answer can only be "yes" or "no".<|im_end|>\n'
+    "<|im_start|>user\n"
+)
+SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
+
+
+def tokenizer() -> Any:
+    """Qwen's kind of tokenizer: byte-level BPE, no special tokens added, padded on the left."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    answers = ["yes", "no", "yes no", "no yes"] * 200
+    tok.train_from_iterator(
+        [*_corpus(), *answers, PREFIX, SUFFIX, INSTRUCTION],
+        trainers.BpeTrainer(
+            vocab_size=900,
+            special_tokens=specials,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
+    eos = "<|endoftext|>"
+    fast = _fast(tok, window=32768, padding_side="left", eos_token=eos, pad_token=eos)
+    for word in ("yes", "no"):
+        assert len(fast.encode(word, add_special_tokens=False)) == 1, word
+    return fast
+
+
+def build(root: Path, *, name: str = "llm-reranker", template: Any = None) -> Path:
+    """A tiny LLM reranker folder under ``root`` (a second or so); returns its path.
+
+    Args:
+        root: where to make it.
+        name: the folder's name.
+        template: what ``batchserve_reranker.json`` holds (None: ``{"template": "qwen3"}``;
+            ``False``: no such file, an undeclared causal LM).
+    """
+    import torch
+    import transformers as tf
+
+    folder = root / name
+    tok = tokenizer()
+    torch.manual_seed(41)
+    config = tf.Qwen3Config(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        intermediate_size=64,
+        vocab_size=len(tok),
+        max_position_embeddings=32768,
+        initializer_range=0.2,
+        tie_word_embeddings=True,
+        pad_token_id=None,
+    )
+    model: Any = tf.Qwen3ForCausalLM(config)
+    model.eval()
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    if template is not False:
+        body = {"template": "qwen3"} if template is None else template
+        (folder / "batchserve_reranker.json").write_text(json.dumps(body), encoding="utf-8")
+    return folder
+
+
+class Reference:
+    """The card's recipe, in-process: its tokenizer, model and scoring, one pair at a time."""
+
+    def __init__(self, folder: Path, max_length: int = 8192) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(str(folder), padding_side="left")
+        model: Any = AutoModelForCausalLM.from_pretrained(str(folder))
+        model.eval()
+        self.model = model
+        self.yes = self.tokenizer.convert_tokens_to_ids("yes")
+        self.no = self.tokenizer.convert_tokens_to_ids("no")
+        self.prefix = self.tokenizer.encode(PREFIX, add_special_tokens=False)
+        self.suffix = self.tokenizer.encode(SUFFIX, add_special_tokens=False)
+        self.max_length = max_length
+
+    def __call__(self, query: str, document: str) -> float:
+        """P(yes) for one pair, as the card computes it."""
+        import torch
+
+        text = f"<Instruct>: {INSTRUCTION}\n<Query>: {query}\n<Document>: {document}"
+        inputs = self.tokenizer(
+            [text],
+            padding=False,
+            truncation="longest_first",
+            return_attention_mask=False,
+            max_length=self.max_length - len(self.prefix) - len(self.suffix),
+        )
+        for i, ele in enumerate(inputs["input_ids"]):
+            inputs["input_ids"][i] = self.prefix + ele + self.suffix
+        with warnings.catch_warnings():  # the card passes max_length to pad, which ignores it
+            warnings.simplefilter("ignore", UserWarning)
+            batch = self.tokenizer.pad(
+                inputs, padding=True, return_tensors="pt", max_length=self.max_length
+            )
+        with torch.no_grad():
+            scores = self.model(**batch).logits[:, -1, :]
+            pair = torch.stack([scores[:, self.no], scores[:, self.yes]], dim=1)
+            return float(torch.nn.functional.log_softmax(pair, dim=1)[:, 1].exp()[0])
