@@ -1,7 +1,7 @@
 """LLM rerankers (a causal LM asked yes or no) against the model card's recipe in-process.
 
 The folder is a random-weight ``Qwen3ForCausalLM`` with the ``qwen3`` template
-(``tests/llm_rerank_zoo.py``); its reference is the card's recipe with transformers, one
+(``batchserve_testing.llm_reranker``); its reference is the card's recipe with transformers, one
 pair at a time. Served scores must be within 1e-3 of it, in the same order, whatever the
 other pairs of a pass.
 """
@@ -18,11 +18,11 @@ import pytest
 
 pytest.importorskip("transformers")
 
-import llm_rerank_zoo
 from batchserve.engines.loader import load_model
 from batchserve.errors import ConfigError
 from batchserve.models.kinds import RERANKER, folder_kind
 from batchserve.models.kinds.llm_template import PRESETS, read_template
+from batchserve_testing import llm_reranker
 
 QUERY = "what is a cat"
 DOCS = [
@@ -36,12 +36,12 @@ DOCS = [
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return llm_rerank_zoo.build(tmp_path_factory.mktemp("llm"))
+    return llm_reranker.build(tmp_path_factory.mktemp("llm"))
 
 
 @pytest.fixture(scope="module")
-def reference(folder: Path) -> llm_rerank_zoo.Reference:
-    return llm_rerank_zoo.Reference(folder)
+def reference(folder: Path) -> llm_reranker.Reference:
+    return llm_reranker.Reference(folder)
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +58,9 @@ def test_the_folder_is_a_reranker_with_its_template(folder: Path) -> None:
     assert found.kind is RERANKER
     assert found.refusal is None
     assert found.template is not None
-    assert found.template.prefix == llm_rerank_zoo.PREFIX
-    assert found.template.suffix == llm_rerank_zoo.SUFFIX
-    assert found.template.instruction == llm_rerank_zoo.INSTRUCTION
+    assert found.template.prefix == llm_reranker.PREFIX
+    assert found.template.suffix == llm_reranker.SUFFIX
+    assert found.template.instruction == llm_reranker.INSTRUCTION
 
 
 def test_scores_equal_the_cards_recipe(served: Any, reference: Any) -> None:
@@ -78,7 +78,7 @@ def test_the_two_rows_equal_the_whole_vocabulary(folder: Path, served: Any) -> N
     # projection's yes - no must be the same logit.
     import torch
 
-    ref = llm_rerank_zoo.Reference(folder)
+    ref = llm_reranker.Reference(folder)
     features, _ = served.on_engine.head.tokenize([(QUERY, DOCS[0]), (QUERY, DOCS[2])])
     with torch.no_grad():
         full = ref.model(
@@ -100,8 +100,8 @@ def test_a_pair_scores_the_same_alone_and_among_longer_ones(served: Any) -> None
 
 
 def test_long_documents_are_cut_as_the_card_cuts_them(tmp_path: Path) -> None:
-    folder = llm_rerank_zoo.build(tmp_path, template={"template": "qwen3", "max_length": 96})
-    ref = llm_rerank_zoo.Reference(folder, max_length=96)
+    folder = llm_reranker.build(tmp_path, template={"template": "qwen3", "max_length": 96})
+    ref = llm_reranker.Reference(folder, max_length=96)
     served: Any = load_model(str(folder))
     long_doc = " ".join(DOCS) * 8
     pairs = [(QUERY, long_doc), (QUERY, DOCS[1])]

@@ -1,7 +1,7 @@
 """An LLM reranker behind every rerank route, and the cohere SDK against it.
 
 ``batchserve serve --model FOLDER`` in a subprocess on port 0 with the tiny Qwen3 LLM
-reranker of ``tests/llm_rerank_zoo.py`` (``--backend auto``: torch, the one engine for the
+reranker of ``batchserve_testing.llm_reranker`` (``--backend auto``: torch, the one engine for the
 kind); each route's scores are the model card's recipe's, one pair at a time in-process.
 """
 
@@ -17,7 +17,7 @@ from server_helpers import ServerProcess, server_process
 
 pytest.importorskip("transformers")
 
-import llm_rerank_zoo
+from batchserve_testing import llm_reranker
 
 pytestmark = pytest.mark.slow
 
@@ -32,12 +32,12 @@ DOCS = [
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return llm_rerank_zoo.build(tmp_path_factory.mktemp("llm-served"))
+    return llm_reranker.build(tmp_path_factory.mktemp("llm-served"))
 
 
 @pytest.fixture(scope="module")
 def expected(folder: Path) -> dict[int, float]:
-    reference = llm_rerank_zoo.Reference(folder)
+    reference = llm_reranker.Reference(folder)
     return {i: reference(QUERY, d) for i, d in enumerate(DOCS)}
 
 

@@ -1,10 +1,12 @@
-"""A tiny LLM reranker folder (Qwen3-Reranker's shape) and its model card's recipe.
+"""An LLM reranker folder (Qwen3-Reranker's shape) with random weights, and its card's recipe.
 
-:func:`build` makes a random-weight ``Qwen3ForCausalLM`` of two 32-wide layers with a
-byte-level BPE tokenizer trained here (Qwen's special tokens, ``<think>`` and ``</think>``,
-and ``yes`` and ``no`` single tokens), saved with ``save_pretrained`` and a
-``batchserve_reranker.json`` naming the ``qwen3`` template. :func:`reference` is the model
-card's recipe with transformers, one pair at a time: what the served scores must equal.
+:func:`build` makes a random-weight ``Qwen3ForCausalLM`` (two 32-wide layers unless told
+otherwise) with a byte-level BPE tokenizer trained here on the shipped texts (Qwen's special
+tokens, ``<think>`` and ``</think>``, and ``yes`` and ``no`` single tokens), saved with
+``save_pretrained`` and a ``batchserve_reranker.json`` naming the ``qwen3`` template.
+:class:`Reference` is the model card's recipe with transformers, one pair at a time: what
+the served scores must equal (the tests), and the yardstick the benchmark states its ratio
+against.
 """
 
 from __future__ import annotations
@@ -13,8 +15,6 @@ import json
 import warnings
 from pathlib import Path
 from typing import Any
-
-from zoo import _corpus, _fast
 
 #: The card's prompt, word for word.
 PREFIX = (
@@ -26,9 +26,15 @@ SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 
 
+__all__ = ["INSTRUCTION", "PREFIX", "SUFFIX", "Reference", "build", "tokenizer"]
+
+
 def tokenizer() -> Any:
     """Qwen's kind of tokenizer: byte-level BPE, no special tokens added, padded on the left."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from batchserve.engines.quality_set import load
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
     tok = Tokenizer(models.BPE())
@@ -36,7 +42,7 @@ def tokenizer() -> Any:
     tok.decoder = decoders.ByteLevel()
     answers = ["yes", "no", "yes no", "no yes"] * 200
     tok.train_from_iterator(
-        [*_corpus(), *answers, PREFIX, SUFFIX, INSTRUCTION],
+        [*load().texts[:600], *answers, PREFIX, SUFFIX, INSTRUCTION],
         trainers.BpeTrainer(
             vocab_size=900,
             special_tokens=specials,
@@ -45,20 +51,39 @@ def tokenizer() -> Any:
         ),
     )
     eos = "<|endoftext|>"
-    fast = _fast(tok, window=32768, padding_side="left", eos_token=eos, pad_token=eos)
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=tok,
+        model_max_length=32768,
+        padding_side="left",
+        model_input_names=["input_ids", "attention_mask"],
+        eos_token=eos,
+        pad_token=eos,
+    )
     for word in ("yes", "no"):
         assert len(fast.encode(word, add_special_tokens=False)) == 1, word
     return fast
 
 
-def build(root: Path, *, name: str = "llm-reranker", template: Any = None) -> Path:
-    """A tiny LLM reranker folder under ``root`` (a second or so); returns its path.
+def build(
+    root: Path,
+    *,
+    name: str = "llm-reranker",
+    template: Any = None,
+    width: int = 32,
+    layers: int = 2,
+) -> Path:
+    """An LLM reranker folder under ``root`` (a second or so at the default size).
 
     Args:
         root: where to make it.
         name: the folder's name.
         template: what ``batchserve_reranker.json`` holds (None: ``{"template": "qwen3"}``;
             ``False``: no such file, an undeclared causal LM).
+        width: the hidden size (heads of 16; one key-value head per two).
+        layers: the decoder layers.
+
+    Returns:
+        The folder's path.
     """
     import torch
     import transformers as tf
@@ -67,12 +92,12 @@ def build(root: Path, *, name: str = "llm-reranker", template: Any = None) -> Pa
     tok = tokenizer()
     torch.manual_seed(41)
     config = tf.Qwen3Config(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
+        hidden_size=width,
+        num_hidden_layers=layers,
+        num_attention_heads=width // 16,
+        num_key_value_heads=max(1, width // 32),
         head_dim=16,
-        intermediate_size=64,
+        intermediate_size=2 * width,
         vocab_size=len(tok),
         max_position_embeddings=32768,
         initializer_range=0.2,
