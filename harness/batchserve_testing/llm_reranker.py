@@ -24,9 +24,22 @@ PREFIX = (
 )
 SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
+#: The same prompt as a chat template of the ``query`` and ``document`` roles, as
+#: sentence-transformers' ``CrossEncoder`` renders a pair through it (Jinja drops the file's
+#: last newline: the suffix's two are kept).
+CHAT_TEMPLATE = (
+    PREFIX
+    + f"<Instruct>: {INSTRUCTION}\n"
+    + '<Query>: {{ messages | selectattr("role", "eq", "query") | map(attribute="content") '
+    + "| first }}\n"
+    + '<Document>: {{ messages | selectattr("role", "eq", "document") '
+    + '| map(attribute="content") | first }}'
+    + SUFFIX
+    + "\n"
+)
 
 
-__all__ = ["INSTRUCTION", "PREFIX", "SUFFIX", "Reference", "build", "tokenizer"]
+__all__ = ["CHAT_TEMPLATE", "INSTRUCTION", "PREFIX", "SUFFIX", "Reference", "build", "tokenizer"]
 
 
 def tokenizer() -> Any:
@@ -71,6 +84,7 @@ def build(
     template: Any = None,
     width: int = 32,
     layers: int = 2,
+    chat_template: bool = False,
 ) -> Path:
     """An LLM reranker folder under ``root`` (a second or so at the default size).
 
@@ -81,6 +95,7 @@ def build(
             ``False``: no such file, an undeclared causal LM).
         width: the hidden size (heads of 16; one key-value head per two).
         layers: the decoder layers.
+        chat_template: write :data:`CHAT_TEMPLATE` as the folder's ``chat_template.jinja``.
 
     Returns:
         The folder's path.
@@ -108,6 +123,8 @@ def build(
     model.eval()
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
+    if chat_template:
+        (folder / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
     if template is not False:
         body = {"template": "qwen3"} if template is None else template
         (folder / "batchserve_reranker.json").write_text(json.dumps(body), encoding="utf-8")

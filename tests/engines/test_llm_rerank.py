@@ -175,3 +175,37 @@ def test_a_template_of_its_own_fields_reads_whole(tmp_path: Path) -> None:
 def test_a_text_is_not_a_pair(served: Any) -> None:
     with pytest.raises(TypeError, match="input 0 must be a \\(query, document\\) pair"):
         served.on_engine(["just a text"])
+
+
+@pytest.fixture(scope="module")
+def st_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The causal LM saved by sentence-transformers' ``CrossEncoder`` (Transformer, LogitScore),
+    its pairs rendered by a chat template of the card's prompt."""
+    st = pytest.importorskip("sentence_transformers")
+    root = tmp_path_factory.mktemp("llm-st")
+    bare = llm_reranker.build(root, name="bare", template=False, chat_template=True)
+    st.CrossEncoder(str(bare), device="cpu").save(str(root / "st"))
+    return root / "st"
+
+
+def test_a_cross_encoder_with_logit_score_equals_its_predict(st_folder: Path) -> None:
+    from sentence_transformers import CrossEncoder
+
+    found = folder_kind(st_folder)
+    assert (found.kind, found.refusal, found.llm, found.template) == (RERANKER, None, True, None)
+    served: Any = load_model(str(st_folder))
+    assert served.engine["backend"] == "torch"
+    pairs = [(QUERY, d) for d in DOCS]
+    want = CrossEncoder(str(st_folder), device="cpu").predict(pairs, show_progress_bar=False)
+    got = _scores(served, pairs)
+    assert np.abs(got - want).max() <= 1e-3
+    assert list(np.argsort(-got, kind="stable")) == list(np.argsort(-want, kind="stable"))
+    # Its chat template is the card's prompt: the card's recipe gives the same scores.
+    card = llm_reranker.Reference(st_folder)
+    assert np.abs(got - [card(q, d) for q, d in pairs]).max() <= 1e-3
+    short = (QUERY, "cats")
+    alone = served.on_engine([short])[0, 0]
+    among = served.on_engine([*[(QUERY, d * 6) for d in DOCS if d], short])[-1, 0]
+    assert abs(among - alone) <= 1e-4
+    with pytest.raises(ConfigError, match="torch only"):
+        load_model(f"{st_folder}:backend=onnx")

@@ -42,7 +42,7 @@ from batchserve.models.kinds import RERANKER, Kind
 from batchserve.models.kinds.llm_template import RerankTemplate, read_template
 from batchserve.models.token_counts import estimate_tokens
 
-__all__ = ["TemplateHead", "on_torch", "refuse_exported"]
+__all__ = ["LibraryHead", "TemplateHead", "on_torch", "refuse_exported"]
 
 
 def refuse_exported(where: str | Path, backend: str) -> ConfigError:
@@ -182,7 +182,7 @@ def on_torch(path: str | Path, runtime: Runtime | None = None) -> EngineModel:
         raise refuse_exported(path, runtime.backend)
     template = read_template(path)
     if template is None:
-        raise ConfigError(f"{path} declares no reranking template (batchserve_reranker.json)")
+        return _on_library(path, runtime)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
@@ -206,6 +206,95 @@ def on_torch(path: str | Path, runtime: Runtime | None = None) -> EngineModel:
     positions = getattr(model.config, "max_position_embeddings", None)
     window = min(template.max_length, positions) if positions else template.max_length
     head = TemplateHead(tokenizer, template=template, window=window)
+    runner = TorchRunner(
+        model,
+        _step(model, answers),
+        autocast=dtype.removesuffix("-mixed") if "mixed" in dtype else None,
+    )
+    return EngineModel(runner, head)
+
+
+class LibraryHead(TemplateHead):
+    """A sentence-transformers ``CrossEncoder`` LLM reranker's head: its own ``preprocess``.
+
+    The folder's ``Transformer`` module renders and tokenizes each pair as ``predict`` does
+    (its chat template, its prompt, its window, padded on the left); the rows are what
+    :class:`TemplateHead` makes of them.
+
+    Args:
+        encoder: the folder's ``CrossEncoder``.
+        window: its window in tokens (``max_seq_length``).
+    """
+
+    def __init__(self, encoder: Any, *, window: int) -> None:
+        self._tokenizer = encoder.tokenizer
+        self._lock = threading.Lock()
+        self._encoder = encoder
+        self._prompt = encoder._resolve_prompt(None, None)
+        self.window = window
+        self.prefix = []
+        self.suffix = []
+
+    def tokenize(self, items: Sequence[Any]) -> tuple[dict[str, Any], list[int]]:
+        """The pairs as ``CrossEncoder.predict`` preprocesses them (padded on the left)."""
+        with self._lock:
+            features = self._encoder.preprocess(list(items), prompt=self._prompt)
+        out = {
+            name: np.asarray(features[name].cpu().numpy(), dtype=np.int64)
+            for name in ("input_ids", "attention_mask")
+        }
+        return out, [int(n) for n in out["attention_mask"].sum(axis=1)]
+
+    def untruncated(self, items: Sequence[Any]) -> list[int]:
+        """Tokens per pair as preprocessed (cut to the window: the library renders it)."""
+        if not items:
+            return []
+        return self.tokenize(items)[1]
+
+    def estimate(self, item: Any) -> int:
+        """About how many tokens the pair takes (its characters and some for the prompt)."""
+        n = estimate_tokens(item[0], 1 << 30) + estimate_tokens(item[1], 1 << 30)
+        return min(n + 16, self.window)
+
+    def shaped(self, n: int, width: int) -> dict[str, Any]:
+        """``n`` rows of ``width`` tokens (a long pair's first ones), all real."""
+        features, _ = self.tokenize([("shape " * width, "shape " * width)] * n)
+        ids = np.ascontiguousarray(features["input_ids"][:, -width:])
+        return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+
+
+def _on_library(path: str | Path, runtime: Runtime) -> EngineModel:
+    # A CrossEncoder saved with a causal LM and LogitScore: the library renders each pair,
+    # the step is the same (its true and false tokens; sigmoid, its default activation).
+    try:
+        import torch
+        from sentence_transformers import CrossEncoder
+        from sentence_transformers.cross_encoder.modules import LogitScore
+    except ImportError as exc:
+        raise ImportError(EXTRA_HINT) from exc
+    device, dtype = place_torch(runtime)
+    encoder: Any = CrossEncoder(str(path), device=device, local_files_only=True)
+    scores = [m for m in encoder if isinstance(m, LogitScore)]
+    if not scores:
+        raise ConfigError(
+            f"{path} declares no reranking template (batchserve_reranker.json) and is no "
+            "sentence-transformers CrossEncoder with a LogitScore module"
+        )
+    activation = type(encoder.activation_fn).__name__ if encoder.activation_fn else "None"
+    if activation != "Sigmoid":
+        raise ConfigError(
+            f"{path}: its CrossEncoder's activation_fn is {activation}; batchserve serves an "
+            "LLM reranker's score through a sigmoid (sentence-transformers' default)"
+        )
+    score = scores[0]
+    answers = [int(score.true_token_id)]
+    if score.false_token_id is not None:
+        answers.append(int(score.false_token_id))
+    model: Any = encoder.model
+    model.eval()
+    if dtype in ("float16", "bfloat16"):
+        model = model.to(getattr(torch, dtype))
+    head = LibraryHead(encoder, window=int(encoder.max_seq_length or 512))
     runner = TorchRunner(
         model,
         _step(model, answers),
@@ -247,6 +336,8 @@ def _step(model: Any, answers: list[int]) -> Any:
             logits = logits + bias
         if cap:
             logits = torch.tanh(logits / cap) * cap
+        if logits.shape[1] == 1:  # LogitScore with no false token: the true logit alone
+            return logits
         return logits[:, :1] - logits[:, 1:]
 
     return step

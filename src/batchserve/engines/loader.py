@@ -87,7 +87,7 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
             "code runs, or a folder whose architecture transformers has"
         )
     choice: dict[str, Any] | None = None
-    if found.template is not None:  # an LLM reranker: torch only (engines.llm_rerank)
+    if found.llm:  # an LLM reranker: torch only (engines.llm_rerank)
         from batchserve.engines import llm_rerank
 
         if rt.exported:
@@ -270,7 +270,7 @@ def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[En
 
     found = folder_kind(path)
     found.check(path, trust_remote_code=rt.trust_remote_code)
-    if found.template is not None:
+    if found.llm:
         raise ConfigError(
             f"{path}: an LLM reranker runs on torch only; there are no engines to measure"
         )
