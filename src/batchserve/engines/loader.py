@@ -87,6 +87,13 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
             "code runs, or a folder whose architecture transformers has"
         )
     choice: dict[str, Any] | None = None
+    if found.llm:  # an LLM reranker: torch only (engines.llm_rerank)
+        from batchserve.engines import llm_rerank
+
+        if rt.exported:
+            raise llm_rerank.refuse_exported(where, rt.backend)
+        engine = llm_rerank.on_torch(path, dataclasses.replace(rt, backend="torch"))
+        return _loaded(spec, engine, found.kind, choice=None)
     if rt.backend == "auto":
         engine, verdict = choose_engine(path, rt)
         choice = verdict.to_dict()
@@ -263,6 +270,10 @@ def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[En
 
     found = folder_kind(path)
     found.check(path, trust_remote_code=rt.trust_remote_code)
+    if found.llm:
+        raise ConfigError(
+            f"{path}: an LLM reranker runs on torch only; there are no engines to measure"
+        )
     kind = found.kind
     judge: Judge | None = None
     if kind.gate in GATES:

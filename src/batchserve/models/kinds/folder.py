@@ -8,18 +8,21 @@ sentence-transformers and TEI decide it:
   it says nothing): a ``SentenceTransformer`` is an embedder whatever its architecture (a
   decoder embedder such as Qwen3-Embedding is saved as ``Qwen3Model`` or
   ``Qwen3ForCausalLM`` with Transformer and last-token Pooling modules, and all-mpnet-base-v2
-  as ``MPNetForMaskedLM``); a ``CrossEncoder`` is a reranker or a classifier;
+  as ``MPNetForMaskedLM``); a ``CrossEncoder`` is a reranker or a classifier (a causal LM
+  scoring with ``LogitScore``, its yes/no logits after its chat template: an LLM reranker);
 * any other folder is read from ``config.json``'s architectures, as ``save_pretrained`` wrote
   it: ``...ForSequenceClassification`` is a reranker or a classifier by its number of
   labels; a bare encoder or decoder (``BertModel``, ``Qwen3Model``) an embedder (pooled
-  as sentence-transformers pools a folder without modules: the mean of its tokens).
+  as sentence-transformers pools a folder without modules: the mean of its tokens); a
+  causal LM with ``batchserve_reranker.json`` an LLM reranker (:mod:`.llm_template`).
 
 What batchserve does not serve is refused, with what was found and why
 (:attr:`FolderKind.refusal`; :meth:`FolderKind.check` raises it at start): a task head with
 no sentence-transformers modules (a masked-LM head, whose vectors no one trained, and which
 TEI reads as SPLADE; a causal LM with no declared template, whose mean-pooled states are
 not an embedding; token classification, question answering, generation); a causal LM
-declared as a reranker (sentence-transformers' ``LogitScore``: yes/no logits after a
+``CrossEncoder`` with neither a sequence classification head nor ``LogitScore`` (with
+``LogitScore`` it is an LLM reranker, served: yes/no logits after its chat
 template); sparse (``SparseEncoder``) and multi-vector (``MultiVectorEncoder``) encoders; an
 image or audio model (``vision_config`` or ``audio_config`` in ``config.json``, a processor's
 files, a CLIP module), as Infinity tells them apart. A folder whose ``config.json`` names
@@ -40,6 +43,7 @@ from batchserve.errors import ConfigError
 from batchserve.models.kinds.classifier import CLASSIFIER
 from batchserve.models.kinds.embedding import EMBEDDING
 from batchserve.models.kinds.kind import Kind
+from batchserve.models.kinds.llm_template import TEMPLATE_FILE, RerankTemplate, read_template
 from batchserve.models.kinds.reranker import RERANKER
 
 __all__ = ["SERVES", "FolderKind", "folder_kind"]
@@ -70,7 +74,8 @@ _WHY: dict[str, str] = {
     "ForCausalLM": "it declares no reranking template and no sentence-transformers modules, so "
     "its mean-pooled states would be served as an embedding no one trained (a decoder "
     "embedder such as Qwen3-Embedding is saved with modules.json: Transformer and last-token "
-    "Pooling)",
+    "Pooling); an LLM reranker declares its yes/no template in "
+    f'{TEMPLATE_FILE} (e.g. {{"template": "qwen3"}}, see docs/serving/rerank.md)',
 }
 #: Files of an image or audio processor.
 _PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
@@ -90,6 +95,10 @@ class FolderKind:
             ``kind`` is then what it would have been served as.
         remote_code: what ``auto_map`` in ``config.json`` names (the folder's own code),
             as ``AutoModel=module.Class`` pairs; empty when it names none.
+        template: an LLM reranker's yes/no template (a causal LM whose folder declares one
+            in ``batchserve_reranker.json``, :mod:`.llm_template`); None for any other.
+        llm: whether it is an LLM reranker: a causal LM with that template, or a
+            sentence-transformers ``CrossEncoder`` scoring with ``LogitScore``.
     """
 
     kind: Kind
@@ -97,6 +106,8 @@ class FolderKind:
     architecture: str | None = None
     refusal: str | None = None
     remote_code: tuple[str, ...] = ()
+    template: RerankTemplate | None = None
+    llm: bool = False
 
     def check(self, where: str | Path, *, trust_remote_code: bool = False) -> None:
         """Refuse a folder batchserve does not serve, or whose code it was not told to trust.
@@ -161,13 +172,37 @@ def folder_kind(path: str | Path) -> FolderKind:
         labels = _labels(config, config_file)
         kind = RERANKER if len(labels) == 1 else CLASSIFIER
     refusal = _media(folder, config, modules)
+    template: RerankTemplate | None = None
     if refusal is None and modules is not None:
         refusal = _declared(folder, modules, classifying, found)
+        if refusal is None and _logit_score(modules, classifying):
+            kind, labels = RERANKER, ("LABEL_0",)  # a CrossEncoder's causal LM asked yes/no
     elif refusal is None and not classifying:
         refusal = _head(architectures, found)
+        template = _llm_reranker(folder, architectures)
+        if template is not None:  # a causal LM asked yes or no: a reranker
+            kind, labels, refusal = RERANKER, ("LABEL_0",), None
     return FolderKind(
-        kind=kind, labels=labels, architecture=first, refusal=refusal, remote_code=remote
+        kind=kind,
+        labels=labels,
+        architecture=first,
+        refusal=refusal,
+        remote_code=remote,
+        template=template,
+        llm=template is not None or (modules is not None and _logit_score(modules, classifying)),
     )
+
+
+def _logit_score(modules: list[dict[str, Any]], classifying: bool) -> bool:
+    # A CrossEncoder's LogitScore module: a causal LM's yes/no logits (sentence-transformers).
+    types = [str(m.get("type", "")).rpartition(".")[2] for m in modules]
+    return not classifying and "LogitScore" in types
+
+
+def _llm_reranker(folder: Path, architectures: list[str]) -> RerankTemplate | None:
+    # A causal LM is a reranker when its folder declares the yes/no template.
+    causal = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures)
+    return read_template(folder) if causal else None
 
 
 def _json(file: Path, shape: type) -> Any:
@@ -215,11 +250,7 @@ def _declared(
         if classifying:
             return None
         if "LogitScore" in types:
-            return (
-                f"an LLM reranker (a CrossEncoder scoring with a causal LM's yes/no logits "
-                f"after a template: modules {', '.join(types)}; {found}), which batchserve "
-                "does not run"
-            )
+            return None  # an LLM reranker: the library renders its pairs (engines.llm_rerank)
         return f"a CrossEncoder without a sequence classification head ({found})"
     if declared == "SparseEncoder":
         return f"a sparse encoder (SPLADE: modules {', '.join(types)}), not dense embeddings"
