@@ -48,6 +48,7 @@ __all__ = [
     "COHERE_V2_RERANK",
     "DECODE",
     "EMBED",
+    "EMBED_SPARSE",
     "EMBED_PARAMETERS",
     "INFINITY_EMBEDDINGS",
     "INFER",
@@ -271,6 +272,22 @@ EMBED = Body(
         _DIMENSIONS,
         _PROMPT,
         _PARAMETERS,
+        _MODEL,
+    )
+)
+
+#: ``POST /embed_sparse``: TEI's ``EmbedSparseRequest``.
+EMBED_SPARSE = Body(
+    fields=(
+        Field(
+            name="inputs",
+            rule=OneOrMany(empty=True),
+            required=True,
+            missing="inputs is required: a string or a list of strings",
+        ),
+        _DIRECTION,
+        _TRUNCATE,
+        _PROMPT,
         _MODEL,
     )
 )
