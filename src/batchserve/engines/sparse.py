@@ -6,8 +6,15 @@ tokenized as sentence-transformers tokenizes it, prompts included) composed with
 :class:`~batchserve.engines.runners.TorchRunner` whose step is the masked-LM transformer
 and the folder's ``SpladePooling`` on the device: the logits times the attention mask, then
 ``log1p(relu(.))`` (``log1p`` twice for ``log1p_relu``), then the max or sum over tokens,
-the operations ``SpladePooling.forward`` runs, in its order. Pooling on the device keeps a
-sub-pass's ``tokens x vocabulary`` logits off the CPU; a row is the vocabulary's width.
+the operations ``SpladePooling.forward`` runs. Pooling on the device keeps a sub-pass's
+``tokens x vocabulary`` logits off the CPU; a row is the vocabulary's width.
+
+The decoder (the masked-LM head's last layer, vocabulary x hidden) is run by the step
+itself, a chunk of the vocabulary at a time on the CPU (:func:`fused_step`): a chunk's
+logits are masked and pooled while they are in the cache. A head's cost is its tokens
+times the vocabulary, and without this its logits (hundreds of MiB for a sub-pass) are
+written to memory and read back by each elementwise operation. With ``max`` pooling the
+activation runs on the maxima alone (it never decreases, so it commutes with the max).
 
 Padding never leaks into a row: a padded position's logits are zeroed before the
 activation, so it adds zero to a sum and never raises a max (every activated value is at
@@ -141,18 +148,101 @@ class SpladeHead(VectorHead):
         return logits_within(0.02 if half else 1e-4)
 
 
+#: Floats of logits a chunk of the fused head holds: a few MiB, so a chunk's logits are
+#: pooled while in the CPU's cache instead of written to memory and read back.
+_CHUNK_FLOATS = 1 << 20
+
+
 def splade_step(strategy: str, activation: str) -> Any:
-    """The runner's step: the masked-LM logits pooled as ``SpladePooling`` pools them."""
+    """The runner's step: the masked-LM logits pooled as ``SpladePooling`` pools them.
+
+    The whole model's logits (for a head whose decoder is not a plain linear layer). With
+    ``max`` pooling the max is taken first, over the masked logits, and the activation
+    applied to the maxima: ``relu`` and ``log1p`` never decrease, so the max of the
+    activated logits is the activated max, the same float (a max picks one of its operands).
+    """
 
     def step(model: Any, inputs: dict[str, Any]) -> Any:
         logits = model(**inputs).logits
-        mask = inputs["attention_mask"].unsqueeze(-1).to(logits.dtype)
-        weights = (logits * mask).relu_().log1p_()
-        if activation == "log1p_relu":
-            weights = weights.log1p_()
-        return weights.amax(dim=1) if strategy == "max" else weights.sum(dim=1)
+        logits.mul_(inputs["attention_mask"].unsqueeze(-1).to(logits.dtype))
+        return _pooled(logits, strategy, activation)
 
     return step
+
+
+def fused_step(decoder: Any, strategy: str, activation: str, *, chunked: bool) -> Any:
+    """The runner's step with the decoder taken out of the model and run here, in chunks.
+
+    The model (its decoder replaced by an identity, :func:`_take_decoder`) answers the
+    head's last hidden states; each chunk of the vocabulary's logits is computed from them
+    (the decoder's rows, its bias), masked, and pooled at once, so the ``tokens x
+    vocabulary`` logits never exist whole. Each weight is the same dot product and the same
+    pooling as the whole model's, in the same order.
+
+    Args:
+        decoder: the model's output layer (a linear layer: vocabulary x hidden).
+        strategy: ``max`` or ``sum``.
+        activation: ``relu`` or ``log1p_relu``.
+        chunked: cut the vocabulary into chunks (on the CPU); else one chunk (a GPU).
+    """
+    import torch
+
+    weight = decoder.weight
+    bias = decoder.bias
+    vocabulary = int(weight.shape[0])
+
+    def step(model: Any, inputs: dict[str, Any]) -> Any:
+        hidden = model(**inputs).logits  # the head's states: the decoder is an identity
+        keep = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        items, tokens = int(hidden.shape[0]), int(hidden.shape[1])
+        size = vocabulary
+        if chunked:
+            size = min(vocabulary, max(256, _CHUNK_FLOATS // max(1, items * tokens)))
+        out = hidden.new_empty((items, vocabulary))
+        for begin in range(0, vocabulary, size):
+            end = min(vocabulary, begin + size)
+            part = torch.nn.functional.linear(
+                hidden, weight[begin:end], None if bias is None else bias[begin:end]
+            )
+            part.mul_(keep)
+            if strategy == "max":
+                out[:, begin:end] = part.amax(dim=1)
+            else:
+                out[:, begin:end] = _pooled(part, strategy, activation)
+        if strategy == "max":
+            out = _activated(out, activation)
+        return out
+
+    return step
+
+
+def _pooled(logits: Any, strategy: str, activation: str) -> Any:
+    # Masked logits (items x tokens x terms) pooled over tokens, as SpladePooling pools them.
+    if strategy == "max":
+        return _activated(logits.amax(dim=1), activation)
+    return _activated(logits.relu_(), activation).sum(dim=1)
+
+
+def _activated(values: Any, activation: str) -> Any:
+    # log1p(relu(x)), in place; log1p twice for log1p_relu.
+    values = values.relu_().log1p_()
+    return values.log1p_() if activation == "log1p_relu" else values
+
+
+def _take_decoder(model: Any) -> Any:
+    # The model's output layer, replaced in the model by an identity, if it is a plain
+    # linear layer (BERT's, RoBERTa's, DistilBERT's, ModernBERT's decoder); else None.
+    import torch
+
+    decoder = model.get_output_embeddings()
+    if not isinstance(decoder, torch.nn.Linear):
+        return None
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            if child is decoder:
+                setattr(parent, name, torch.nn.Identity())
+                return decoder
+    return None
 
 
 def on_torch(path: str | Path, runtime: Runtime | None = None) -> EngineModel:
@@ -193,7 +283,9 @@ def on_torch(path: str | Path, runtime: Runtime | None = None) -> EngineModel:
     model.to(device)
     if dtype in ("float16", "bfloat16"):
         model = model.to(getattr(torch, dtype))
-    vocabulary = int(model.get_output_embeddings().weight.shape[0])
+    output = model.get_output_embeddings()
+    weight = getattr(output, "weight", None)
+    vocabulary = int(weight.shape[0]) if weight is not None else int(model.config.vocab_size)
     pipeline = TextPipeline(
         folder=splade.folder,
         layout="modules.json" if (splade.folder / "modules.json").is_file() else "save_pretrained",
@@ -206,9 +298,17 @@ def on_torch(path: str | Path, runtime: Runtime | None = None) -> EngineModel:
         dimension=vocabulary,
         prompts=folder_prompts(splade.folder),
     )
+    decoder = _take_decoder(model)
+    step = (
+        splade_step(splade.strategy, splade.activation)
+        if decoder is None
+        else fused_step(
+            decoder, splade.strategy, splade.activation, chunked=str(device).startswith("cpu")
+        )
+    )
     runner = TorchRunner(
         model,
-        splade_step(splade.strategy, splade.activation),
+        step,
         autocast=dtype.removesuffix("-mixed") if "mixed" in dtype else None,
     )
     return EngineModel(runner, SpladeHead(pipeline))
