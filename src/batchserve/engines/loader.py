@@ -38,7 +38,7 @@ from batchserve.engines.model import EngineModel
 from batchserve.engines.runtime import Runtime, default_workers
 from batchserve.errors import ConfigError
 from batchserve.models import loader as models_loader
-from batchserve.models.kinds import EMBEDDING, Kind, Logits, Tensors, Vector, folder_kind
+from batchserve.models.kinds import EMBEDDING, Kind, Logits, Tensors, Tokens, Vector, folder_kind
 from batchserve.models.loader import (
     SOURCE_KEYS,
     LoadedModel,
@@ -87,7 +87,10 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
             "code runs, or a folder whose architecture transformers has"
         )
     choice: dict[str, Any] | None = None
-    if rt.backend == "auto":
+    if rt.backend == "auto" and isinstance(found.kind.head, Tokens):
+        # No exported engine is gated for per-token vectors: auto is torch for them.
+        engine = _load_engine(path, dataclasses.replace(rt, backend="torch"), kind=found.kind)
+    elif rt.backend == "auto":
         engine, verdict = choose_engine(path, rt)
         choice = verdict.to_dict()
     else:
@@ -222,6 +225,10 @@ def _load_engine(
             return fn
         case Vector():
             return _load_embedder(path, rt, gated=gated)
+        case Tokens():
+            from batchserve.engines import colbert
+
+            return colbert.on_torch(path, rt)
         case Tensors():
             raise ConfigError(f"{path}: a {kind.name} model runs on no engine")
         case _:

@@ -1,6 +1,6 @@
 """What a model does, named once: its kind, one value per kind, each in its own module.
 
-A served model is one of four kinds (:class:`Kind`):
+A served model is one of five kinds (:class:`Kind`):
 
 * :data:`EMBEDDING` (:mod:`.embedding`): a text in, a float vector out (a
   sentence-transformers folder, the built-in MiniLM, a synthetic model with a dimension);
@@ -9,6 +9,8 @@ A served model is one of four kinds (:class:`Kind`):
   ``...ForSequenceClassification.save_pretrained`` with ``num_labels=1`` writes);
 * :data:`CLASSIFIER` (:mod:`.classifier`): a text (or a pair) in, one logit per label out:
   a sequence classification model with several labels, named by its ``id2label``;
+* :data:`MULTIVECTOR` (:mod:`.multivector`): a text in, one vector per kept token out (a
+  ColBERT folder as PyLate saves it), scored by MaxSim where it reranks;
 * :data:`GENERIC` (:mod:`.generic`): anything else (an imported batch function).
 
 Each kind owns what it means (:mod:`.kind`): its item, its head, its activation
@@ -53,9 +55,11 @@ from batchserve.models.kinds.kind import (
     KindName,
     Logits,
     Tensors,
+    Tokens,
     Unit,
     Vector,
 )
+from batchserve.models.kinds.multivector import MULTIVECTOR, Marked, maxsim, unpack
 from batchserve.models.kinds.prompts import (
     PromptedText,
     Prompts,
@@ -73,6 +77,7 @@ __all__ = [
     "GENERIC",
     "ITEMS",
     "KINDS",
+    "MULTIVECTOR",
     "NONE",
     "RERANKER",
     "ROUTES",
@@ -87,9 +92,11 @@ __all__ = [
     "Kind",
     "KindName",
     "Logits",
+    "Marked",
     "PromptedText",
     "Prompts",
     "Tensors",
+    "Tokens",
     "Unit",
     "Vector",
     "apply_prompt",
@@ -97,6 +104,8 @@ __all__ = [
     "folder_prompts",
     "item_of",
     "kind_named",
+    "maxsim",
     "prompt_of",
+    "unpack",
     "wrong_kind",
 ]

@@ -9,6 +9,9 @@ sentence-transformers and TEI decide it:
   decoder embedder such as Qwen3-Embedding is saved as ``Qwen3Model`` or
   ``Qwen3ForCausalLM`` with Transformer and last-token Pooling modules, and all-mpnet-base-v2
   as ``MPNetForMaskedLM``); a ``CrossEncoder`` is a reranker or a classifier;
+* a ColBERT folder as PyLate saves it (``model_type: ColBERT``, or a ``pylate.`` module:
+  a Transformer, then ``Dense`` projections) is a multi-vector model
+  (:data:`~batchserve.models.kinds.multivector.MULTIVECTOR`);
 * any other folder is read from ``config.json``'s architectures, as ``save_pretrained`` wrote
   it: ``...ForSequenceClassification`` is a reranker or a classifier by its number of
   labels; a bare encoder or decoder (``BertModel``, ``Qwen3Model``) an embedder (pooled
@@ -20,7 +23,8 @@ no sentence-transformers modules (a masked-LM head, whose vectors no one trained
 TEI reads as SPLADE; a causal LM with no declared template, whose mean-pooled states are
 not an embedding; token classification, question answering, generation); a causal LM
 declared as a reranker (sentence-transformers' ``LogitScore``: yes/no logits after a
-template); sparse (``SparseEncoder``) and multi-vector (``MultiVectorEncoder``) encoders; an
+template); sparse (``SparseEncoder``) and sentence-transformers' multi-vector
+(``MultiVectorEncoder``) encoders, and a Stanford ColBERT checkpoint not saved by PyLate (``HF_ColBERT``); an
 image or audio model (``vision_config`` or ``audio_config`` in ``config.json``, a processor's
 files, a CLIP module), as Infinity tells them apart. A folder whose ``config.json`` names
 code of its own (``auto_map``) is refused unless the user trusts it
@@ -40,6 +44,7 @@ from batchserve.errors import ConfigError
 from batchserve.models.kinds.classifier import CLASSIFIER
 from batchserve.models.kinds.embedding import EMBEDDING
 from batchserve.models.kinds.kind import Kind
+from batchserve.models.kinds.multivector import MULTIVECTOR
 from batchserve.models.kinds.reranker import RERANKER
 
 __all__ = ["SERVES", "FolderKind", "folder_kind"]
@@ -47,7 +52,8 @@ __all__ = ["SERVES", "FolderKind", "folder_kind"]
 #: What batchserve serves, said in every refusal of a folder.
 SERVES = (
     "batchserve serves text embedders (a sentence-transformers folder, or an encoder saved "
-    "with save_pretrained) and rerankers and classifiers with a sequence classification head"
+    "with save_pretrained), rerankers and classifiers with a sequence classification head, "
+    "and ColBERT multi-vector models as PyLate saves them"
 )
 
 #: Task heads that are not an embedder, by the end of an architecture's name: what it is.
@@ -161,7 +167,16 @@ def folder_kind(path: str | Path) -> FolderKind:
         labels = _labels(config, config_file)
         kind = RERANKER if len(labels) == 1 else CLASSIFIER
     refusal = _media(folder, config, modules)
-    if refusal is None and modules is not None:
+    colbert = _colbert(folder, modules)
+    if colbert is not None:
+        kind = MULTIVECTOR
+        refusal = refusal or (colbert or None)
+    elif refusal is None and "HF_ColBERT" in architectures:
+        refusal = (
+            f"a Stanford ColBERT checkpoint with no sentence-transformers modules ({found}); "
+            "load it once with pylate.models.ColBERT and save it (ColBERT.save) to serve it"
+        )
+    elif refusal is None and modules is not None:
         refusal = _declared(folder, modules, classifying, found)
     elif refusal is None and not classifying:
         refusal = _head(architectures, found)
@@ -224,8 +239,35 @@ def _declared(
     if declared == "SparseEncoder":
         return f"a sparse encoder (SPLADE: modules {', '.join(types)}), not dense embeddings"
     if declared == "MultiVectorEncoder":
-        return f"a multi-vector encoder (ColBERT: modules {', '.join(types)}), one vector per token"
+        return (
+            f"a sentence-transformers multi-vector encoder (modules {', '.join(types)}), "
+            "whose recipe batchserve does not run (it serves ColBERT folders as PyLate "
+            "saves them: model_type ColBERT)"
+        )
     return f"a sentence-transformers {declared} model, which batchserve does not know"
+
+
+#: The module types a ColBERT folder as PyLate saves it holds, by the end of their names.
+_COLBERT_MODULES = ("Transformer", "Dense")
+
+
+def _colbert(folder: Path, modules: list[dict[str, Any]] | None) -> str | None:
+    # A ColBERT folder as PyLate saves it: config_sentence_transformers.json says
+    # model_type ColBERT, or a module is PyLate's. None: not one; "" one served; else why
+    # it is refused (modules other than the transformer and its projections).
+    if modules is None:
+        return None
+    st = _json(folder / "config_sentence_transformers.json", dict) or {}
+    types = [str(m.get("type", "")) for m in modules]
+    if st.get("model_type") != "ColBERT" and not any(t.startswith("pylate.") for t in types):
+        return None
+    names = [t.rpartition(".")[2] for t in types]
+    if names and names[0] == "Transformer" and all(n == "Dense" for n in names[1:]):
+        return ""
+    return (
+        f"a ColBERT folder with modules {', '.join(names) or 'none'}: batchserve serves "
+        "PyLate's (a Transformer, then Dense projections)"
+    )
 
 
 def _head(architectures: list[str], found: str) -> str | None:
