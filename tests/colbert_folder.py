@@ -38,8 +38,9 @@ SETTINGS: dict[str, Any] = {
 def build(root: Path, name: str = "colbert", **settings: Any) -> Path:
     """Write the folder under ``root``; ``settings`` override :data:`SETTINGS`."""
     import torch
-    import zoo
     from safetensors.torch import save_file
+
+    import zoo
 
     spec = zoo.Spec(name=name, family="bert", layout="bare", window=512)
     tokenizer = zoo.tokenizer_of(spec)
