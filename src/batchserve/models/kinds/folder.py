@@ -26,8 +26,9 @@ declared as a reranker (sentence-transformers' ``LogitScore``: yes/no logits aft
 template); sparse (``SparseEncoder``) and sentence-transformers' multi-vector
 (``MultiVectorEncoder``) encoders, and a Stanford ColBERT checkpoint not saved by PyLate
 (``HF_ColBERT``); an image or audio model (``vision_config`` or ``audio_config`` in
-``config.json``, a processor's files, a CLIP module), as Infinity tells them apart. A folder whose ``config.json`` names
-code of its own (``auto_map``) is refused unless the user trusts it
+``config.json``, a processor's files, a CLIP module), as Infinity tells them apart. A
+folder whose ``config.json`` names code of its own (``auto_map``) is refused unless the
+user trusts it
 (``--trust-remote-code``): without that code, transformers would load the architecture it
 knows under that name and serve vectors the model never made (jina-embeddings-v3's LoRA
 adapters left out of an ``xlm-roberta``).
