@@ -48,6 +48,7 @@ __all__ = [
     "COHERE_V2_RERANK",
     "DECODE",
     "EMBED",
+    "EMBED_ALL",
     "EMBED_PARAMETERS",
     "INFINITY_EMBEDDINGS",
     "INFER",
@@ -271,6 +272,30 @@ EMBED = Body(
         _DIMENSIONS,
         _PROMPT,
         _PARAMETERS,
+        _MODEL,
+    )
+)
+
+#: ``POST /embed_all`` (a multi-vector model: one vector per kept token).
+EMBED_ALL = Body(
+    fields=(
+        Field(
+            name="inputs",
+            rule=OneOrMany(empty=True),
+            required=True,
+            missing="inputs is required: a string or a list of strings",
+        ),
+        _DIRECTION,
+        _TRUNCATE,
+        Field(
+            name="is_query",
+            rule=Flag(),
+            default=False,
+            doc="encode the inputs as queries (the folder's query marker, expanded with "
+            "[MASK] to its query_length, every token kept) rather than as documents (the "
+            "document marker, padding and skiplist tokens dropped), as PyLate's "
+            "encode(is_query=...) does",
+        ),
         _MODEL,
     )
 )

@@ -52,8 +52,10 @@ from batchserve.models.kinds import (
     Kind,
     Logits,
     Tensors,
+    Tokens,
     Vector,
     apply_prompt,
+    unpack,
 )
 from batchserve.models.loader import LoadedModel
 from batchserve.server.exchange import Exchange, Parsed, Reply, timing_head
@@ -158,8 +160,15 @@ def model_metadata(name: str, loaded: LoadedModel | None) -> dict[str, Any]:
         inputs = [
             {"name": n, "datatype": "BYTES", "shape": [-1, 1]} for n in _input_names(loaded.kind)
         ]
+        head = loaded.kind.head
         width = _output_width(loaded)
-        if width is not None:
+        if isinstance(head, Tokens):
+            # Ragged: padded to the longest item's tokens, with each item's count.
+            outputs = [
+                {"name": head.output, "datatype": "FP32", "shape": [-1, -1, -1]},
+                {"name": head.counts, "datatype": "INT32", "shape": [-1]},
+            ]
+        elif width is not None:
             shape = [-1, width]
             outputs = [{"name": loaded.kind.head.output, "datatype": "FP32", "shape": shape}]
     return {
@@ -192,7 +201,7 @@ def _output_width(loaded: LoadedModel) -> int | None:
             return loaded.dimension or -1
         case Logits():
             return len(loaded.labels) or -1
-        case Tensors():
+        case Tensors() | Tokens():
             return None
         case _:
             assert_never(head)
@@ -386,7 +395,9 @@ def parsed(model: ServedModel, req: InferRequest, limits: RequestLimits) -> Pars
             items = generic_items(req, limits)
         case _:
             assert_never(kind.item)
-    if not isinstance(kind.head, Tensors):
+    if isinstance(kind.head, Tokens):
+        _only_outputs(req, kind.head.output, kind.head.counts)
+    elif not isinstance(kind.head, Tensors):
         _only_outputs(req, kind.head.output)
     if kind.prompts:
         try:
@@ -400,12 +411,12 @@ def parsed(model: ServedModel, req: InferRequest, limits: RequestLimits) -> Pars
     return Parsed(model, req, items, req.timeout_s, work_class)
 
 
-def _only_outputs(req: InferRequest, name: str) -> None:
-    extra = set(req.outputs) - {name}
+def _only_outputs(req: InferRequest, *names: str) -> None:
+    extra = set(req.outputs) - set(names)
     if extra:
         raise ApiError(
             "invalid",
-            f"outputs asks for {sorted(extra)}; this model produces ['{name}']",
+            f"outputs asks for {sorted(extra)}; this model produces {sorted(names)}",
             "outputs",
         )
 
@@ -512,10 +523,25 @@ def stack_outputs(kind: Kind, results: Sequence[Any]) -> dict[str, Any]:
             if logits.ndim == 1:  # one logit per item, each a scalar
                 logits = logits[:, None]
             return {head.output: kind.activate(logits).astype(np.float32)}
+        case Tokens():
+            return _stack_tokens(head, results)
         case Tensors():
             return _stack_any(results)
         case _:
             assert_never(head)
+
+
+def _stack_tokens(head: Tokens, results: Sequence[Any]) -> dict[str, Any]:
+    # Each item's token vectors, padded with zeros to the longest item's tokens, and each
+    # item's count of them: [N, T, D] and [N].
+    vectors = [unpack(row) for row in results]
+    longest = max((v.shape[0] for v in vectors), default=0)
+    dim = vectors[0].shape[1] if vectors else 0
+    padded = np.zeros((len(vectors), longest, dim), dtype=np.float32)
+    for i, v in enumerate(vectors):
+        padded[i, : v.shape[0]] = v
+    counts = np.asarray([v.shape[0] for v in vectors], dtype=np.int32)
+    return {head.output: padded, head.counts: counts}
 
 
 def _stack_any(results: Sequence[Any]) -> dict[str, Any]:
