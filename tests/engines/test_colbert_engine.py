@@ -123,7 +123,8 @@ def test_other_multi_vector_folders_are_refused(folder: Path, tmp_path: Path) ->
     modules.append({"idx": 2, "name": "2", "path": "", "type": "x.Pooling"})
     (other / "modules.json").write_text(json.dumps(modules))
     found = folder_kind(other)
-    assert found.refusal is not None and "Transformer, then Dense" in found.refusal
+    assert found.refusal is not None
+    assert "Transformer, then Dense" in found.refusal
     st = tmp_path / "st"
     shutil.copytree(folder, st)
     config = json.loads((st / "config_sentence_transformers.json").read_text())
@@ -131,4 +132,5 @@ def test_other_multi_vector_folders_are_refused(folder: Path, tmp_path: Path) ->
     config["model_type"] = "MultiVectorEncoder"
     (st / "config_sentence_transformers.json").write_text(json.dumps(config))
     found = folder_kind(st)
-    assert found.refusal is not None and "multi-vector encoder" in found.refusal
+    assert found.refusal is not None
+    assert "multi-vector encoder" in found.refusal
