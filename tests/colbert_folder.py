@@ -95,11 +95,25 @@ def reference(folder: Path) -> Any:
         # encode sorts texts by sentence-transformers 5's _text_length (gone in 6): only
         # the order texts are batched in, which no vector depends on.
         models.ColBERT._text_length = lambda self, text: len(text)  # type: ignore[attr-defined]
+    transformer = Transformer(str(folder))
+    tokenizer = transformer.tokenizer
+
+    def tokenize(texts: list[str], padding: str | bool = True, **_: Any) -> Any:
+        # sentence-transformers 5.3's Transformer.tokenize for a list of texts.
+        return tokenizer(
+            [str(t).strip() for t in texts],
+            padding=padding,
+            truncation="longest_first",
+            return_tensors="pt",
+            max_length=transformer.max_seq_length,
+        )
+
+    transformer.tokenize = tokenize  # type: ignore[method-assign]
     config = json.loads((folder / "config_sentence_transformers.json").read_text())
     keys = ("query_prefix", "document_prefix", "query_length", "document_length",
             "do_query_expansion", "attend_to_expansion_tokens", "skiplist_words")  # fmt: skip
     return models.ColBERT(
-        modules=[Transformer(str(folder)), models.Dense.load(str(folder / "1_Dense"))],
+        modules=[transformer, models.Dense.load(str(folder / "1_Dense"))],
         device="cpu",
         **{k: config[k] for k in keys if k in config},
     )

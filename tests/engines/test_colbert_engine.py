@@ -32,6 +32,7 @@ TEXTS = [
     "a long document about many things. " * 30,
     "Tokyo; Paris! Berlin? (Rome)",
     "机器学习让计算机从数据中学习规律。",
+    "  spaces around  ",
 ]
 
 
@@ -68,6 +69,13 @@ def test_every_token_vector_is_pylate_s(served: Any, pylate_model: Any, is_query
         got = unpack(row)
         assert got.shape == want.shape, text
         assert _cosines(got, want).min() >= 0.9999, text
+
+
+def test_a_query_alone_is_expanded_to_query_length(served: Any, pylate_model: Any) -> None:
+    want = pylate_model.encode(["cat"], is_query=True)[0]
+    got = unpack(served.fn([Marked("cat", True)])[0])
+    assert got.shape == want.shape == (12, 16)
+    assert _cosines(got, want).min() >= 0.9999
 
 
 def test_a_plain_string_is_a_document(served: Any) -> None:

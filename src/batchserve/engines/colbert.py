@@ -4,7 +4,9 @@ A ColBERT folder as PyLate saves it (:mod:`batchserve.models.kinds.multivector`)
 :class:`~batchserve.engines.model.EngineModel`: a :class:`TokensHead` composed with a
 :class:`~batchserve.engines.runners.TorchRunner` whose step is the transformer's token
 states through the folder's ``Dense`` projections. The head follows ``ColBERT.encode``
-(PyLate 1.6, ``models/colbert.py``): a text is tokenized to its length less one (the
+(PyLate 1.6, ``models/colbert.py``, with the sentence-transformers 5.3 it pins: a text is
+stripped and tokenized by the transformer module's ``tokenize``): a text is tokenized to
+its length less one (the
 marker's place), padded with the ``[MASK]`` token (PyLate pads with it), and the marker's
 token is put after the first; a query is padded to ``query_length`` (query expansion) and
 attends to its ``[MASK]`` tokens only with ``attend_to_expansion_tokens``; every query
@@ -130,7 +132,7 @@ class TokensHead:
         no sub-pass cuts them.
         """
         query = _is_query(items[0])
-        texts = [_text(item) for item in items]
+        texts = [_text(item).strip() for item in items]  # as sentence-transformers 5 does
         length = self.query_length if query else self.window
         prefix = self._prefix[query]
         limit = length - 1 if prefix is not None else length
@@ -193,7 +195,7 @@ class TokensHead:
         if not items:
             return []
         with self._lock:
-            enc = self._tokenizer([_text(item) for item in items], add_special_tokens=True)
+            enc = self._tokenizer([_text(item).strip() for item in items], add_special_tokens=True)
         return [len(ids) + 1 for ids in enc["input_ids"]]
 
     def estimate(self, item: Any) -> int:
