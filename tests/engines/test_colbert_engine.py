@@ -97,7 +97,7 @@ def test_maxsim_ranks_as_pylate(served: Any, pylate_model: Any) -> None:
     scores = maxsim(unpack(rows[0]), [unpack(r) for r in rows[1:]])
     assert [r["id"] for r in ranked] == sorted(range(len(docs)), key=lambda i: -scores[i])
     for r in ranked:
-        assert scores[r["id"]] == pytest.approx(float(r["score"]), rel=1e-4)
+        assert scores[int(r["id"])] == pytest.approx(float(r["score"]), rel=1e-4)
 
 
 def test_batch_invariance(served: Any) -> None:

@@ -18,8 +18,8 @@ from server_helpers import ServerProcess, build_app, client_for, server_process
 
 pytest.importorskip("pylate")
 
-from batchserve.engines.loader import load_model  # noqa: E402
-from batchserve.models.loader import LoadedModel  # noqa: E402
+from batchserve.engines.loader import load_model
+from batchserve.models.loader import LoadedModel
 
 # PyLate 1.6 imports sentence-transformers 5's module paths, deprecated in 6.
 pytestmark = pytest.mark.filterwarnings(

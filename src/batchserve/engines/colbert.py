@@ -145,7 +145,9 @@ class TokensHead:
                 padding="max_length" if expand else True,
                 return_tensors="np",
             )
-        features = {name: np.asarray(value, dtype=np.int64) for name, value in enc.items()}
+        features: dict[str, Any] = {
+            name: np.asarray(value, dtype=np.int64) for name, value in enc.items()
+        }
         if prefix is not None:
             for name, fill in (("input_ids", prefix), ("attention_mask", 1), ("token_type_ids", 0)):
                 if name in features:
