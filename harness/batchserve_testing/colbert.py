@@ -117,7 +117,7 @@ def reference(folder: Path, device: str = "cpu") -> Any:
         if not hasattr(models.ColBERT, "_text_length"):
             # encode sorts texts by sentence-transformers 5's _text_length (gone in 6):
             # only the order texts are batched in, which no vector depends on.
-            models.ColBERT._text_length = lambda self, text: len(text)
+            models.ColBERT._text_length = lambda self, text: len(text)  # type: ignore[attr-defined]
         transformer = Transformer(str(folder))
         tokenizer = transformer.tokenizer
 

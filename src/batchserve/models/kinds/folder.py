@@ -241,9 +241,9 @@ def _declared(
         return f"a sparse encoder (SPLADE: modules {', '.join(types)}), not dense embeddings"
     if declared == "MultiVectorEncoder":
         return (
-            f"a sentence-transformers multi-vector encoder (modules {', '.join(types)}), "
-            "whose recipe batchserve does not run (it serves ColBERT folders as PyLate "
-            "saves them: model_type ColBERT)"
+            f"a multi-vector encoder (sentence-transformers' MultiVectorEncoder: modules "
+            f"{', '.join(types)}), whose recipe batchserve does not run (it serves ColBERT "
+            "folders as PyLate saves them: model_type ColBERT)"
         )
     return f"a sentence-transformers {declared} model, which batchserve does not know"
 
