@@ -173,3 +173,21 @@ def test_cohere_sdk_reranks_with_maxsim(colbert_server: ServerProcess, pylate_mo
     assert [r.index for r in old.results] == order
     assert old.results[0].document is not None
     assert old.results[0].document.text == DOCS[order[0]]
+
+
+async def test_root_info_and_the_window(colbert: LoadedModel, pylate_model: Any) -> None:
+    long = "word " * 100  # past document_length (40 tokens)
+    async with client_for(build_app({"cb": colbert})) as c:
+        root = await c.post("/", json={"inputs": DOCS[:1]})
+        info = (await c.get("/info")).json()
+        cut = await c.post("/embed_all", json={"inputs": [long]})
+        refused = await c.post("/embed_all", json={"inputs": ["a", long], "truncate": False})
+    assert root.status_code == 200, root.text
+    _close(root.json()[0], pylate_model.encode(DOCS[:1], is_query=False)[0])
+    assert info["kind"] == "multivector"
+    assert info["max_input_length"] == 40
+    assert cut.status_code == 200
+    assert cut.headers["x-truncated-inputs"] == "1"
+    assert refused.status_code == 413
+    assert "input 1 is" in refused.json()["error"]
+    assert "window of 40" in refused.json()["error"]
