@@ -131,6 +131,18 @@ async def test_kserve_answers_padded_vectors_and_counts(
     assert counts == [len(w) for w in want]
     for i, w in enumerate(want):
         _close(vectors[i, : counts[i]].tolist(), w)
+    query = {**body, "parameters": {"is_query": True}}
+    async with client_for(build_app({"cb": colbert})) as c:
+        r = await c.post("/v2/models/cb/infer", json=query)
+        bad = await c.post("/v2/models/cb/infer", json={**body, "outputs": [{"name": "x"}]})
+    outputs = {o["name"]: o for o in r.json()["outputs"]}
+    want = pylate_model.encode(DOCS[:2], is_query=True)
+    assert outputs["token_counts"]["data"] == [12, 12]
+    vectors = np.asarray(outputs["token_embeddings"]["data"], dtype=np.float64).reshape(2, 12, 16)
+    for i, w in enumerate(want):
+        _close(vectors[i].tolist(), w)
+    assert bad.status_code == 422
+    assert "token_counts" in bad.json()["error"]
 
 
 async def test_wrong_kind_and_bad_input(colbert: LoadedModel) -> None:

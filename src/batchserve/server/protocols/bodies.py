@@ -733,6 +733,12 @@ INFER = Body(
                             shape=PromptName(nullable=False).schema,
                         ),
                     ),
+                    Field(
+                        name="is_query",
+                        rule=Flag(),
+                        doc="A multi-vector (ColBERT) model's texts are encoded as queries "
+                        "(default: as documents), as `/embed_all`'s `is_query`.",
+                    ),
                 ),
                 message="parameters must be an object",
             ),

@@ -51,6 +51,7 @@ from batchserve.models.kinds import (
     RERANKER,
     Kind,
     Logits,
+    Marked,
     Tensors,
     Tokens,
     Vector,
@@ -123,6 +124,7 @@ class InferRequest:
             a class name; read only by models with classes of work.
         prompt_name: ``parameters.prompt_name``, the embedding model's prompt to prepend
             (None: its default prompt, if it has one).
+        is_query: ``parameters.is_query``: a multi-vector model's texts encoded as queries.
         texts: an embedding model's texts as they ran (prompt prepended), once parsed for
             the model: what its answer counts truncations of.
     """
@@ -134,6 +136,7 @@ class InferRequest:
     timeout_s: float | None = None
     priority: int | str | None = None
     prompt_name: str | None = None
+    is_query: bool = False
     texts: tuple[str, ...] = ()
 
 
@@ -257,6 +260,7 @@ def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
         timeout_s=params.get("timeout"),
         priority=params.get("priority"),
         prompt_name=params.get("prompt_name"),
+        is_query=params.get("is_query") is True,
     )
 
 
@@ -397,6 +401,7 @@ def parsed(model: ServedModel, req: InferRequest, limits: RequestLimits) -> Pars
             assert_never(kind.item)
     if isinstance(kind.head, Tokens):
         _only_outputs(req, kind.head.output, kind.head.counts)
+        items = [Marked(text, req.is_query) for text in items]
     elif not isinstance(kind.head, Tensors):
         _only_outputs(req, kind.head.output)
     if kind.prompts:
