@@ -401,7 +401,7 @@ def parsed(model: ServedModel, req: InferRequest, limits: RequestLimits) -> Pars
             assert_never(kind.item)
     if isinstance(kind.head, Tokens):
         _only_outputs(req, kind.head.output, kind.head.counts)
-        items = [Marked(text, req.is_query) for text in items]
+        items = [Marked(text, req.is_query) for text in texts]
     elif not isinstance(kind.head, Tensors):
         _only_outputs(req, kind.head.output)
     if kind.prompts:
