@@ -44,6 +44,7 @@ from batchserve.errors import ConfigError
 from batchserve.models.base import BatchFn
 from batchserve.models.engine import Engine
 from batchserve.models.kinds import EMBEDDING, GENERIC, Kind, Prompts
+from batchserve.models.quantize import Calibration
 from batchserve.models.synthetic import SyntheticModel
 from batchserve.units import parse_duration
 
@@ -123,6 +124,9 @@ class LoadedModel:
         on_engine: the model as it runs on an engine (``minilm`` or a folder: its
             tokenizer, token counts and pass statistics,
             :class:`~batchserve.models.engine.Engine`); None for other models.
+        calibration: an embedding model's calibration embeddings, whose ranges quantize
+            its int8 and uint8 answers (:mod:`batchserve.models.quantize`; embedded at
+            load by the served engine); None: not calibrated (those types are refused).
     """
 
     spec: str
@@ -140,6 +144,7 @@ class LoadedModel:
     pooling: str | None = None
     normalized: bool | None = None
     on_engine: Engine | None = None
+    calibration: Calibration | None = None
 
 
 def parse_synthetic(spec: str) -> SyntheticModel:

@@ -8,7 +8,11 @@ a list of strings (token arrays are refused: this server tokenizes itself); ``en
 client asks for by default); ``dimensions`` shortens each vector to its first N values and,
 unless the model's vectors are not unit length, scales it back to unit length (what
 Matryoshka-trained models are for, and what OpenAI's ``text-embedding-3`` models do); a
-value above the model's own dimension is refused.
+value above the model's own dimension is refused. batchserve's ``embedding_type``
+(``int8``, ``uint8``, ``binary``, ``ubinary``; default ``float``) answers each vector as
+Cohere's ``embedding_types`` make it, as JSON integers (with ``encoding_format: float``:
+a client decodes base64 as float32), calibrated as ``/v2/embed``'s
+(:mod:`~batchserve.server.protocols.embedding_types`).
 
 The vectors are what the model folder's own modules return (unit length when they end in
 ``Normalize``); the folder's default prompt is prepended to each text, as
@@ -34,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 
 from batchserve.batcher import Served
@@ -41,6 +46,7 @@ from batchserve.models.kinds import EMBEDDING, Kind, apply_prompt, wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
 from batchserve.server.protocols.bodies import OPENAI_EMBEDDINGS
+from batchserve.server.protocols.embedding_types import Transform, require_calibration, typed
 from batchserve.server.protocols.fields import Body
 from batchserve.server.protocols.window import token_counts, truncated
 from batchserve.server.registry import Registry, ServedModel
@@ -58,6 +64,7 @@ __all__ = [
     "models_response",
     "parse_embeddings_request",
     "shorten",
+    "shortened",
 ]
 
 _ERROR_TYPES = {
@@ -84,12 +91,15 @@ class EmbeddingsRequest:
         texts: the inputs, in order.
         encoding_format: ``float`` or ``base64``.
         dimensions: the requested dimension, if any.
+        embedding_type: batchserve's ``embedding_type``: ``float``, or a quantized type
+            (:mod:`~batchserve.server.protocols.embedding_types`).
     """
 
     model: str | None
     texts: list[str]
     encoding_format: str
     dimensions: int | None
+    embedding_type: str = "float"
 
 
 def parse_embeddings_request(body: bytes, limits: RequestLimits) -> EmbeddingsRequest:
@@ -121,6 +131,7 @@ def embeddings_request(
         texts=fields["input"],
         encoding_format=fields["encoding_format"],
         dimensions=fields["dimensions"],
+        embedding_type=fields.get("embedding_type", "float"),  # Infinity's body has none
     )
 
 
@@ -158,6 +169,15 @@ def shorten(
     return list(cut / norms)
 
 
+def shortened(dimensions: int | None, *, normalized: bool = True) -> Transform:
+    """:func:`shorten` on rows: what a quantized answer's calibration is cut by too."""
+
+    def transform(rows: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        return np.asarray(shorten(list(rows), dimensions, normalized=normalized), np.float32)
+
+    return transform
+
+
 def embeddings_response(
     model: str, vectors: Sequence[Any], encoding_format: str, tokens: int, extra: bytes = b""
 ) -> bytes:
@@ -174,7 +194,8 @@ def embeddings_response(
     base64_format = encoding_format == "base64"
     parts = [b'{"object":"list","data":[']
     for i, vec in enumerate(vectors):
-        arr = np.asarray(vec, dtype=np.float32)
+        quantized = isinstance(vec, np.ndarray) and vec.dtype.kind in "iu"  # embedding_type
+        arr = vec if quantized else np.asarray(vec, dtype=np.float32)
         if base64_format:
             emb = b'"%s"' % base64.b64encode(arr.astype("<f4", copy=False).tobytes())
         else:
@@ -246,6 +267,15 @@ class EmbeddingsEndpoint:
                     "model",
                 )
             check_dimensions(req.dimensions, loaded.dimension)
+            if req.embedding_type != "float":
+                if req.encoding_format == "base64":  # a client would decode ints as floats
+                    raise ApiError(
+                        "invalid",
+                        f"embedding_type {req.embedding_type!r} is answered as JSON integers: "
+                        "send encoding_format 'float' (base64 is read as float32 by clients)",
+                        param="encoding_format",
+                    )
+                require_calibration(loaded, (req.embedding_type,), "embedding_type")
             if loaded.prompts is not None:  # the folder's default prompt, as encode() does
                 req.texts = apply_prompt(req.texts, loaded.prompts, None)
         except Exception as exc:
@@ -273,6 +303,18 @@ class EmbeddingsEndpoint:
             tokens = sum(len(t.split()) for t in texts)
         unit = loaded.normalized is not False  # not known (None): as before, renormalised
         vectors = shorten([s.output for s in served], req.dimensions, normalized=unit)
+        if req.embedding_type != "float":
+            rows = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1)
+            cut = req.dimensions is not None
+            vectors = list(
+                typed(
+                    loaded,
+                    rows,
+                    req.embedding_type,  # type: ignore[arg-type]  # checked by its Choice
+                    key=("openai", req.dimensions, unit) if cut else None,
+                    transform=shortened(req.dimensions, normalized=unit) if cut else None,
+                )
+            )
         body = embeddings_response(model.name, vectors, req.encoding_format, tokens, self.extra())
         return Reply(200, [], body, head=head)
 

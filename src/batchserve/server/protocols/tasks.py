@@ -101,6 +101,9 @@ class Task:
         answer: the answer's body from the model, the request and each item's output.
         field: the body's field that holds the items, as an error about item ``i`` names it
             (``inputs[i]``).
+        prepare: what the request needs of the model before its prompts are applied (a
+            ``prompt_name`` read from the model's prompts, inputs cut to its window), or
+            checks it must pass against the model; None: nothing.
     """
 
     route: str
@@ -108,6 +111,7 @@ class Task:
     parse: Callable[[Any, RequestLimits], TaskRequest]
     answer: Callable[[ServedModel, TaskRequest, list[Any]], bytes]
     field: str = "input"
+    prepare: Callable[[ServedModel, TaskRequest], None] | None = None
 
 
 def scores(outputs: Sequence[npt.ArrayLike], activation: Activation) -> list[list[float]]:
@@ -181,6 +185,8 @@ class TaskEndpoint:
             raise ApiError("wrong_kind", wrong_kind(model.name, kind, task.route), "model")
         req = task.parse(data, self.limits)
         req.task = task
+        if task.prepare is not None:
+            task.prepare(model, req)
         if kind.prompts:
             try:
                 req.items = apply_prompt(req.items, loaded.prompts, req.options.get("prompt_name"))
