@@ -42,8 +42,9 @@ from batchserve_testing.harness import FAULTY, Server, serve
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 MODELS = ["faulty"]
-# What a server without --api-key serves, its one model making 4-dimensional embeddings.
-SPEC = openapi_spec(MODELS, secured=False, dimensions=[4])
+# What a server without --api-key serves, its one model making 4-dimensional embeddings
+# (a model on no engine: not calibrated, so no int8 or uint8).
+SPEC = openapi_spec(MODELS, secured=False, dimensions=[4], calibrated=False)
 # 413 is a right answer to any request, valid or not, that is over a size limit of the
 # deployment (body bytes, inputs, characters): the limits are settings, not schema. And 504
 # is no server error: it is the documented answer to a request whose own deadline (say,
@@ -76,6 +77,7 @@ _OTHER_KINDS = {
     "/v2/rerank",
     "/classify",
     "/embed_all",
+    "/embed_sparse",
     "/tokenize",
     "/decode",
 }

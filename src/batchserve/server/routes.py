@@ -337,6 +337,10 @@ class Routes:
             limits=self.app.limits,
             dimensions=dimensions,
             prompts=prompts,
+            calibrated=any(
+                m.loaded is not None and m.loaded.calibration is not None
+                for m in self.app.registry.models.values()
+            ),
         )
 
     async def _openapi(self, scope: Scope, receive: Receive, send_fn: Send) -> None:

@@ -187,10 +187,16 @@ _USER = Field(
 #: Cohere's ``embedding_types``: the quantized types (:mod:`batchserve.models.quantize`) and
 #: ``base64`` (the float vector's little-endian float32 bytes).
 EMBEDDING_TYPES = ("float", "int8", "uint8", "binary", "ubinary", "base64")
+#: The types scaled on a model's calibration ranges (refused by a model without them).
+_CALIBRATED = ("int8", "uint8")
 #: The extra field of OpenAI's ``/v1/embeddings`` and TEI's ``/embed``: one quantized type.
 EMBEDDING_TYPE = Field(
     name="embedding_type",
-    rule=Choice(values=EMBEDDING_TYPES[:5], says="'float', 'int8', 'uint8', 'binary' or 'ubinary'"),
+    rule=Choice(
+        values=EMBEDDING_TYPES[:5],
+        says="'float', 'int8', 'uint8', 'binary' or 'ubinary'",
+        calibrated=_CALIBRATED,
+    ),
     default="float",
     states_default=True,
     doc="batchserve's extension: the vectors as Cohere's `embedding_types` make them (int8, "
@@ -214,7 +220,15 @@ OPENAI_EMBEDDINGS = Body(
             doc="Keep the first N values, renormalised; at most the model's own dimension.",
         ),
         EMBEDDING_TYPE,
-    )
+    ),
+    # A quantized type is answered as JSON integers: an OpenAI client would read base64 as
+    # float32 (openai.py refuses the pair, naming encoding_format).
+    excludes=(
+        {
+            "embedding_type": {"enum": list(EMBEDDING_TYPES[1:5])},
+            "encoding_format": {"const": "base64"},
+        },
+    ),
 )
 
 #: ``POST /embeddings``: OpenAI's shape with Infinity's ``modality``, ``dimensions: 0`` and
@@ -597,7 +611,7 @@ CLASSIFY = Body(
 # -- Cohere's embed -----------------------------------------------------------------------
 
 #: Cohere's ``input_type``: each read as one of the folder's prompts (``image``: refused).
-INPUT_TYPES = ("search_document", "search_query", "classification", "clustering", "image")
+INPUT_TYPES = ("search_document", "search_query", "classification", "clustering")
 
 _EMBEDDING_TYPES_DOC = (
     "One or more of `float`, `int8`, `uint8`, `binary`, `ubinary`, `base64`; an answer "
@@ -631,7 +645,9 @@ def _embed_body(*more: Field, types_default: list[str] | None) -> Body:
             Field(
                 name="embedding_types",
                 rule=Choices(
-                    values=EMBEDDING_TYPES, says=", ".join(repr(v) for v in EMBEDDING_TYPES)
+                    values=EMBEDDING_TYPES,
+                    says=", ".join(repr(v) for v in EMBEDDING_TYPES),
+                    calibrated=_CALIBRATED,
                 ),
                 default=types_default,
                 doc=_EMBEDDING_TYPES_DOC,

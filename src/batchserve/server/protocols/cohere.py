@@ -85,11 +85,11 @@ def _parse(data: Any, limits: RequestLimits, body: Any, version: str) -> TaskReq
         for key in ("images", "inputs"):
             if data.get(key) is not None:
                 raise ApiError("invalid", f"{key} are not embedded here: send texts", param=key)
+        if data.get("input_type") == "image":  # Cohere's, not in the schema: never served
+            raise ApiError(
+                "invalid", "input_type 'image' is not embedded here: send texts", "input_type"
+            )
     fields = body.read(data, limits)
-    if fields["input_type"] == "image":
-        raise ApiError(
-            "invalid", "input_type 'image' is not embedded here: send texts", "input_type"
-        )
     return TaskRequest(
         model=fields["model"],
         items=fields["texts"],

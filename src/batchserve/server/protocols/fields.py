@@ -62,12 +62,16 @@ class Served:
         dimensions: the embedding dimensions served, sorted (a ``dimensions`` field takes
             up to the largest).
         prompts: the prompt names the served models define, sorted.
+        calibrated: whether a served embedder has calibration ranges (its int8 and uint8
+            answers; :mod:`batchserve.models.quantize`): the schema lists those types only
+            then, as any other is refused.
     """
 
     models: tuple[str, ...] = ()
     limits: RequestLimits
     dimensions: tuple[int, ...] = ()
     prompts: tuple[str, ...] = ()
+    calibrated: bool = True
 
 
 class Rule(Protocol):
@@ -307,10 +311,16 @@ class Count:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Choice:
-    """One of ``values`` (or null); ``says`` is how the message names them."""
+    """One of ``values`` (or null); ``says`` is how the message names them.
+
+    ``calibrated`` are those of ``values`` only a calibrated deployment answers
+    (:attr:`Served.calibrated`): read always (the parser refuses them naming why), stated
+    in the schema only where served.
+    """
 
     values: tuple[str, ...]
     says: str
+    calibrated: tuple[str, ...] = ()
 
     def check(self, value: Any, where: str, limits: RequestLimits) -> str:
         """See :class:`Rule`."""
@@ -320,7 +330,7 @@ class Choice:
 
     def schema(self, served: Served) -> dict[str, Any]:
         """See :class:`Rule`."""
-        return {"enum": [*self.values, None]}
+        return {"enum": [*_stated(self.values, self.calibrated, served), None]}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -330,10 +340,12 @@ class Choices:
     Attributes:
         values: the values taken.
         says: how the message names them.
+        calibrated: those only a calibrated deployment answers (see :class:`Choice`).
     """
 
     values: tuple[str, ...]
     says: str
+    calibrated: tuple[str, ...] = ()
 
     def check(self, value: Any, where: str, limits: RequestLimits) -> list[str]:
         """See :class:`Rule`; each value once, in the order first given."""
@@ -354,9 +366,14 @@ class Choices:
         """See :class:`Rule`."""
         return {
             "type": ["array", "null"],
-            "items": {"enum": list(self.values)},
+            "items": {"enum": _stated(self.values, self.calibrated, served)},
             "minItems": 1,
         }
+
+
+def _stated(values: tuple[str, ...], calibrated: tuple[str, ...], served: Served) -> list[str]:
+    # The values a schema states: those needing calibration only where it is served.
+    return [v for v in values if served.calibrated or v not in calibrated]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -494,6 +511,9 @@ class Body:
             (``inputs.sentences``); False: by their own names, as TEI's ``parameters``.
         overrides: a nested object of fields that override the body's (TEI's
             ``parameters``): it reads as only the fields it holds, no defaults.
+        excludes: combinations of values its fields may not take together (JSON
+            Schema ``properties`` of the fields, all present), refused by the parser;
+            stated in the schema as ``not``.
     """
 
     fields: tuple[Field, ...]
@@ -502,6 +522,7 @@ class Body:
     message: str | None = None
     prefixed: bool = True
     overrides: bool = False
+    excludes: tuple[dict[str, Any], ...] = ()
     _by_name: dict[str, Field] = field(init=False, repr=False, compare=False)
     #: What :meth:`read` reads of each field, unpacked once: it runs on every request.
     _plan: tuple[tuple[str, Callable[..., Any], bool, str | None, Any], ...] = field(
@@ -563,6 +584,11 @@ class Body:
         properties = {f.name: f.schema(served) for f in self.fields if f.documented}
         if properties:
             out["properties"] = properties
+        nots = [{"required": sorted(e), "properties": e} for e in self.excludes]
+        if len(nots) == 1:
+            out["not"] = nots[0]
+        elif nots:
+            out["allOf"] = [{"not": n} for n in nots]
         return out
 
     def check(self, value: Any, where: str, limits: RequestLimits) -> dict[str, Any]:

@@ -58,6 +58,7 @@ def openapi_spec(
     limits: RequestLimits | None = None,
     dimensions: list[int] | None = None,
     prompts: list[str] | None = None,
+    calibrated: bool = True,
 ) -> dict[str, Any]:
     """The OpenAPI 3.1 document of the server serving ``models``.
 
@@ -70,6 +71,8 @@ def openapi_spec(
             ``dimensions`` accepts up to the largest.
         prompts: the names of the prompts the served embedding models define: a
             ``prompt_name`` takes one of them.
+        calibrated: whether a served embedder has calibration ranges: int8 and uint8
+            embeddings are stated only then.
     """
     security: dict[str, Any] = {"security": [{"bearer": []}]} if secured else {}
     served = Served(
@@ -77,6 +80,7 @@ def openapi_spec(
         limits=limits if limits is not None else RequestLimits(),
         dimensions=tuple(sorted(set(dimensions or []))),
         prompts=tuple(sorted(set(prompts or []))),
+        calibrated=calibrated,
     )
     model_param = {"name": "name", "in": "path", "required": True, "schema": {"enum": models}}
     paths = inference_paths(security, served, model_param)
