@@ -38,6 +38,7 @@ from batchserve.engines.model import EngineModel
 from batchserve.engines.runtime import Runtime, default_workers
 from batchserve.errors import ConfigError
 from batchserve.models import loader as models_loader
+from batchserve.models import matryoshka
 from batchserve.models.kinds import EMBEDDING, Kind, Logits, Tensors, Vector, folder_kind
 from batchserve.models.loader import (
     SOURCE_KEYS,
@@ -92,7 +93,10 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
         choice = verdict.to_dict()
     else:
         engine = _load_engine(path, rt, kind=found.kind)
-    return _loaded(spec, engine, found.kind, choice=choice)
+    loaded = _loaded(spec, engine, found.kind, choice=choice)
+    if found.kind is EMBEDDING:  # what dimensions its routes accept
+        loaded = dataclasses.replace(loaded, matryoshka=matryoshka.declared(path))
+    return loaded
 
 
 def _loaded(

@@ -21,6 +21,7 @@ from server_helpers import build_app, client_for, embedding_model
 from batchserve.engines.loader import load_model
 from batchserve.models.kinds import Prompts
 from batchserve.models.loader import LoadedModel
+from batchserve.models.matryoshka import Matryoshka
 from batchserve.server import App
 
 pytest.importorskip("sentence_transformers")
@@ -323,7 +324,9 @@ async def test_a_real_folder_is_refused_and_counted_by_its_own_tokenizer(
 async def test_tei_normalize_scales_only_what_is_not_unit_length() -> None:
     app = build_app(
         {
-            "raw": embedding_model(_raw, dim=8, normalized=False),
+            "raw": embedding_model(
+                _raw, dim=8, normalized=False, matryoshka=Matryoshka(dimensions=(3,))
+            ),
             "unit": embedding_model(_unit, dim=8, normalized=True),
             "unknown": embedding_model(_raw, dim=8),
         }

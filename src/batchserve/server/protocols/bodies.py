@@ -190,7 +190,9 @@ OPENAI_EMBEDDINGS = Body(
         Field(
             name="dimensions",
             rule=Count(dimensions=True),
-            doc="Keep the first N values, renormalised; at most the model's own dimension.",
+            doc="Keep the first N values, renormalised: one of the dimensions the model "
+            "declares it was trained for (its `matryoshka_dimensions`) or its own; any N up "
+            "to its own with --any-dimensions.",
         ),
     )
 )
@@ -218,7 +220,8 @@ INFINITY_EMBEDDINGS = Body(
             name="dimensions",
             rule=Count(dimensions=True, zero_is_none=True),
             doc="0 or absent: the model's own (Infinity's default); else the first N values, "
-            "renormalised, at most the model's own dimension.",
+            "renormalised: one of the dimensions the model declares (its "
+            "`matryoshka_dimensions`) or its own; any N up to its own with --any-dimensions.",
         ),
     )
 )
@@ -235,7 +238,12 @@ _DIRECTION = Field(
     rule=Choice(values=("Right", "right"), says="'Right' (left truncation is not offered)"),
     documented=False,
 )
-_DIMENSIONS = Field(name="dimensions", rule=Count(dimensions=True))
+_DIMENSIONS = Field(
+    name="dimensions",
+    rule=Count(dimensions=True),
+    doc="Keep the first N values: one of the dimensions the model declares (its "
+    "`matryoshka_dimensions`) or its own; any N up to its own with --any-dimensions.",
+)
 _PROMPT = Field(name="prompt_name", rule=PromptName())
 _MODEL = Field(name="model", rule=Name(strict=False), documented=False)
 

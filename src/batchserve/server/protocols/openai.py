@@ -8,7 +8,9 @@ a list of strings (token arrays are refused: this server tokenizes itself); ``en
 client asks for by default); ``dimensions`` shortens each vector to its first N values and,
 unless the model's vectors are not unit length, scales it back to unit length (what
 Matryoshka-trained models are for, and what OpenAI's ``text-embedding-3`` models do); a
-value above the model's own dimension is refused.
+value above the model's own dimension is refused, and so is one the model does not declare
+it was trained for, unless the operator allows any
+(:mod:`~batchserve.server.protocols.dimensions`).
 
 The vectors are what the model folder's own modules return (unit length when they end in
 ``Normalize``); the folder's default prompt is prepended to each text, as
@@ -41,6 +43,7 @@ from batchserve.models.kinds import EMBEDDING, Kind, apply_prompt, wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
 from batchserve.server.protocols.bodies import OPENAI_EMBEDDINGS
+from batchserve.server.protocols.dimensions import check_declared_dimensions
 from batchserve.server.protocols.fields import Body
 from batchserve.server.protocols.window import token_counts, truncated
 from batchserve.server.registry import Registry, ServedModel
@@ -246,6 +249,7 @@ class EmbeddingsEndpoint:
                     "model",
                 )
             check_dimensions(req.dimensions, loaded.dimension)
+            check_declared_dimensions(req.dimensions, loaded, self.limits)
             if loaded.prompts is not None:  # the folder's default prompt, as encode() does
                 req.texts = apply_prompt(req.texts, loaded.prompts, None)
         except Exception as exc:

@@ -22,6 +22,8 @@ Checks common to every task, done before anything is queued:
 * the prompt of a model whose kind takes prompts (an embedder: ``prompt_name``, else the
   folder's default prompt) is prepended to each text, as ``SentenceTransformer.encode``
   does; an unknown name is 422 naming the field and the prompts the model has;
+* a ``dimensions`` the model does not declare it was trained for (422, naming the values
+  it does; :mod:`~batchserve.server.protocols.dimensions`);
 * ``truncate=false``: an item over the model's window is refused (413), naming the input
   and its token count. Otherwise inputs over the window are truncated, and the answer says
   how many in the ``X-Truncated-Inputs`` header, and the tokens its items took in
@@ -46,6 +48,7 @@ from batchserve.batcher import Served
 from batchserve.models.kinds import Activation, Kind, apply_prompt, wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import load_json
+from batchserve.server.protocols.dimensions import check_declared_dimensions
 from batchserve.server.protocols.window import (
     TRUNCATED_HEADER,
     refuse_over_window,
@@ -197,6 +200,7 @@ class TaskEndpoint:
             )
         if not req.truncate:
             refuse_over_window(loaded, items, task.field)
+        check_declared_dimensions(req.options.get("dimensions"), loaded, self.limits)
         return req, items
 
     def _model(self, name: str | None) -> ServedModel:
