@@ -140,7 +140,15 @@ async def test_dimensions_shortens_renormalising_unit_vectors_and_refuses_above_
         (b'{"input": "a", "dimensions": 1.5}', 422, "invalid", "dimensions", ">= 1"),
         (b'{"input": "a", "model": 3}', 422, "invalid", "model", "string"),
         (b'{"input": ["a", "b", "c", "d"]}', 413, "too_large", "input", "at most 3 items"),
-        (b'{"input": "' + b"x" * 11 + b'"}', 413, "too_large", "input", "at most 10 characters"),
+        # Over --max-input-chars: cut when truncating (the default), refused when the whole
+        # text is asked for (split into windows).
+        (
+            b'{"input": "' + b"x" * 11 + b'", "long_inputs": {"split": true}}',
+            413,
+            "too_large",
+            "input",
+            "at most 10 characters",
+        ),
         (b'{"input": "a", "model": "nope"}', 404, "not_found", "model", "served: rec"),
     ],
 )

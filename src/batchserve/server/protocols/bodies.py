@@ -52,6 +52,7 @@ __all__ = [
     "INFINITY_EMBEDDINGS",
     "INFER",
     "INFINITY_RERANK",
+    "LONG_INPUTS",
     "MAX_TENSORS",
     "OPENAI_EMBEDDINGS",
     "PREDICT",
@@ -176,6 +177,35 @@ _USER = Field(
     doc="Ignored.",
 )
 
+#: ``long_inputs`` on the embedding routes: split inputs over the model's window into
+#: windows, their vectors pooled (:mod:`~batchserve.server.protocols.long_inputs`).
+LONG_INPUTS = Body(
+    fields=(
+        Field(
+            name="split",
+            rule=Flag(),
+            default=False,
+            states_default=True,
+            doc="Split each input over the model's window into windows (on token boundaries, "
+            "each with the model's special tokens and prompt), embed each, and pool their "
+            "vectors by a mean weighted by each window's tokens (then unit length if the "
+            "model's vectors are). False: truncate, the default.",
+        ),
+        Field(
+            name="overlap",
+            rule=Count(minimum=0),
+            default=0,
+            states_default=True,
+            doc="Tokens consecutive windows share (less than a window holds).",
+        ),
+    ),
+    nullable=True,
+    doc="What to do with inputs longer than the model's window. Each window is an item of "
+    "the batcher: the request's item count, usage and token counts are its windows'.",
+    message='long_inputs must be an object ({"split": true, "overlap": N}) or null',
+)
+_LONG_INPUTS = Field(name="long_inputs", rule=LONG_INPUTS)
+
 #: ``POST /v1/embeddings``.
 OPENAI_EMBEDDINGS = Body(
     fields=(
@@ -194,6 +224,7 @@ OPENAI_EMBEDDINGS = Body(
             "declares it was trained for (its `matryoshka_dimensions`) or its own; any N up "
             "to its own with --any-dimensions.",
         ),
+        _LONG_INPUTS,
     )
 )
 
@@ -223,6 +254,7 @@ INFINITY_EMBEDDINGS = Body(
             "renormalised: one of the dimensions the model declares (its "
             "`matryoshka_dimensions`) or its own; any N up to its own with --any-dimensions.",
         ),
+        _LONG_INPUTS,
     )
 )
 
@@ -280,6 +312,7 @@ EMBED = Body(
         _PROMPT,
         _PARAMETERS,
         _MODEL,
+        _LONG_INPUTS,
     )
 )
 

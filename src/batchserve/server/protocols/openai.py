@@ -45,6 +45,14 @@ from batchserve.server.http import json_bytes, load_json
 from batchserve.server.protocols.bodies import OPENAI_EMBEDDINGS
 from batchserve.server.protocols.dimensions import check_declared_dimensions
 from batchserve.server.protocols.fields import Body
+from batchserve.server.protocols.long_inputs import (
+    LongInputs,
+    Windows,
+    check_queue,
+    cut_over_chars,
+    long_inputs,
+    split_windows,
+)
 from batchserve.server.protocols.window import token_counts, truncated
 from batchserve.server.registry import Registry, ServedModel
 from batchserve.server.settings import RequestLimits
@@ -87,12 +95,16 @@ class EmbeddingsRequest:
         texts: the inputs, in order.
         encoding_format: ``float`` or ``base64``.
         dimensions: the requested dimension, if any.
+        long_inputs: what to do with inputs over the window (None: truncate them).
+        windows: the items that run, where inputs were split into windows (None: the texts).
     """
 
     model: str | None
     texts: list[str]
     encoding_format: str
     dimensions: int | None
+    long_inputs: LongInputs | None = None
+    windows: Windows | None = None
 
 
 def parse_embeddings_request(body: bytes, limits: RequestLimits) -> EmbeddingsRequest:
@@ -102,11 +114,11 @@ def parse_embeddings_request(body: bytes, limits: RequestLimits) -> EmbeddingsRe
         ApiError: ``malformed`` (not JSON), ``invalid`` (a field breaks a rule) or
             ``too_large`` (too many inputs, a text too long); the message names the field.
     """
-    return embeddings_request(load_json(body), limits)
+    return embeddings_request(load_json(body), limits, long=len(body) > limits.max_input_chars)
 
 
 def embeddings_request(
-    data: Any, limits: RequestLimits, *, body: Body = OPENAI_EMBEDDINGS
+    data: Any, limits: RequestLimits, *, body: Body = OPENAI_EMBEDDINGS, long: bool = True
 ) -> EmbeddingsRequest:
     """Check an embeddings request's JSON (see :func:`parse_embeddings_request`).
 
@@ -114,17 +126,30 @@ def embeddings_request(
         data: the body's JSON.
         limits: the request limits.
         body: the body's description (Infinity's differs: empty texts, ``dimensions: 0``).
+        long: the body may hold a text over ``--max-input-chars`` (False: its bytes are
+            fewer, so no text is looked at for it).
 
     Raises:
         ApiError: ``invalid`` or ``too_large``, naming the field.
     """
+    if long and isinstance(data, dict) and not _splits(data.get("long_inputs")):
+        # Truncation on: a text over --max-input-chars is cut, not refused (the model cuts it).
+        texts = data.get("input")
+        cut = cut_over_chars(texts, limits)
+        if cut is not texts:
+            data = {**data, "input": cut}
     fields = body.read(data, limits)
     return EmbeddingsRequest(
         model=fields["model"],
         texts=fields["input"],
         encoding_format=fields["encoding_format"],
         dimensions=fields["dimensions"],
+        long_inputs=long_inputs(fields["long_inputs"]),
     )
+
+
+def _splits(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("split") is True
 
 
 def check_dimensions(requested: int | None, dimension: int | None) -> None:
@@ -252,6 +277,11 @@ class EmbeddingsEndpoint:
             check_declared_dimensions(req.dimensions, loaded, self.limits)
             if loaded.prompts is not None:  # the folder's default prompt, as encode() does
                 req.texts = apply_prompt(req.texts, loaded.prompts, None)
+            if req.long_inputs is not None:
+                req.windows = split_windows(loaded, req.texts, req.long_inputs.overlap)
+                if req.windows is not None:
+                    check_queue(model, len(req.windows.items))
+                    return Parsed(model, req, req.windows.items)
         except Exception as exc:
             raise ParseError(model, exc) from None
         return Parsed(model, req, req.texts)
@@ -263,7 +293,8 @@ class EmbeddingsEndpoint:
         assert model is not None
         loaded = model.loaded
         assert loaded is not None
-        texts = req.texts
+        windows = req.windows
+        texts = req.texts if windows is None else windows.items
         head = timing_head(served)
         counts = token_counts(loaded, texts)
         if counts is not None:
@@ -276,7 +307,10 @@ class EmbeddingsEndpoint:
         else:
             tokens = sum(len(t.split()) for t in texts)
         unit = loaded.normalized is not False  # not known (None): as before, renormalised
-        vectors = shorten([s.output for s in served], req.dimensions, normalized=unit)
+        outputs: Sequence[Any] = [s.output for s in served]
+        if windows is not None:
+            outputs = windows.pool(outputs, counts, normalize=loaded.normalized is True)
+        vectors = shorten(outputs, req.dimensions, normalized=unit)
         body = embeddings_response(model.name, vectors, req.encoding_format, tokens, self.extra())
         return Reply(200, [], body, head=head)
 

@@ -49,6 +49,7 @@ from batchserve.models.kinds import Activation, Kind, apply_prompt, wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import load_json
 from batchserve.server.protocols.dimensions import check_declared_dimensions
+from batchserve.server.protocols.long_inputs import Windows, split_windows
 from batchserve.server.protocols.window import (
     TRUNCATED_HEADER,
     refuse_over_window,
@@ -82,6 +83,9 @@ class TaskRequest:
         truncate: whether inputs over the window are truncated (else refused).
         options: the route's own settings (``raw_scores``, ``top_n``...), read by its answer.
         task: the task that parsed it (``POST /`` picks one by the model's kind).
+        windows: where inputs over the window were split (``options["long_inputs"]``),
+            how to pool the windows' outputs back into one per input; ``items`` are then
+            the windows.
     """
 
     model: str | None
@@ -89,6 +93,7 @@ class TaskRequest:
     truncate: bool = True
     options: dict[str, Any] = field(default_factory=dict)
     task: Task | None = None
+    windows: Windows | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,6 +194,11 @@ class TaskEndpoint:
                 req.items = apply_prompt(req.items, loaded.prompts, req.options.get("prompt_name"))
             except KeyError as exc:
                 raise ApiError("invalid", exc.args[0], param="prompt_name") from None
+        split = req.options.get("long_inputs")
+        if split is not None:
+            req.windows = split_windows(loaded, req.items, split.overlap)
+            if req.windows is not None:
+                req.items = req.windows.items
         items = req.items
         queue = model.config.queue_size
         if len(items) > queue:
@@ -198,7 +208,7 @@ class TaskEndpoint:
                 f"{queue} (--queue-size): it could never be admitted whole",
                 param="input",
             )
-        if not req.truncate:
+        if not req.truncate and split is None:
             refuse_over_window(loaded, items, task.field)
         check_declared_dimensions(req.options.get("dimensions"), loaded, self.limits)
         return req, items
@@ -213,9 +223,13 @@ class TaskEndpoint:
         assert model is not None
         assert model.loaded is not None
         assert req.task is not None
-        body = req.task.answer(model, req, [s.output for s in served])
-        head = timing_head(served)
+        outputs: list[Any] = [s.output for s in served]
         counts = token_counts(model.loaded, req.items)
+        if req.windows is not None:
+            unit = model.loaded.normalized is True
+            outputs = list(req.windows.pool(outputs, counts, normalize=unit))
+        body = req.task.answer(model, req, outputs)
+        head = timing_head(served)
         if counts is not None:
             head += b"x-compute-tokens: %d\r\n" % sum(counts)
             cut = truncated(model.loaded, req.items, counts)
