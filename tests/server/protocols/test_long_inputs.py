@@ -5,7 +5,8 @@ own default prompt applied), pooled by the same rule (a mean weighted by each wi
 tokens, special tokens and prompt included, then unit length where the folder ends in
 ``Normalize``); cosine >= 0.9999. Zoo folders on torch: mean pooling with a 64-token
 window (WordPiece, lower case), CLS pooling with a default prompt (128), and max pooling
-without ``Normalize`` (byte-level BPE, 512).
+without ``Normalize`` (byte-level BPE, 512); and the first on onnx, what ``--backend auto``
+chose for it.
 """
 
 from __future__ import annotations
@@ -34,14 +35,22 @@ WORDS = "Die Straße führt unbelievably far; 東京は日本の首都. tokeniza
 LONG = " ".join(f"{WORDS} {i}" for i in range(60))
 SHORT = "a short text"
 FOLDERS = ["distilbert-mean-legacy", "bert-cls", "roberta-max"]
+#: The engine ``--backend auto`` chose for the 64-token folder on the 2-core CPU it was
+#: written on (onnx/float32); its windows are texts like any other, held to the library.
+ONNX = "distilbert-mean-legacy@onnx"
 
 
 @pytest.fixture(scope="module")
-def models(zoo: Zoo) -> dict[str, tuple[Path, LoadedModel]]:
-    return {
+def models(zoo: Zoo, engine_cache: Path) -> dict[str, tuple[Path, LoadedModel]]:
+    out = {
         name: (zoo.folder(name), load_model(f"{zoo.folder(name)}:backend=torch,threads=1"))
         for name in FOLDERS
     }
+    folder = zoo.folder("distilbert-mean-legacy")
+    spec = f"{folder}:backend=onnx,threads=1,cache_dir={engine_cache}"
+    out[ONNX] = (folder, load_model(spec))
+    assert (out[ONNX][1].engine or {})["backend"] == "onnx"
+    return out
 
 
 def _reference(folder: Path, windows: Windows) -> list[np.ndarray]:
@@ -68,7 +77,7 @@ def _cos(a: Any, b: Any) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-@pytest.mark.parametrize("name", FOLDERS)
+@pytest.mark.parametrize("name", [*FOLDERS, ONNX])
 async def test_split_windows_pooled_equal_encode_of_the_same_windows(
     models: dict[str, tuple[Path, LoadedModel]], name: str
 ) -> None:
@@ -145,6 +154,7 @@ async def test_the_default_truncates_and_truncate_false_alone_is_413(
     assert cut.headers["x-batch-size"].count(",") == 0
     assert refused.status_code == 413
     assert f"input 1 is {tokens} tokens, over the model's window of 64" in refused.text
+    assert "long_inputs" in refused.text  # the route that can split says how
     assert unsplit.status_code == 413
     assert zero.status_code == 200
 

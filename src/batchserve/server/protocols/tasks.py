@@ -209,7 +209,8 @@ class TaskEndpoint:
                 param="input",
             )
         if not req.truncate and split is None:
-            refuse_over_window(loaded, items, task.field)
+            splits = "long_inputs" in req.options
+            refuse_over_window(loaded, items, task.field, splits=splits)
         check_declared_dimensions(req.options.get("dimensions"), loaded, self.limits)
         return req, items
 
