@@ -131,3 +131,39 @@ def test_serve_any_dimensions_flag_and_config_key(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text("any_dimensions = true\n")
     assert limits("--config", str(config)).any_dimensions is True
+
+
+async def test_the_openai_client_gets_the_refusal_naming_the_values() -> None:
+    openai = pytest.importorskip("openai")
+    import httpx
+
+    model = embedding_model(_unit, dim=8, normalized=True, matryoshka=Matryoshka(dimensions=(4,)))
+    app = build_app({"m": model})
+    async with client_for(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport) as http:
+            client = openai.AsyncOpenAI(
+                base_url="http://batchserve/v1", api_key="none", http_client=http
+            )
+            ok = await client.embeddings.create(model="m", input="abc", dimensions=4)
+            with pytest.raises(openai.UnprocessableEntityError) as info:
+                await client.embeddings.create(model="m", input="abc", dimensions=3)
+    assert len(ok.data[0].embedding) == 4
+    assert info.value.param == "dimensions"
+    assert "must be one of 4, 8" in info.value.message
+
+
+@pytest.mark.parametrize("any_dimensions", [False, True])
+async def test_the_document_states_the_values_taken(any_dimensions: bool) -> None:
+    model = embedding_model(_unit, dim=8, matryoshka=Matryoshka(dimensions=(4,)))
+    app = build_app({"m": model}, limits=RequestLimits(any_dimensions=any_dimensions))
+    async with client_for(app) as c:
+        spec = (await c.get("/openapi.json")).json()
+    field = spec["components"]["schemas"]["EmbeddingsRequest"]["properties"]["dimensions"]
+    infinity = spec["components"]["schemas"]["InfinityEmbeddingsRequest"]["properties"]
+    if any_dimensions:
+        assert field["maximum"] == 8
+        assert "enum" not in field
+    else:
+        assert field["enum"] == [4, 8, None]
+        assert infinity["dimensions"]["enum"] == [0, 4, 8, None]

@@ -214,3 +214,30 @@ async def test_a_text_over_max_input_chars_is_cut_when_truncating(
     for r in (strict, strict_params, split):  # the whole text was asked for: refused, named
         assert r.status_code == 413, r.text
         assert f"at most {most} characters (--max-input-chars)" in r.text
+
+
+async def test_the_openai_client_sends_long_inputs_as_extra_body(
+    models: dict[str, tuple[Path, LoadedModel]],
+) -> None:
+    # openai 3.60's embeddings.create has no such field: extra_body adds it to the JSON.
+    openai = pytest.importorskip("openai")
+    import httpx
+
+    _, loaded = models["distilbert-mean-legacy"]
+    app = build_app({"m": loaded})
+    async with client_for(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport) as http:
+            client = openai.AsyncOpenAI(
+                base_url="http://batchserve/v1", api_key="none", http_client=http
+            )
+            split = await client.embeddings.create(
+                model="m", input=[LONG], extra_body={"long_inputs": {"split": True, "overlap": 4}}
+            )
+            cut = await client.embeddings.create(model="m", input=[LONG])
+    windows = split_windows(loaded, [LONG], 4)
+    assert windows is not None
+    assert loaded.count_tokens is not None
+    assert split.usage.prompt_tokens == sum(loaded.count_tokens(windows.items))
+    assert cut.usage.prompt_tokens == 64  # truncated to the window
+    assert _cos(split.data[0].embedding, cut.data[0].embedding) < 0.9999  # not the same vector

@@ -58,15 +58,19 @@ class Served:
     Attributes:
         models: the served models' names.
         limits: the request limits (stated in words in the documentation).
-        dimensions: the embedding dimensions served, sorted (a ``dimensions`` field takes
-            up to the largest).
+        dimensions: the embedding dimensions a ``dimensions`` field takes, sorted: those the
+            served models declare and their own (see
+            :mod:`~batchserve.server.protocols.dimensions`).
         prompts: the prompt names the served models define, sorted.
+        any_prefix: a ``dimensions`` field takes any value up to the largest of
+            ``dimensions`` (``--any-dimensions``, or a model that declares any prefix).
     """
 
     models: tuple[str, ...] = ()
     limits: RequestLimits
     dimensions: tuple[int, ...] = ()
     prompts: tuple[str, ...] = ()
+    any_prefix: bool = False
 
 
 class Rule(Protocol):
@@ -300,7 +304,10 @@ class Count:
             "minimum": 0 if self.zero_is_none else self.minimum,
         }
         if self.dimensions and served.dimensions:
-            out["maximum"] = max(served.dimensions)
+            if served.any_prefix or served.limits.any_dimensions:
+                out["maximum"] = max(served.dimensions)
+            else:  # only the values declared (null and Infinity's 0: the model's own)
+                out["enum"] = [*([0] if self.zero_is_none else []), *served.dimensions, None]
         return out
 
 
