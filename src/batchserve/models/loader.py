@@ -45,6 +45,7 @@ from batchserve.models.base import BatchFn
 from batchserve.models.engine import Engine
 from batchserve.models.kinds import EMBEDDING, GENERIC, Kind, Prompts
 from batchserve.models.matryoshka import NONE_DECLARED, Matryoshka
+from batchserve.models.quantize import Calibration
 from batchserve.models.synthetic import SyntheticModel
 from batchserve.units import parse_duration
 
@@ -126,6 +127,9 @@ class LoadedModel:
             :class:`~batchserve.models.engine.Engine`); None for other models.
         matryoshka: the output dimensions an embedding model's folder declares it was
             trained for (:mod:`batchserve.models.matryoshka`); none for other models.
+        calibration: an embedding model's calibration embeddings, whose ranges quantize
+            its int8 and uint8 answers (:mod:`batchserve.models.quantize`; embedded at
+            load by the served engine); None: not calibrated (those types are refused).
     """
 
     spec: str
@@ -144,6 +148,7 @@ class LoadedModel:
     normalized: bool | None = None
     on_engine: Engine | None = None
     matryoshka: Matryoshka = NONE_DECLARED
+    calibration: Calibration | None = None
 
 
 def parse_synthetic(spec: str) -> SyntheticModel:

@@ -7,7 +7,8 @@ request is answered ``not_ready`` (503, Retry-After); a model that failed to loa
 ``failed`` and the server stops. The warm-up of an embedding model also measures one pass of
 1 and of a few texts, so the batcher's cost model (and deadline-aware admission) starts from
 this machine's figures instead of from zero (with its kind's warm-up item: a reranker's a
-pair, a classifier's a text); a synthetic model states its cost exactly.
+pair, a classifier's a text); a synthetic model states its cost exactly. An embedder on an
+engine is first calibrated for its quantized answers (:mod:`batchserve.engines.calibration`).
 
 :meth:`ServedModel.deadline_for` is a request's deadline when the wire states none: its
 class's default, else the model's. A request's inputs are offered to the batcher by its
@@ -25,6 +26,7 @@ from typing import Any
 from batchserve.batcher import Batcher, BatchRecord
 from batchserve.clock import Clock, MonotonicClock
 from batchserve.config import BatchConfig, CostEstimate
+from batchserve.engines.calibration import calibrate
 from batchserve.engines.loader import load_model
 from batchserve.errors import NotReady
 from batchserve.models.base import is_async_model
@@ -103,6 +105,9 @@ class ServedModel:
 
     def _load_and_warm(self) -> LoadedModel:
         loaded = self._loader(self.settings.spec)
+        calibration = calibrate(loaded)  # an embedder on an engine: its int8/uint8 ranges
+        if calibration is not None:
+            loaded = dataclasses.replace(loaded, calibration=calibration)
         warm: Any = loaded.kind.warmup
         if warm is None or loaded.initial_cost is not None:
             return loaded

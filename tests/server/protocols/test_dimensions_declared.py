@@ -98,6 +98,12 @@ async def test_every_embedding_route_refuses_an_undeclared_value(any_dimensions:
             assert "dimensions must be one of 4, 8" in r.text
         for r in [await p for p in _posts(c, 9)]:  # over its own: refused whatever the flag
             assert r.status_code == 422, r.text
+        # Cohere's output_dimension, named as Cohere names it.
+        for dims, status in ((4, 200), (3, 200 if any_dimensions else 422)):
+            r = await c.post("/v2/embed", json={"texts": ["abc"], "output_dimension": dims})
+            assert r.status_code == status, r.text
+        if not any_dimensions:
+            assert "output_dimension must be one of 4, 8" in r.text
         # Infinity's 0 is the model's own dimension.
         r = await c.post("/embeddings", json={"input": "abc", "dimensions": 0})
         assert r.status_code == 200

@@ -19,7 +19,14 @@ EMBEDDING = Kind(
     activation=NONE,
     prompts=True,
     warmup=WARMUP_TEXT,
-    routes=("POST /embed", "POST /v1/embeddings", "POST /similarity", "POST /embeddings"),
+    routes=(
+        "POST /embed",
+        "POST /v1/embeddings",
+        "POST /similarity",
+        "POST /embeddings",
+        "POST /v2/embed",
+        "POST /v1/embed",
+    ),
     tasks=("embed",),
     gate="cosine",
 )

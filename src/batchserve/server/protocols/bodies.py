@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from batchserve.server.protocols.fields import (
     Body,
     Choice,
+    Choices,
     Count,
     Custom,
     Field,
@@ -44,15 +45,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLASSIFY",
+    "COHERE_V1_EMBED",
     "COHERE_V1_RERANK",
+    "COHERE_V2_EMBED",
     "COHERE_V2_RERANK",
     "DECODE",
     "EMBED",
+    "EMBEDDING_TYPE",
+    "EMBEDDING_TYPES",
     "EMBED_PARAMETERS",
     "INFINITY_EMBEDDINGS",
     "INFER",
     "INFINITY_RERANK",
     "LONG_INPUTS",
+    "INPUT_TYPES",
     "MAX_TENSORS",
     "OPENAI_EMBEDDINGS",
     "PREDICT",
@@ -205,6 +211,18 @@ LONG_INPUTS = Body(
     message='long_inputs must be an object ({"split": true, "overlap": N}) or null',
 )
 _LONG_INPUTS = Field(name="long_inputs", rule=LONG_INPUTS)
+#: Cohere's ``embedding_types``: the quantized types (:mod:`batchserve.models.quantize`) and
+#: ``base64`` (the float vector's little-endian float32 bytes).
+EMBEDDING_TYPES = ("float", "int8", "uint8", "binary", "ubinary", "base64")
+#: The extra field of OpenAI's ``/v1/embeddings`` and TEI's ``/embed``: one quantized type.
+EMBEDDING_TYPE = Field(
+    name="embedding_type",
+    rule=Choice(values=EMBEDDING_TYPES[:5], says="'float', 'int8', 'uint8', 'binary' or 'ubinary'"),
+    default="float",
+    states_default=True,
+    doc="batchserve's extension: the vectors as Cohere's `embedding_types` make them (int8, "
+    "uint8, binary, ubinary as JSON integers; calibrated as `/v2/embed`'s).",
+)
 
 #: ``POST /v1/embeddings``.
 OPENAI_EMBEDDINGS = Body(
@@ -225,6 +243,7 @@ OPENAI_EMBEDDINGS = Body(
             "to its own with --any-dimensions.",
         ),
         _LONG_INPUTS,
+        EMBEDDING_TYPE,
     )
 )
 
@@ -313,6 +332,7 @@ EMBED = Body(
         _PARAMETERS,
         _MODEL,
         _LONG_INPUTS,
+        EMBEDDING_TYPE,
     )
 )
 
@@ -580,6 +600,75 @@ CLASSIFY = Body(
         Field(name="model", rule=Name(strict=False), documented=False),
     )
 )
+
+
+# -- Cohere's embed -----------------------------------------------------------------------
+
+#: Cohere's ``input_type``: each read as one of the folder's prompts (``image``: refused).
+INPUT_TYPES = ("search_document", "search_query", "classification", "clustering", "image")
+
+_EMBEDDING_TYPES_DOC = (
+    "One or more of `float`, `int8`, `uint8`, `binary`, `ubinary`, `base64`; an answer "
+    "holds one list per type. int8/uint8: each dimension scaled on the range the model's "
+    "vectors of the shipped calibration texts span (calibrated at load, as "
+    "sentence-transformers' `quantize_embeddings(..., calibration_embeddings=...)`); "
+    "binary/ubinary: one bit per dimension (> 0), packed 8 to a byte as "
+    "`quantize_embeddings` packs them (binary: the byte less 128)."
+)
+
+
+def _embed_body(*more: Field, types_default: list[str] | None) -> Body:
+    # The fields of Cohere's v1 and v2 embed, in the order read.
+    return Body(
+        fields=(
+            Field(
+                name="texts",
+                rule=Texts(empty=True),
+                required=True,
+                missing="texts is required: a list of strings (images are not embedded here)",
+            ),
+            Field(name="model", rule=Name()),
+            Field(
+                name="input_type",
+                rule=Choice(values=INPUT_TYPES, says=", ".join(repr(v) for v in INPUT_TYPES)),
+                doc="Read as the folder's prompt of that name, else the one "
+                "sentence-transformers' `encode_query` (`query`) or `encode_document` "
+                "(`document`, `passage`, `corpus`) uses; a type the folder has no prompt "
+                "for: its default prompt. `image` is refused.",
+            ),
+            Field(
+                name="embedding_types",
+                rule=Choices(
+                    values=EMBEDDING_TYPES, says=", ".join(repr(v) for v in EMBEDDING_TYPES)
+                ),
+                default=types_default,
+                doc=_EMBEDDING_TYPES_DOC,
+            ),
+            Field(
+                name="truncate",
+                rule=Choice(values=("NONE", "START", "END"), says="'NONE', 'START' or 'END'"),
+                default="END",
+                states_default=True,
+                doc="An input over the model's window: `END` cuts its end, `START` its start "
+                "(to at most the window), `NONE` refuses it (413, naming it).",
+            ),
+            *more,
+        )
+    )
+
+
+#: ``POST /v2/embed`` (Cohere v2).
+COHERE_V2_EMBED = _embed_body(
+    Field(
+        name="output_dimension",
+        rule=Count(dimensions=True),
+        doc="Keep the first N values, renormalised (as OpenAI's `dimensions`); at most the "
+        "model's own dimension.",
+    ),
+    types_default=["float"],
+)
+#: ``POST /v1/embed`` (Cohere v1): no ``embedding_types`` answers ``embeddings_floats``.
+COHERE_V1_EMBED = _embed_body(types_default=None)
 
 
 # -- KServe v2 infer ----------------------------------------------------------------------

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from batchserve.models.kinds import BY_NAME, Kind
 from batchserve.server.protocols import bodies, infinity, kserve, openai, rerankers, tei
+from batchserve.server.protocols.cohere import V1_EMBED, V2_EMBED
 from batchserve.server.protocols.fields import Body, Either
 from batchserve.server.protocols.tasks import Task, TaskEndpoint
 
@@ -254,6 +255,33 @@ INFERENCE: tuple[Route, ...] = (
         error="CohereJinaError",
         refuses=_TASK,
         body=bodies.COHERE_V1_RERANK,
+    ),
+    Route(
+        path="/v2/embed",
+        build=_task(V2_EMBED, "cohere", rerankers.cohere_error_body),
+        summary="Embed texts (Cohere v2)",
+        description="`texts`, `input_type` (read as the folder's prompt: see the manual), "
+        "`embedding_types` (float, int8, uint8, binary, ubinary, base64; int8/uint8 "
+        "calibrated at load on the shipped texts), `truncate` (END, START, NONE), "
+        "`output_dimension` -> `{id, embeddings: {type: [...]}, texts, meta, "
+        "response_type}`. Works with the official `cohere` client "
+        "(`cohere.ClientV2(base_url=...).embed`). An embedding model.",
+        tag="Cohere",
+        error="CohereError",
+        refuses=_TASK,
+        body=bodies.COHERE_V2_EMBED,
+    ),
+    Route(
+        path="/v1/embed",
+        build=_task(V1_EMBED, "cohere", rerankers.cohere_error_body),
+        summary="Embed texts (Cohere v1)",
+        description="As `/v2/embed`, without `output_dimension`; no `embedding_types` "
+        "answers `response_type: embeddings_floats` (`embeddings` a list of float vectors), "
+        "as Cohere does. For `cohere.Client(base_url=...).embed`. An embedding model.",
+        tag="Cohere",
+        error="CohereError",
+        refuses=_TASK,
+        body=bodies.COHERE_V1_EMBED,
     ),
     Route(
         path="/classify",

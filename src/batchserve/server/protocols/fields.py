@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Body",
     "Choice",
+    "Choices",
     "Count",
     "Custom",
     "Either",
@@ -327,6 +328,42 @@ class Choice:
     def schema(self, served: Served) -> dict[str, Any]:
         """See :class:`Rule`."""
         return {"enum": [*self.values, None]}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Choices:
+    """A non-empty list of ``values`` (Cohere's ``embedding_types``), read without repeats.
+
+    Attributes:
+        values: the values taken.
+        says: how the message names them.
+    """
+
+    values: tuple[str, ...]
+    says: str
+
+    def check(self, value: Any, where: str, limits: RequestLimits) -> list[str]:
+        """See :class:`Rule`; each value once, in the order first given."""
+        if not isinstance(value, list):
+            raise ApiError(
+                "invalid", f"{where} must be a list of {self.says}, got {value!r:.60}", where
+            )
+        if not value:
+            raise ApiError("empty", f"{where} must not be empty", param=where)
+        for i, v in enumerate(value):
+            if v not in self.values:
+                raise ApiError(
+                    "invalid", f"{where}[{i}] must be {self.says}, got {v!r:.60}", f"{where}[{i}]"
+                )
+        return list(dict.fromkeys(value))
+
+    def schema(self, served: Served) -> dict[str, Any]:
+        """See :class:`Rule`."""
+        return {
+            "type": ["array", "null"],
+            "items": {"enum": list(self.values)},
+            "minItems": 1,
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,7 +10,11 @@ unless the model's vectors are not unit length, scales it back to unit length (w
 Matryoshka-trained models are for, and what OpenAI's ``text-embedding-3`` models do); a
 value above the model's own dimension is refused, and so is one the model does not declare
 it was trained for, unless the operator allows any
-(:mod:`~batchserve.server.protocols.dimensions`).
+(:mod:`~batchserve.server.protocols.dimensions`). batchserve's ``embedding_type``
+(``int8``, ``uint8``, ``binary``, ``ubinary``; default ``float``) answers each vector as
+Cohere's ``embedding_types`` make it, as JSON integers (with ``encoding_format: float``:
+a client decodes base64 as float32), calibrated as ``/v2/embed``'s
+(:mod:`~batchserve.server.protocols.embedding_types`).
 
 The vectors are what the model folder's own modules return (unit length when they end in
 ``Normalize``); the folder's default prompt is prepended to each text, as
@@ -36,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 
 from batchserve.batcher import Served
@@ -44,6 +49,7 @@ from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timi
 from batchserve.server.http import json_bytes, load_json
 from batchserve.server.protocols.bodies import OPENAI_EMBEDDINGS
 from batchserve.server.protocols.dimensions import check_declared_dimensions
+from batchserve.server.protocols.embedding_types import Transform, require_calibration, typed
 from batchserve.server.protocols.fields import Body
 from batchserve.server.protocols.long_inputs import (
     LongInputs,
@@ -69,6 +75,7 @@ __all__ = [
     "models_response",
     "parse_embeddings_request",
     "shorten",
+    "shortened",
 ]
 
 _ERROR_TYPES = {
@@ -97,6 +104,8 @@ class EmbeddingsRequest:
         dimensions: the requested dimension, if any.
         long_inputs: what to do with inputs over the window (None: truncate them).
         windows: the items that run, where inputs were split into windows (None: the texts).
+        embedding_type: batchserve's ``embedding_type``: ``float``, or a quantized type
+            (:mod:`~batchserve.server.protocols.embedding_types`).
     """
 
     model: str | None
@@ -105,6 +114,7 @@ class EmbeddingsRequest:
     dimensions: int | None
     long_inputs: LongInputs | None = None
     windows: Windows | None = None
+    embedding_type: str = "float"
 
 
 def parse_embeddings_request(body: bytes, limits: RequestLimits) -> EmbeddingsRequest:
@@ -145,6 +155,7 @@ def embeddings_request(
         encoding_format=fields["encoding_format"],
         dimensions=fields["dimensions"],
         long_inputs=long_inputs(fields["long_inputs"]),
+        embedding_type=fields.get("embedding_type", "float"),  # Infinity's body has none
     )
 
 
@@ -186,6 +197,15 @@ def shorten(
     return list(cut / norms)
 
 
+def shortened(dimensions: int | None, *, normalized: bool = True) -> Transform:
+    """:func:`shorten` on rows: what a quantized answer's calibration is cut by too."""
+
+    def transform(rows: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        return np.asarray(shorten(list(rows), dimensions, normalized=normalized), np.float32)
+
+    return transform
+
+
 def embeddings_response(
     model: str, vectors: Sequence[Any], encoding_format: str, tokens: int, extra: bytes = b""
 ) -> bytes:
@@ -202,7 +222,8 @@ def embeddings_response(
     base64_format = encoding_format == "base64"
     parts = [b'{"object":"list","data":[']
     for i, vec in enumerate(vectors):
-        arr = np.asarray(vec, dtype=np.float32)
+        quantized = isinstance(vec, np.ndarray) and vec.dtype.kind in "iu"  # embedding_type
+        arr = vec if quantized else np.asarray(vec, dtype=np.float32)
         if base64_format:
             emb = b'"%s"' % base64.b64encode(arr.astype("<f4", copy=False).tobytes())
         else:
@@ -275,6 +296,15 @@ class EmbeddingsEndpoint:
                 )
             check_dimensions(req.dimensions, loaded.dimension)
             check_declared_dimensions(req.dimensions, loaded, self.limits)
+            if req.embedding_type != "float":
+                if req.encoding_format == "base64":  # a client would decode ints as floats
+                    raise ApiError(
+                        "invalid",
+                        f"embedding_type {req.embedding_type!r} is answered as JSON integers: "
+                        "send encoding_format 'float' (base64 is read as float32 by clients)",
+                        param="encoding_format",
+                    )
+                require_calibration(loaded, (req.embedding_type,), "embedding_type")
             if loaded.prompts is not None:  # the folder's default prompt, as encode() does
                 req.texts = apply_prompt(req.texts, loaded.prompts, None)
             if req.long_inputs is not None:
@@ -311,6 +341,18 @@ class EmbeddingsEndpoint:
         if windows is not None:
             outputs = windows.pool(outputs, counts, normalize=loaded.normalized is True)
         vectors = shorten(outputs, req.dimensions, normalized=unit)
+        if req.embedding_type != "float":
+            rows = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1)
+            cut = req.dimensions is not None
+            vectors = list(
+                typed(
+                    loaded,
+                    rows,
+                    req.embedding_type,  # type: ignore[arg-type]  # checked by its Choice
+                    key=("openai", req.dimensions, unit) if cut else None,
+                    transform=shortened(req.dimensions, normalized=unit) if cut else None,
+                )
+            )
         body = embeddings_response(model.name, vectors, req.encoding_format, tokens, self.extra())
         return Reply(200, [], body, head=head)
 

@@ -109,6 +109,12 @@ class Task:
         answer: the answer's body from the model, the request and each item's output.
         field: the body's field that holds the items, as an error about item ``i`` names it
             (``inputs[i]``).
+        prepare: what the request needs of the model before its prompts are applied (a
+            ``prompt_name`` read from the model's prompts, inputs cut to its window), or
+            checks it must pass against the model; None: nothing.
+        dimensions_field: the body's field that ``options["dimensions"]`` was read from,
+            as the refusal of a value the model does not declare names it
+            (:mod:`~batchserve.server.protocols.dimensions`).
     """
 
     route: str
@@ -116,6 +122,8 @@ class Task:
     parse: Callable[[Any, RequestLimits], TaskRequest]
     answer: Callable[[ServedModel, TaskRequest, list[Any]], bytes]
     field: str = "input"
+    prepare: Callable[[ServedModel, TaskRequest], None] | None = None
+    dimensions_field: str = "dimensions"
 
 
 def scores(outputs: Sequence[npt.ArrayLike], activation: Activation) -> list[list[float]]:
@@ -189,6 +197,8 @@ class TaskEndpoint:
             raise ApiError("wrong_kind", wrong_kind(model.name, kind, task.route), "model")
         req = task.parse(data, self.limits)
         req.task = task
+        if task.prepare is not None:
+            task.prepare(model, req)
         if kind.prompts:
             try:
                 req.items = apply_prompt(req.items, loaded.prompts, req.options.get("prompt_name"))
@@ -211,7 +221,8 @@ class TaskEndpoint:
         if not req.truncate and split is None:
             splits = "long_inputs" in req.options
             refuse_over_window(loaded, items, task.field, splits=splits)
-        check_declared_dimensions(req.options.get("dimensions"), loaded, self.limits)
+        dims = req.options.get("dimensions")
+        check_declared_dimensions(dims, loaded, self.limits, task.dimensions_field)
         return req, items
 
     def _model(self, name: str | None) -> ServedModel:

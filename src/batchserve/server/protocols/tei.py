@@ -12,7 +12,10 @@ listed in the manual (``docs/serving/rerank.md``). Each route is a
   modules end in ``Normalize`` (TEI ignores that module and never normalises then; a
   folder's own modules are what every engine here runs). ``truncate: false`` refuses an
   input over the window (413, naming it and its tokens). An empty text is embedded (its
-  special tokens alone), as TEI does.
+  special tokens alone), as TEI does. batchserve's ``embedding_type`` (``int8``,
+  ``uint8``, ``binary``, ``ubinary``; default ``float``) answers each vector, after the cut
+  and scaling, as Cohere's ``embedding_types`` make it (JSON integers), calibrated as
+  ``/v2/embed``'s.
 * ``POST /rerank``: ``query``, ``texts`` (an empty one is scored), ``raw_scores``,
   ``return_text``, ``truncate`` -> ``[{index, score, text?}]`` sorted by score, highest
   first. A body with ``documents``
@@ -39,6 +42,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, assert_never
 
 import numpy as np
+import numpy.typing as npt
 
 from batchserve import __version__
 from batchserve.models.kinds import (
@@ -54,6 +58,7 @@ from batchserve.models.kinds import (
 from batchserve.server.http import json_bytes
 from batchserve.server.protocols import bodies
 from batchserve.server.protocols.bodies import predict_inputs as parse_predict_inputs
+from batchserve.server.protocols.embedding_types import require_calibration, typed
 from batchserve.server.protocols.fields import (
     check_text,
     optional_bool,
@@ -152,6 +157,7 @@ def _parse_embed(data: Any, limits: RequestLimits) -> TaskRequest:
             "normalize": merged["normalize"],
             "prompt_name": merged["prompt_name"],
             "long_inputs": long_inputs(body["long_inputs"]),
+            "embedding_type": body["embedding_type"],
         },
     )
 
@@ -164,6 +170,13 @@ def _truncating(data: dict[str, Any]) -> bool:
     params = data.get("parameters")
     flag = params.get("truncate") if isinstance(params, dict) else None
     return (data.get("truncate") if flag is None else flag) is not False
+
+
+def _prepare_embed(model: ServedModel, req: TaskRequest) -> None:
+    # int8/uint8 need the model's calibration: refused before anything is queued.
+    loaded = model.loaded
+    assert loaded is not None
+    require_calibration(loaded, (req.options["embedding_type"],), "embedding_type")
 
 
 def truncate_vector(
@@ -225,9 +238,19 @@ def _answer_embed(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> b
     check_dimensions(dims, size)
     normalize = req.options["normalize"]
     unit = loaded.normalized is True  # not known (None): scaled when asked
-    return json_bytes(
-        [truncate_vector(v, dims, size, normalize=normalize, unit=unit) for v in outputs]
-    )
+    vectors = [truncate_vector(v, dims, size, normalize=normalize, unit=unit) for v in outputs]
+    precision = req.options["embedding_type"]
+    if precision == "float":
+        return json_bytes(vectors)
+
+    def transform(rows: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        # the same cut and scale, on the calibration embeddings
+        cut = [truncate_vector(v, dims, size, normalize=normalize, unit=unit) for v in rows]
+        return np.asarray(cut, dtype=np.float32)
+
+    rows = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1)
+    key = ("tei", dims, normalize, unit)
+    return json_bytes(typed(loaded, rows, precision, key=key, transform=transform).tolist())
 
 
 EMBED = Task(
@@ -236,6 +259,7 @@ EMBED = Task(
     parse=_parse_embed,
     answer=_answer_embed,
     field="inputs",
+    prepare=_prepare_embed,
 )
 
 
