@@ -21,6 +21,7 @@ from batchserve.models.kinds import (
     SIGMOID,
     SOFTMAX,
     Logits,
+    Sparse,
     Tensors,
     Vector,
     item_of,
@@ -39,6 +40,7 @@ def test_each_kind_says_what_it_is() -> None:
         "reranker": ("pair", Logits, "sigmoid", False, ("rerank",), "order"),
         "classifier": ("text", Logits, "softmax", False, ("classify",), "label"),
         "generic": (None, Tensors, "none", False, (), None),
+        "sparse": ("text", Sparse, "none", True, ("embed_sparse",), None),
     }
     assert table == expected
     assert (EMBEDDING.head.output, RERANKER.head.output, CLASSIFIER.head.output) == (
@@ -53,7 +55,7 @@ def test_each_kind_says_what_it_is() -> None:
 
 
 def test_the_lookups_are_read_from_the_kinds() -> None:
-    assert KINDS == ("embedding", "reranker", "classifier", "generic")
+    assert KINDS == ("embedding", "reranker", "classifier", "generic", "sparse")
     assert ROUTES["reranker"][0] == "POST /rerank"
     assert {k.name: k.routes for k in BY_NAME.values()} == ROUTES
     assert ITEMS == ("pair", "text")
@@ -65,9 +67,9 @@ def test_the_lookups_are_read_from_the_kinds() -> None:
     )
     assert all(kind_named(name) is kind for name, kind in BY_NAME.items())
     with pytest.raises(ValueError, match="kind must be one of embedding, reranker, "):
-        kind_named("sparse")
+        kind_named("nonesuch")
     # One value per kind, compared by identity: a set of kinds is a set of those values.
-    assert len({*BY_NAME.values(), *BY_NAME.values()}) == 4
+    assert len({*BY_NAME.values(), *BY_NAME.values()}) == 5
 
 
 def test_a_wrong_kind_names_the_route_to_use() -> None:

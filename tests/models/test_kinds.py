@@ -21,7 +21,7 @@ TRANSFORMER = "sentence_transformers.base.modules.transformer.Transformer"
 POOLING = "sentence_transformers.sentence_transformer.modules.pooling.Pooling"
 NORMALIZE = "sentence_transformers.base.modules.normalize.Normalize"
 SPLADE = "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling"
-LOGIT_SCORE = "sentence_transformers.cross_encoder.modules.logit_score.LogitScore"
+ROUTER = "sentence_transformers.base.modules.router.Router"
 
 
 def folder(
@@ -102,8 +102,7 @@ def test_rerankers_and_classifiers_as_cross_encoder_and_save_pretrained_write_th
         (["GPT2LMHeadModel"], None, None, "declares no reranking template"),
         (["BertForTokenClassification"], None, None, "a token classification head"),
         (["T5ForConditionalGeneration"], None, None, "a sequence-to-sequence generation"),
-        (["Qwen3ForCausalLM"], [TRANSFORMER, LOGIT_SCORE], "CrossEncoder", "an LLM reranker"),
-        (["BertForMaskedLM"], [TRANSFORMER, SPLADE], "SparseEncoder", "a sparse encoder"),
+        (["BertForMaskedLM"], [ROUTER, SPLADE], "SparseEncoder", "a SparseEncoder of modules"),
         (["BertModel"], [TRANSFORMER], "MultiVectorEncoder", "a multi-vector encoder"),
     ],
 )

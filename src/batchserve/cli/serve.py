@@ -215,6 +215,11 @@ def add_parser(sub: Any) -> None:
             "capture fails or differs from the eager pass runs eagerly, and the log says why",
             "off",
         ),
+        "pooling": (
+            "a bare ...ForMaskedLM folder: splade serves it as a SPLADE sparse embedder "
+            "(POST /embed_sparse); a folder with modules.json states its own",
+            "the folder's own; a masked-LM folder without it is refused",
+        ),
         "revision": (
             "a model named by its Hub id (org/name): the branch, tag or commit to serve, "
             "from huggingface_hub's cache ($HF_HUB_CACHE), downloaded where the network "

@@ -15,8 +15,8 @@ Which folder a SPEC names is decided here, once, for every entry point (``serve`
 (``org/name``, with ``revision=``) is its snapshot in huggingface_hub's cache, downloaded
 where the network allows (:mod:`batchserve.engines.hub`). The folder's kind is read from
 its files before anything is loaded, and a folder batchserve does not serve (a masked-LM
-head, a causal LM, an image or audio model, a sparse encoder, code of its own that it was
-not told to trust) is refused then, saying what was found
+head, a causal LM, an image or audio model, a sparse encoder of modules other than
+SPLADE's, code of its own that it was not told to trust) is refused then, saying what was found
 (:meth:`~batchserve.models.kinds.FolderKind.check`).
 
 Every other SPEC (the synthetic model, ``package.module:attr``) is handed to the core's
@@ -45,9 +45,11 @@ from batchserve.models.kinds import (
     SERVES,
     Kind,
     Logits,
+    Sparse,
     Tensors,
     Vector,
     folder_kind,
+    splade_kind,
 )
 from batchserve.models.loader import (
     SOURCE_KEYS,
@@ -85,6 +87,8 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
     path = model_folder(base, options.get("revision"))
     rt = _runtime(options, runtime)
     found = folder_kind(path)
+    if rt.pooling is not None:  # --pooling splade: a bare masked-LM folder is sparse
+        found = splade_kind(path, found)
     where = base if base == str(path) else f"{base} ({path})"
     found.check(where, trust_remote_code=rt.trust_remote_code)
     if found.remote_code:
@@ -98,7 +102,14 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
         )
     _refuse_unknown_type(path, where)
     choice: dict[str, Any] | None = None
-    if rt.backend == "auto":
+    if found.llm:  # an LLM reranker: torch only (engines.llm_rerank)
+        from batchserve.engines import llm_rerank
+
+        if rt.exported:
+            raise llm_rerank.refuse_exported(where, rt.backend)
+        engine = llm_rerank.on_torch(path, dataclasses.replace(rt, backend="torch"))
+        return _loaded(spec, engine, found.kind, choice=None)
+    if rt.backend == "auto" and found.kind.gate is not None:
         engine, verdict = choose_engine(path, rt)
         choice = verdict.to_dict()
     else:
@@ -256,6 +267,10 @@ def _load_engine(
             return fn
         case Vector():
             return _load_embedder(path, rt, gated=gated)
+        case Sparse():
+            from batchserve.engines import sparse
+
+            return sparse.on_torch(path, rt)  # torch only: no gate judges an export yet
         case Tensors():
             raise ConfigError(f"{path}: a {kind.name} model runs on no engine")
         case _:
@@ -296,8 +311,19 @@ def choose_engine(path: Path, rt: Runtime, *, refresh: bool = False) -> tuple[En
     from batchserve.engines.runtime import default_threads, resolve_device
 
     found = folder_kind(path)
+    if rt.pooling is not None:
+        found = splade_kind(path, found)
     found.check(path, trust_remote_code=rt.trust_remote_code)
+    if found.llm:
+        raise ConfigError(
+            f"{path}: an LLM reranker runs on torch only; there are no engines to measure"
+        )
     kind = found.kind
+    if kind.gate is None:
+        raise ConfigError(
+            f"{path}: a {kind.name} model is served on torch alone (no quality gate judges "
+            "its exported engines), so there is no engine to choose"
+        )
     judge: Judge | None = None
     if kind.gate in GATES:
         from batchserve.engines.quality_set import load as load_quality_set

@@ -90,6 +90,7 @@ __all__ = [
     "STRIPS",
     "Preprocess",
     "TextPipeline",
+    "transformer_tokenizer",
 ]
 
 #: The features a transformer reads; the rest of a pass's features are the pipeline's own.
@@ -530,6 +531,20 @@ def _tokenizer(tdir: Path, st_config: dict[str, Any], *, lower_case: bool) -> tu
                 parts.append(normalizer)
             tokenizer.backend_tokenizer.normalizer = normalizers.Sequence(parts)
     return tokenizer, lower_case
+
+
+def transformer_tokenizer(tdir: Path) -> tuple[Any, bool]:
+    """The tokenizer of the transformer saved in ``tdir``, set up as sentence-transformers does.
+
+    Its window, lower-casing and padding side read as :meth:`TextPipeline.read` reads an
+    embedding folder's (a sparse encoder's ``MLMTransformer`` is the same transformer);
+    also whether it lower-cases.
+
+    Raises:
+        ConfigError: a malformed configuration, or no fast tokenizer.
+    """
+    st_config = _st_config(tdir)
+    return _tokenizer(tdir, st_config, lower_case=bool(st_config.get("do_lower_case")))
 
 
 def _lowercases(normalizer: Any) -> bool:

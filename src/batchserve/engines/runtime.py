@@ -97,6 +97,9 @@ class Runtime:
             ``config.json``): what transformers' and sentence-transformers'
             ``trust_remote_code`` says. Off, such a folder is refused at start
             (:meth:`batchserve.models.kinds.FolderKind.check`).
+        pooling: ``splade`` serves a bare ``...ForMaskedLM`` folder as a SPLADE sparse
+            embedder (:func:`batchserve.models.kinds.splade_kind`); None reads the pooling
+            from the folder.
     """
 
     backend: str = "auto"
@@ -107,6 +110,7 @@ class Runtime:
     batch_size: int | None = None
     cuda_graphs: bool = False
     trust_remote_code: bool = False
+    pooling: str | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -127,6 +131,8 @@ class Runtime:
             or self.batch_size < 1
         ):
             raise ConfigError(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
+        if self.pooling not in (None, "splade"):
+            raise ConfigError(f"pooling must be splade, got {self.pooling!r}")
         if not isinstance(self.cuda_graphs, bool):
             raise ConfigError(f"cuda_graphs must be on or off, got {self.cuda_graphs!r}")
         if not isinstance(self.trust_remote_code, bool):

@@ -75,6 +75,7 @@ RUNTIME_KEYS = (
     "batch_size",
     "trust_remote_code",
     "cuda_graphs",
+    "pooling",
 )
 #: The options of where a SPEC's files come from: a Hub id's revision.
 SOURCE_KEYS = ("revision",)

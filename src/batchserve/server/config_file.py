@@ -92,6 +92,7 @@ _MODEL_KEYS: dict[str, tuple[str, str | None]] = {
     "trust_remote_code": ("bool", None),
     "revision": ("str", None),
     "cuda_graphs": ("bool", None),
+    "pooling": ("str", None),
 }
 _RUNTIME = (
     "backend",
@@ -102,6 +103,7 @@ _RUNTIME = (
     "trust_remote_code",
     "revision",
     "cuda_graphs",
+    "pooling",
 )
 _SERVER_KEYS = {
     "host": "str",

@@ -1,6 +1,6 @@
 """What a model does, named once: its kind, one value per kind, each in its own module.
 
-A served model is one of four kinds (:class:`Kind`):
+A served model is one of five kinds (:class:`Kind`):
 
 * :data:`EMBEDDING` (:mod:`.embedding`): a text in, a float vector out (a
   sentence-transformers folder, the built-in MiniLM, a synthetic model with a dimension);
@@ -9,6 +9,8 @@ A served model is one of four kinds (:class:`Kind`):
   ``...ForSequenceClassification.save_pretrained`` with ``num_labels=1`` writes);
 * :data:`CLASSIFIER` (:mod:`.classifier`): a text (or a pair) in, one logit per label out:
   a sequence classification model with several labels, named by its ``id2label``;
+* :data:`SPARSE` (:mod:`.sparse`): a text in, one weight per vocabulary term out (a
+  SPLADE ``SparseEncoder`` folder, or a masked-LM folder served with ``--pooling splade``);
 * :data:`GENERIC` (:mod:`.generic`): anything else (an imported batch function).
 
 Each kind owns what it means (:mod:`.kind`): its item, its head, its activation
@@ -43,7 +45,7 @@ from batchserve.models.kinds.catalogue import (
 )
 from batchserve.models.kinds.classifier import CLASSIFIER
 from batchserve.models.kinds.embedding import EMBEDDING
-from batchserve.models.kinds.folder import SERVES, FolderKind, folder_kind
+from batchserve.models.kinds.folder import SERVES, SPLADE, FolderKind, folder_kind, splade_kind
 from batchserve.models.kinds.generic import GENERIC
 from batchserve.models.kinds.kind import (
     WARMUP_TEXT,
@@ -52,6 +54,7 @@ from batchserve.models.kinds.kind import (
     Kind,
     KindName,
     Logits,
+    Sparse,
     Tensors,
     Unit,
     Vector,
@@ -64,6 +67,7 @@ from batchserve.models.kinds.prompts import (
     prompt_of,
 )
 from batchserve.models.kinds.reranker import RERANKER
+from batchserve.models.kinds.sparse import SPARSE
 
 __all__ = [
     "ACTIVATIONS",
@@ -79,6 +83,8 @@ __all__ = [
     "SERVES",
     "SIGMOID",
     "SOFTMAX",
+    "SPARSE",
+    "SPLADE",
     "WARMUP_TEXT",
     "Activation",
     "FolderKind",
@@ -89,6 +95,7 @@ __all__ = [
     "Logits",
     "PromptedText",
     "Prompts",
+    "Sparse",
     "Tensors",
     "Unit",
     "Vector",
@@ -98,5 +105,6 @@ __all__ = [
     "item_of",
     "kind_named",
     "prompt_of",
+    "splade_kind",
     "wrong_kind",
 ]

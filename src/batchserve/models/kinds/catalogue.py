@@ -12,11 +12,14 @@ from batchserve.models.kinds.embedding import EMBEDDING
 from batchserve.models.kinds.generic import GENERIC
 from batchserve.models.kinds.kind import Kind, KindName, Unit
 from batchserve.models.kinds.reranker import RERANKER
+from batchserve.models.kinds.sparse import SPARSE
 
 __all__ = ["BY_NAME", "ITEMS", "KINDS", "ROUTES", "item_of", "kind_named", "wrong_kind"]
 
 #: Every kind by its name, in the order the manual lists them.
-BY_NAME: dict[KindName, Kind] = {k.name: k for k in (EMBEDDING, RERANKER, CLASSIFIER, GENERIC)}
+BY_NAME: dict[KindName, Kind] = {
+    k.name: k for k in (EMBEDDING, RERANKER, CLASSIFIER, GENERIC, SPARSE)
+}
 
 _BY_STR: dict[str, Kind] = {k.name: k for k in BY_NAME.values()}
 

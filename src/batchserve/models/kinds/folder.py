@@ -8,25 +8,33 @@ sentence-transformers and TEI decide it:
   it says nothing): a ``SentenceTransformer`` is an embedder whatever its architecture (a
   decoder embedder such as Qwen3-Embedding is saved as ``Qwen3Model`` or
   ``Qwen3ForCausalLM`` with Transformer and last-token Pooling modules, and all-mpnet-base-v2
-  as ``MPNetForMaskedLM``); a ``CrossEncoder`` is a reranker or a classifier;
+  as ``MPNetForMaskedLM``); a ``CrossEncoder`` is a reranker or a classifier (a causal LM
+  scoring with ``LogitScore``, its yes/no logits after its chat template: an LLM reranker);
+  a ``SparseEncoder`` of ``MLMTransformer`` then ``SpladePooling`` a sparse embedder;
 * any other folder is read from ``config.json``'s architectures, as ``save_pretrained`` wrote
   it: ``...ForSequenceClassification`` is a reranker or a classifier by its number of
   labels; a bare encoder or decoder (``BertModel``, ``Qwen3Model``) an embedder (pooled
-  as sentence-transformers pools a folder without modules: the mean of its tokens).
+  as sentence-transformers pools a folder without modules: the mean of its tokens); a
+  causal LM with ``batchserve_reranker.json`` an LLM reranker (:mod:`.llm_template`).
 
 What batchserve does not serve is refused, with what was found and why
 (:attr:`FolderKind.refusal`; :meth:`FolderKind.check` raises it at start): a task head with
 no sentence-transformers modules (a masked-LM head, whose vectors no one trained, and which
 TEI reads as SPLADE; a causal LM with no declared template, whose mean-pooled states are
 not an embedding; token classification, question answering, generation); a causal LM
-declared as a reranker (sentence-transformers' ``LogitScore``: yes/no logits after a
-template); sparse (``SparseEncoder``) and multi-vector (``MultiVectorEncoder``) encoders; an
+``CrossEncoder`` with neither a sequence classification head nor ``LogitScore`` (with
+``LogitScore`` it is an LLM reranker, served: yes/no logits after its chat
+template); a ``SparseEncoder`` of other modules (inference-free SPLADE's ``Router``, a
+``SparseAutoEncoder``) and multi-vector (``MultiVectorEncoder``) encoders; an
 image or audio model (``vision_config`` or ``audio_config`` in ``config.json``, a processor's
 files, a CLIP module), as Infinity tells them apart. A folder whose ``config.json`` names
 code of its own (``auto_map``) is refused unless the user trusts it
 (``--trust-remote-code``): without that code, transformers would load the architecture it
 knows under that name and serve vectors the model never made (jina-embeddings-v3's LoRA
 adapters left out of an ``xlm-roberta``).
+
+A bare masked-LM folder is served as a sparse embedder only when the operator says so
+(``--pooling splade``): :func:`splade_kind` is its kind then, as TEI reads such a folder.
 """
 
 from __future__ import annotations
@@ -40,15 +48,26 @@ from batchserve.errors import ConfigError
 from batchserve.models.kinds.classifier import CLASSIFIER
 from batchserve.models.kinds.embedding import EMBEDDING
 from batchserve.models.kinds.kind import Kind
+from batchserve.models.kinds.llm_template import TEMPLATE_FILE, RerankTemplate, read_template
 from batchserve.models.kinds.reranker import RERANKER
+from batchserve.models.kinds.sparse import SPARSE
 
-__all__ = ["SERVES", "FolderKind", "folder_kind"]
+__all__ = ["SERVES", "SPLADE", "FolderKind", "folder_kind", "splade_kind"]
 
 #: What batchserve serves, said in every refusal of a folder.
 SERVES = (
     "batchserve serves text embedders (a sentence-transformers folder, or an encoder saved "
-    "with save_pretrained) and rerankers and classifiers with a sequence classification head"
+    "with save_pretrained), rerankers and classifiers with a sequence classification head, "
+    "LLM rerankers (a causal LM with a yes/no template: batchserve_reranker.json or a "
+    "CrossEncoder's LogitScore), and SPLADE sparse embedders (a SparseEncoder folder: a "
+    "masked-LM transformer, SpladePooling; or a masked-LM folder with --pooling splade)"
 )
+#: The pooling that serves a bare masked-LM folder as a sparse embedder (``--pooling``).
+SPLADE = "splade"
+#: The modules of a SparseEncoder folder batchserve serves: a masked-LM transformer (the
+#: ``Transformer`` of task ``fill-mask`` sentence-transformers 6 saves, or 5's
+#: ``MLMTransformer``), then ``SpladePooling``.
+_SPARSE_MODULES = (("Transformer", "SpladePooling"), ("MLMTransformer", "SpladePooling"))
 
 #: Task heads that are not an embedder, by the end of an architecture's name: what it is.
 _HEADS: dict[str, str] = {
@@ -66,11 +85,12 @@ _HEADS: dict[str, str] = {
 _WHY: dict[str, str] = {
     "ForMaskedLM": "its vectors would be the mean of token states no one trained to embed "
     "(sentence-transformers pools such a folder with MEAN pooling and a warning; TEI reads it "
-    "as a SPLADE sparse model, which batchserve does not serve)",
+    "as a SPLADE sparse model: serve it as one with --pooling splade)",
     "ForCausalLM": "it declares no reranking template and no sentence-transformers modules, so "
     "its mean-pooled states would be served as an embedding no one trained (a decoder "
     "embedder such as Qwen3-Embedding is saved with modules.json: Transformer and last-token "
-    "Pooling)",
+    "Pooling); an LLM reranker declares its yes/no template in "
+    f'{TEMPLATE_FILE} (e.g. {{"template": "qwen3"}}, see docs/serving/rerank.md)',
 }
 #: Files of an image or audio processor.
 _PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
@@ -93,6 +113,10 @@ class FolderKind:
             ``kind`` is then what it would have been served as.
         remote_code: what ``auto_map`` in ``config.json`` names (the folder's own code),
             as ``AutoModel=module.Class`` pairs; empty when it names none.
+        template: an LLM reranker's yes/no template (a causal LM whose folder declares one
+            in ``batchserve_reranker.json``, :mod:`.llm_template`); None for any other.
+        llm: whether it is an LLM reranker: a causal LM with that template, or a
+            sentence-transformers ``CrossEncoder`` scoring with ``LogitScore``.
     """
 
     kind: Kind
@@ -100,6 +124,8 @@ class FolderKind:
     architecture: str | None = None
     refusal: str | None = None
     remote_code: tuple[str, ...] = ()
+    template: RerankTemplate | None = None
+    llm: bool = False
 
     def check(self, where: str | Path, *, trust_remote_code: bool = False) -> None:
         """Refuse a folder batchserve does not serve, or whose code it was not told to trust.
@@ -163,14 +189,77 @@ def folder_kind(path: str | Path) -> FolderKind:
     if classifying:
         labels = _labels(config, config_file)
         kind = RERANKER if len(labels) == 1 else CLASSIFIER
+    if modules is not None and _declares(folder) == "SparseEncoder":
+        kind = SPARSE
     refusal = _media(folder, config, modules)
+    template: RerankTemplate | None = None
     if refusal is None and modules is not None:
         refusal = _declared(folder, modules, classifying, found)
+        if refusal is None and _logit_score(modules, classifying):
+            kind, labels = RERANKER, ("LABEL_0",)  # a CrossEncoder's causal LM asked yes/no
     elif refusal is None and not classifying:
         refusal = _head(architectures, found)
+        template = _llm_reranker(folder, architectures)
+        if template is not None:  # a causal LM asked yes or no: a reranker
+            kind, labels, refusal = RERANKER, ("LABEL_0",), None
     return FolderKind(
-        kind=kind, labels=labels, architecture=first, refusal=refusal, remote_code=remote
+        kind=kind,
+        labels=labels,
+        architecture=first,
+        refusal=refusal,
+        remote_code=remote,
+        template=template,
+        llm=template is not None or (modules is not None and _logit_score(modules, classifying)),
     )
+
+
+def _logit_score(modules: list[dict[str, Any]], classifying: bool) -> bool:
+    # A CrossEncoder's LogitScore module: a causal LM's yes/no logits (sentence-transformers).
+    types = [str(m.get("type", "")).rpartition(".")[2] for m in modules]
+    return not classifying and "LogitScore" in types
+
+
+def _llm_reranker(folder: Path, architectures: list[str]) -> RerankTemplate | None:
+    # A causal LM is a reranker when its folder declares the yes/no template.
+    causal = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures)
+    return read_template(folder) if causal else None
+
+
+def splade_kind(path: str | Path, found: FolderKind | None = None) -> FolderKind:
+    """The kind of a bare masked-LM folder served with ``--pooling splade``: sparse.
+
+    ``found`` is :func:`folder_kind`'s answer for ``path`` (read here if not given). A
+    folder with sentence-transformers modules keeps its own declared kind, as a folder
+    whose architecture has no masked-LM head is refused: ``--pooling splade`` names the
+    pooling of a ``...ForMaskedLM`` alone.
+
+    Raises:
+        ConfigError: the folder is not a bare ``...ForMaskedLM`` (the message names what it
+            is), or its files are malformed.
+    """
+    folder = Path(path)
+    found = found if found is not None else folder_kind(folder)
+    if (folder / "modules.json").is_file():
+        what = "a sentence-transformers folder, which declares its own pooling"
+    elif found.architecture is None or not found.architecture.endswith("ForMaskedLM"):
+        what = f"of architecture {found.architecture or 'none'}, with no masked-LM head"
+    else:
+        what = ""
+    if what:
+        raise ConfigError(
+            f"{path}: --pooling {SPLADE} serves a bare ...ForMaskedLM folder (no modules.json) "
+            f"as a SPLADE sparse embedder; this folder is {what} (drop --pooling)"
+        )
+    media = _media(folder, _json(folder / "config.json", dict) or {}, None)
+    return FolderKind(
+        kind=SPARSE, architecture=found.architecture, refusal=media, remote_code=found.remote_code
+    )
+
+
+def _declares(folder: Path) -> str:
+    # What a sentence-transformers folder declares itself (its model_type).
+    st = _json(folder / "config_sentence_transformers.json", dict) or {}
+    return str(st.get("model_type") or "SentenceTransformer")
 
 
 def _json(file: Path, shape: type) -> Any:
@@ -209,8 +298,7 @@ def _declared(
     folder: Path, modules: list[dict[str, Any]], classifying: bool, found: str
 ) -> str | None:
     # A sentence-transformers folder is what its config declares.
-    st = _json(folder / "config_sentence_transformers.json", dict) or {}
-    declared = str(st.get("model_type") or "SentenceTransformer")
+    declared = _declares(folder)
     types = [str(m.get("type", "")).rpartition(".")[2] for m in modules]
     if declared == "SentenceTransformer":
         return None
@@ -218,14 +306,17 @@ def _declared(
         if classifying:
             return None
         if "LogitScore" in types:
-            return (
-                f"an LLM reranker (a CrossEncoder scoring with a causal LM's yes/no logits "
-                f"after a template: modules {', '.join(types)}; {found}), which batchserve "
-                "does not run"
-            )
+            return None  # an LLM reranker: the library renders its pairs (engines.llm_rerank)
         return f"a CrossEncoder without a sequence classification head ({found})"
     if declared == "SparseEncoder":
-        return f"a sparse encoder (SPLADE: modules {', '.join(types)}), not dense embeddings"
+        if tuple(types) in _SPARSE_MODULES:
+            return None
+        return (
+            f"a SparseEncoder of modules {', '.join(types)} ({found}); batchserve serves a "
+            "SparseEncoder of a masked-LM Transformer (or MLMTransformer) then SpladePooling "
+            "only (not an inference-free Router with SparseStaticEmbedding, nor a "
+            "SparseAutoEncoder)"
+        )
     if declared == "MultiVectorEncoder":
         return f"a multi-vector encoder (ColBERT: modules {', '.join(types)}), one vector per token"
     return f"a sentence-transformers {declared} model, which batchserve does not know"

@@ -10,7 +10,7 @@ proves exhaustive, so a new head is a type error everywhere it must be answered;
 with a known head is its own module and nothing else.
 
 Kinds compare by identity: there is one value per kind (:mod:`batchserve.models.kinds`'
-``EMBEDDING``, ``RERANKER``, ``CLASSIFIER``, ``GENERIC``).
+``EMBEDDING``, ``RERANKER``, ``CLASSIFIER``, ``GENERIC``, ``SPARSE``).
 """
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ __all__ = [
     "Kind",
     "KindName",
     "Logits",
+    "Sparse",
     "Tensors",
     "Unit",
     "Vector",
 ]
 
 #: A kind's name: what the wire, the configuration and ``/status`` call it.
-KindName: TypeAlias = Literal["embedding", "reranker", "classifier", "generic"]
+KindName: TypeAlias = Literal["embedding", "reranker", "classifier", "generic", "sparse"]
 #: What one item is, the unit items are counted in: a text, or a (query, passage) pair.
 Unit: TypeAlias = Literal["text", "pair"]
 #: What an exported engine of a kind is held to by its quality gate (see :class:`Kind`).
@@ -76,8 +77,22 @@ class Tensors:
     output: str = "output"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sparse:
+    """A head that answers one weight per vocabulary term per item, most of them zero.
+
+    The row is the vocabulary's width (a SPLADE vector); the protocols send its nonzero
+    terms (TEI's ``[{index, value}]``) or the whole row (KServe's tensor).
+
+    Attributes:
+        output: what the row is called (KServe's output tensor).
+    """
+
+    output: str = "sparse_embedding"
+
+
 #: Every head there is; a ``match`` over it is exhaustive (``assert_never`` in its last case).
-Head: TypeAlias = Vector | Logits | Tensors
+Head: TypeAlias = Vector | Logits | Tensors | Sparse
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -100,7 +115,8 @@ class Kind:
         gate: what the quality gate holds an exported engine of this kind to: ``cosine``
             (each vector's to the reference, :mod:`batchserve.engines.quality`), ``order``
             (each query's ranking of its passages) or ``label`` (each text's top label;
-            both :mod:`batchserve.engines.ranking_gate`); None: no engine, no gate.
+            both :mod:`batchserve.engines.ranking_gate`); None: no exported engine is
+            gated for it (torch alone serves it, or it runs on no engine).
     """
 
     name: KindName

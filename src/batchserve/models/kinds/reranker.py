@@ -3,6 +3,10 @@
 A sequence classification model with one label: what ``CrossEncoder.save`` or a
 ``...ForSequenceClassification.save_pretrained`` with ``num_labels=1`` writes. Its score is
 the sigmoid of the logit, as TEI's ``/rerank`` and ``CrossEncoder.predict`` answer it.
+
+Or an LLM reranker: a causal LM whose folder declares a yes/no template
+(:mod:`.llm_template`); its one logit is ``logit(yes) - logit(no)``, whose sigmoid is the
+model card's ``P(yes)``.
 """
 
 from __future__ import annotations

@@ -53,6 +53,7 @@ __all__ = [
     "EMBED",
     "EMBEDDING_TYPE",
     "EMBEDDING_TYPES",
+    "EMBED_SPARSE",
     "EMBED_PARAMETERS",
     "INFINITY_EMBEDDINGS",
     "INFER",
@@ -333,6 +334,22 @@ EMBED = Body(
         _MODEL,
         _LONG_INPUTS,
         EMBEDDING_TYPE,
+    )
+)
+
+#: ``POST /embed_sparse``: TEI's ``EmbedSparseRequest``.
+EMBED_SPARSE = Body(
+    fields=(
+        Field(
+            name="inputs",
+            rule=OneOrMany(empty=True),
+            required=True,
+            missing="inputs is required: a string or a list of strings",
+        ),
+        _DIRECTION,
+        _TRUNCATE,
+        _PROMPT,
+        _MODEL,
     )
 )
 

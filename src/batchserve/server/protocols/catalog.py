@@ -182,6 +182,19 @@ INFERENCE: tuple[Route, ...] = (
         body=bodies.EMBED,
     ),
     Route(
+        path="/embed_sparse",
+        build=_task(tei.EMBED_SPARSE, "tei", tei.error_body),
+        summary="Sparse embeddings (TEI)",
+        description="`inputs` (a text or a list), `truncate`, `prompt_name` (one of the "
+        "folder's prompts; default: its default prompt) -> one list of `{index, value}` per "
+        "text: its nonzero vocabulary terms, indices ascending. Each text is one item of the "
+        "batcher. A sparse (SPLADE) embedder.",
+        tag="TEI",
+        error="TEIError",
+        refuses=_TASK,
+        body=bodies.EMBED_SPARSE,
+    ),
+    Route(
         path="/rerank",
         build=_task(rerankers.choose_rerank, "tei", rerankers.rerank_error_body),
         summary="Rerank passages (TEI; Infinity and Jina with `documents`)",

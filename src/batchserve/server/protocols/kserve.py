@@ -51,6 +51,7 @@ from batchserve.models.kinds import (
     RERANKER,
     Kind,
     Logits,
+    Sparse,
     Tensors,
     Vector,
     apply_prompt,
@@ -188,7 +189,7 @@ def _output_width(loaded: LoadedModel) -> int | None:
     # The width of a head's FP32 output (-1: not known); None: no output is stated.
     head = loaded.kind.head
     match head:
-        case Vector():
+        case Vector() | Sparse():
             return loaded.dimension or -1
         case Logits():
             return len(loaded.labels) or -1
@@ -502,7 +503,7 @@ def stack_outputs(kind: Kind, results: Sequence[Any]) -> dict[str, Any]:
     """
     head = kind.head
     match head:
-        case Vector():
+        case Vector() | Sparse():  # a sparse row whole: the vocabulary's width, zeros kept
             return {head.output: np.asarray(results, dtype=np.float32)}
         case Logits():
             logits = np.asarray(results, dtype=np.float64)

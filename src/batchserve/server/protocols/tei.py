@@ -24,13 +24,16 @@ listed in the manual (``docs/serving/rerank.md``). Each route is a
 * ``POST /predict``: ``inputs`` a text, a pair ``[a, b]``, or a batch ``[[a], [a, b], ...]``;
   ``raw_scores`` -> ``[{score, label}]`` sorted by score (a batch: one such list per input).
 * ``POST /similarity``: ``inputs: {source_sentence, sentences}`` -> one cosine per sentence.
+* ``POST /embed_sparse``: ``inputs`` (a text or a list), ``truncate``,
+  ``truncation_direction``, ``prompt_name`` -> one list of ``{index, value}`` per text: its
+  nonzero vocabulary terms, indices ascending (a sparse embedder's row).
 * ``POST /``: the route of the model's kind, as TEI routes it, so
   ``huggingface_hub.InferenceClient(model=URL)`` works: an embedder answers
   ``feature_extraction`` (and ``sentence_similarity``, told apart by its ``inputs`` object,
   where TEI needs a ``TASK`` setting), a classifier ``text_classification`` (a list of
   ``{label, score}`` per input, honouring ``parameters.top_k`` and
   ``parameters.function_to_apply``, refusing any parameter of another task), a reranker
-  ``/rerank``.
+  ``/rerank``, a sparse embedder ``/embed_sparse``.
 
 Errors are TEI's ``{"error": message, "error_type": type}``, the type read from the reason
 (``overloaded`` for 429, ``unhealthy`` for 503, ``validation`` for 413 and 422, ``empty``
@@ -50,8 +53,10 @@ from batchserve.models.kinds import (
     CLASSIFIER,
     EMBEDDING,
     RERANKER,
+    SPARSE,
     Kind,
     Logits,
+    Sparse,
     Tensors,
     Vector,
 )
@@ -76,6 +81,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EMBED",
+    "EMBED_SPARSE",
     "PREDICT",
     "RERANK",
     "ROOT_CLASSIFY",
@@ -86,6 +92,7 @@ __all__ = [
     "error_type",
     "info",
     "parse_predict_inputs",
+    "sparse_terms",
     "truncate_vector",
 ]
 
@@ -260,6 +267,42 @@ EMBED = Task(
     answer=_answer_embed,
     field="inputs",
     prepare=_prepare_embed,
+)
+
+
+# -- /embed_sparse ------------------------------------------------------------------------
+
+
+def _parse_embed_sparse(data: Any, limits: RequestLimits) -> TaskRequest:
+    body = bodies.EMBED_SPARSE.read(data, limits)
+    return TaskRequest(
+        model=body["model"],
+        items=body["inputs"],
+        truncate=body["truncate"],
+        options={"prompt_name": body["prompt_name"]},
+    )
+
+
+def sparse_terms(row: Any) -> list[dict[str, Any]]:
+    """A sparse row's nonzero terms, TEI's ``[{index, value}]``, indices ascending."""
+    values = np.asarray(row, dtype=np.float32).reshape(-1)
+    where = np.flatnonzero(values)
+    return [
+        {"index": i, "value": v}
+        for i, v in zip(where.tolist(), values[where].tolist(), strict=True)
+    ]
+
+
+def _answer_embed_sparse(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> bytes:
+    return json_bytes([sparse_terms(row) for row in outputs])
+
+
+EMBED_SPARSE = Task(
+    route="POST /embed_sparse",
+    kinds=(SPARSE,),
+    parse=_parse_embed_sparse,
+    answer=_answer_embed_sparse,
+    field="inputs",
 )
 
 
@@ -444,6 +487,8 @@ def choose_root(data: Any, kind: Kind) -> Task:
     match kind.head:
         case Logits():
             return RERANK if kind.item == "pair" else ROOT_CLASSIFY
+        case Sparse():
+            return EMBED_SPARSE
         case Vector() | Tensors():
             if isinstance(data, dict) and isinstance(data.get("inputs"), dict):
                 return SIMILARITY
@@ -481,6 +526,8 @@ def info(model: ServedModel, limits: RequestLimits) -> dict[str, Any]:
                     "label2id": {label: i for i, label in enumerate(labels)},
                 }
             }
+        case Sparse():
+            model_type = {EMBEDDING.name: {"pooling": "splade"}}  # as TEI describes SPLADE
         case Vector() | Tensors():
             pooling = (loaded.pooling if loaded is not None else None) or "mean"
             # TEI spells last-token pooling ``last_token``; the other modes keep their names.
