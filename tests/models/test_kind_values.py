@@ -23,6 +23,7 @@ from batchserve.models.kinds import (
     Logits,
     Sparse,
     Tensors,
+    Tokens,
     Vector,
     item_of,
     kind_named,
@@ -41,6 +42,7 @@ def test_each_kind_says_what_it_is() -> None:
         "classifier": ("text", Logits, "softmax", False, ("classify",), "label"),
         "generic": (None, Tensors, "none", False, (), None),
         "sparse": ("text", Sparse, "none", True, ("embed_sparse",), None),
+        "multivector": ("text", Tokens, "none", False, ("embed", "rerank"), None),
     }
     assert table == expected
     assert (EMBEDDING.head.output, RERANKER.head.output, CLASSIFIER.head.output) == (
@@ -55,7 +57,7 @@ def test_each_kind_says_what_it_is() -> None:
 
 
 def test_the_lookups_are_read_from_the_kinds() -> None:
-    assert KINDS == ("embedding", "reranker", "classifier", "generic", "sparse")
+    assert KINDS == ("embedding", "reranker", "classifier", "generic", "sparse", "multivector")
     assert ROUTES["reranker"][0] == "POST /rerank"
     assert {k.name: k.routes for k in BY_NAME.values()} == ROUTES
     assert ITEMS == ("pair", "text")
@@ -69,7 +71,7 @@ def test_the_lookups_are_read_from_the_kinds() -> None:
     with pytest.raises(ValueError, match="kind must be one of embedding, reranker, "):
         kind_named("nonesuch")
     # One value per kind, compared by identity: a set of kinds is a set of those values.
-    assert len({*BY_NAME.values(), *BY_NAME.values()}) == 5
+    assert len({*BY_NAME.values(), *BY_NAME.values()}) == 6
 
 
 def test_a_wrong_kind_names_the_route_to_use() -> None:

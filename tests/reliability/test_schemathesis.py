@@ -11,7 +11,7 @@ KServe ``infer``. A tensor's consistency (its data against its shape and datatyp
 inputs against the model's signature) is beyond what JSON Schema can say, so a generated
 tensor is schema-valid yet almost never a tensor; the server rightly answers 422. The same
 check is left out for the task routes of other kinds of model than this server's embedder
-(rerank, predict, classify) and for those that need a tokenizer it has not (tokenize,
+(rerank, predict, classify, embed_all) and for those that need a tokenizer it has not (tokenize,
 decode): the document is the server's, not one model's, and a route asked of the wrong kind
 of model answers 400 ``wrong_kind`` by contract, whatever the body.
 """
@@ -75,6 +75,7 @@ _OTHER_KINDS = {
     "/v1/rerank",
     "/v2/rerank",
     "/classify",
+    "/embed_all",
     "/tokenize",
     "/decode",
 }

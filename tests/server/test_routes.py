@@ -3,7 +3,7 @@
 import pytest
 from server_helpers import build_app
 
-from batchserve.models.kinds import BY_NAME, CLASSIFIER, EMBEDDING, RERANKER
+from batchserve.models.kinds import BY_NAME, CLASSIFIER, EMBEDDING, MULTIVECTOR, RERANKER
 from batchserve.server.protocols.catalog import INFERENCE, kinds_of
 from batchserve.server.routes import model_path
 from batchserve.server.statuses import ApiError
@@ -68,7 +68,7 @@ def test_every_inference_route_is_one_row_its_endpoint_and_its_405_from_it() -> 
 def test_the_kinds_of_a_path_are_the_kinds_table_s() -> None:
     # /predict is a classifier's own route, which a reranker also answers: preferred first.
     assert kinds_of("/predict") == (CLASSIFIER, RERANKER)
-    assert kinds_of("/v2/rerank") == (RERANKER,)
+    assert kinds_of("/v2/rerank") == (RERANKER, MULTIVECTOR)
     assert kinds_of("/embed") == (EMBEDDING,)
     assert kinds_of("/") is None  # each model answers its own task there
     for kind in BY_NAME.values():

@@ -47,6 +47,7 @@ from batchserve.models.kinds import (
     Logits,
     Sparse,
     Tensors,
+    Tokens,
     Vector,
     folder_kind,
     splade_kind,
@@ -271,6 +272,10 @@ def _load_engine(
             from batchserve.engines import sparse
 
             return sparse.on_torch(path, rt)  # torch only: no gate judges an export yet
+        case Tokens():
+            from batchserve.engines import colbert
+
+            return colbert.on_torch(path, rt)
         case Tensors():
             raise ConfigError(f"{path}: a {kind.name} model runs on no engine")
         case _:

@@ -11,6 +11,8 @@ A served model is one of five kinds (:class:`Kind`):
   a sequence classification model with several labels, named by its ``id2label``;
 * :data:`SPARSE` (:mod:`.sparse`): a text in, one weight per vocabulary term out (a
   SPLADE ``SparseEncoder`` folder, or a masked-LM folder served with ``--pooling splade``);
+* :data:`MULTIVECTOR` (:mod:`.multivector`): a text in, one vector per kept token out (a
+  ColBERT folder as PyLate saves it), scored by MaxSim where it reranks;
 * :data:`GENERIC` (:mod:`.generic`): anything else (an imported batch function).
 
 Each kind owns what it means (:mod:`.kind`): its item, its head, its activation
@@ -56,9 +58,11 @@ from batchserve.models.kinds.kind import (
     Logits,
     Sparse,
     Tensors,
+    Tokens,
     Unit,
     Vector,
 )
+from batchserve.models.kinds.multivector import MULTIVECTOR, Marked, maxsim, unpack
 from batchserve.models.kinds.prompts import (
     PromptedText,
     Prompts,
@@ -77,6 +81,7 @@ __all__ = [
     "GENERIC",
     "ITEMS",
     "KINDS",
+    "MULTIVECTOR",
     "NONE",
     "RERANKER",
     "ROUTES",
@@ -93,10 +98,12 @@ __all__ = [
     "Kind",
     "KindName",
     "Logits",
+    "Marked",
     "PromptedText",
     "Prompts",
     "Sparse",
     "Tensors",
+    "Tokens",
     "Unit",
     "Vector",
     "apply_prompt",
@@ -104,7 +111,9 @@ __all__ = [
     "folder_prompts",
     "item_of",
     "kind_named",
+    "maxsim",
     "prompt_of",
     "splade_kind",
+    "unpack",
     "wrong_kind",
 ]

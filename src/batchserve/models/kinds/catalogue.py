@@ -11,6 +11,7 @@ from batchserve.models.kinds.classifier import CLASSIFIER
 from batchserve.models.kinds.embedding import EMBEDDING
 from batchserve.models.kinds.generic import GENERIC
 from batchserve.models.kinds.kind import Kind, KindName, Unit
+from batchserve.models.kinds.multivector import MULTIVECTOR
 from batchserve.models.kinds.reranker import RERANKER
 from batchserve.models.kinds.sparse import SPARSE
 
@@ -18,7 +19,7 @@ __all__ = ["BY_NAME", "ITEMS", "KINDS", "ROUTES", "item_of", "kind_named", "wron
 
 #: Every kind by its name, in the order the manual lists them.
 BY_NAME: dict[KindName, Kind] = {
-    k.name: k for k in (EMBEDDING, RERANKER, CLASSIFIER, GENERIC, SPARSE)
+    k.name: k for k in (EMBEDDING, RERANKER, CLASSIFIER, GENERIC, SPARSE, MULTIVECTOR)
 }
 
 _BY_STR: dict[str, Kind] = {k.name: k for k in BY_NAME.values()}

@@ -11,6 +11,9 @@ sentence-transformers and TEI decide it:
   as ``MPNetForMaskedLM``); a ``CrossEncoder`` is a reranker or a classifier (a causal LM
   scoring with ``LogitScore``, its yes/no logits after its chat template: an LLM reranker);
   a ``SparseEncoder`` of ``MLMTransformer`` then ``SpladePooling`` a sparse embedder;
+* a ColBERT folder as PyLate saves it (``model_type: ColBERT``, or a ``pylate.`` module:
+  a Transformer, then ``Dense`` projections) is a multi-vector model
+  (:data:`~batchserve.models.kinds.multivector.MULTIVECTOR`);
 * any other folder is read from ``config.json``'s architectures, as ``save_pretrained`` wrote
   it: ``...ForSequenceClassification`` is a reranker or a classifier by its number of
   labels; a bare encoder or decoder (``BertModel``, ``Qwen3Model``) an embedder (pooled
@@ -25,7 +28,8 @@ not an embedding; token classification, question answering, generation); a causa
 ``CrossEncoder`` with neither a sequence classification head nor ``LogitScore`` (with
 ``LogitScore`` it is an LLM reranker, served: yes/no logits after its chat
 template); a ``SparseEncoder`` of other modules (inference-free SPLADE's ``Router``, a
-``SparseAutoEncoder``) and multi-vector (``MultiVectorEncoder``) encoders; an
+``SparseAutoEncoder``), sentence-transformers' multi-vector (``MultiVectorEncoder``)
+encoders, and a Stanford ColBERT checkpoint not saved by PyLate (``HF_ColBERT``); an
 image or audio model (``vision_config`` or ``audio_config`` in ``config.json``, a processor's
 files, a CLIP module), as Infinity tells them apart. A folder whose ``config.json`` names
 code of its own (``auto_map``) is refused unless the user trusts it
@@ -49,6 +53,7 @@ from batchserve.models.kinds.classifier import CLASSIFIER
 from batchserve.models.kinds.embedding import EMBEDDING
 from batchserve.models.kinds.kind import Kind
 from batchserve.models.kinds.llm_template import TEMPLATE_FILE, RerankTemplate, read_template
+from batchserve.models.kinds.multivector import MULTIVECTOR
 from batchserve.models.kinds.reranker import RERANKER
 from batchserve.models.kinds.sparse import SPARSE
 
@@ -59,8 +64,9 @@ SERVES = (
     "batchserve serves text embedders (a sentence-transformers folder, or an encoder saved "
     "with save_pretrained), rerankers and classifiers with a sequence classification head, "
     "LLM rerankers (a causal LM with a yes/no template: batchserve_reranker.json or a "
-    "CrossEncoder's LogitScore), and SPLADE sparse embedders (a SparseEncoder folder: a "
-    "masked-LM transformer, SpladePooling; or a masked-LM folder with --pooling splade)"
+    "CrossEncoder's LogitScore), SPLADE sparse embedders (a SparseEncoder folder: a "
+    "masked-LM transformer, SpladePooling; or a masked-LM folder with --pooling splade), "
+    "and ColBERT multi-vector models as PyLate saves them"
 )
 #: The pooling that serves a bare masked-LM folder as a sparse embedder (``--pooling``).
 SPLADE = "splade"
@@ -193,7 +199,16 @@ def folder_kind(path: str | Path) -> FolderKind:
         kind = SPARSE
     refusal = _media(folder, config, modules)
     template: RerankTemplate | None = None
-    if refusal is None and modules is not None:
+    colbert = _colbert(folder, modules)
+    if colbert is not None:
+        kind = MULTIVECTOR
+        refusal = refusal or (colbert or None)
+    elif refusal is None and "HF_ColBERT" in architectures:
+        refusal = (
+            f"a Stanford ColBERT checkpoint with no sentence-transformers modules ({found}); "
+            "load it once with pylate.models.ColBERT and save it (ColBERT.save) to serve it"
+        )
+    elif refusal is None and modules is not None:
         refusal = _declared(folder, modules, classifying, found)
         if refusal is None and _logit_score(modules, classifying):
             kind, labels = RERANKER, ("LABEL_0",)  # a CrossEncoder's causal LM asked yes/no
@@ -318,8 +333,35 @@ def _declared(
             "SparseAutoEncoder)"
         )
     if declared == "MultiVectorEncoder":
-        return f"a multi-vector encoder (ColBERT: modules {', '.join(types)}), one vector per token"
+        return (
+            f"a multi-vector encoder (sentence-transformers' MultiVectorEncoder: modules "
+            f"{', '.join(types)}), whose recipe batchserve does not run (it serves ColBERT "
+            "folders as PyLate saves them: model_type ColBERT)"
+        )
     return f"a sentence-transformers {declared} model, which batchserve does not know"
+
+
+#: The module types a ColBERT folder as PyLate saves it holds, by the end of their names.
+_COLBERT_MODULES = ("Transformer", "Dense")
+
+
+def _colbert(folder: Path, modules: list[dict[str, Any]] | None) -> str | None:
+    # A ColBERT folder as PyLate saves it: config_sentence_transformers.json says
+    # model_type ColBERT, or a module is PyLate's. None: not one; "" one served; else why
+    # it is refused (modules other than the transformer and its projections).
+    if modules is None:
+        return None
+    st = _json(folder / "config_sentence_transformers.json", dict) or {}
+    types = [str(m.get("type", "")) for m in modules]
+    if st.get("model_type") != "ColBERT" and not any(t.startswith("pylate.") for t in types):
+        return None
+    names = [t.rpartition(".")[2] for t in types]
+    if names and names[0] == "Transformer" and all(n == "Dense" for n in names[1:]):
+        return ""
+    return (
+        f"a ColBERT folder with modules {', '.join(names) or 'none'}: batchserve serves "
+        "PyLate's (a Transformer, then Dense projections)"
+    )
 
 
 def _head(architectures: list[str], found: str) -> str | None:

@@ -29,12 +29,15 @@ __all__ = [
     "Logits",
     "Sparse",
     "Tensors",
+    "Tokens",
     "Unit",
     "Vector",
 ]
 
 #: A kind's name: what the wire, the configuration and ``/status`` call it.
-KindName: TypeAlias = Literal["embedding", "reranker", "classifier", "generic", "sparse"]
+KindName: TypeAlias = Literal[
+    "embedding", "reranker", "classifier", "generic", "sparse", "multivector"
+]
 #: What one item is, the unit items are counted in: a text, or a (query, passage) pair.
 Unit: TypeAlias = Literal["text", "pair"]
 #: What an exported engine of a kind is held to by its quality gate (see :class:`Kind`).
@@ -91,8 +94,24 @@ class Sparse:
     output: str = "sparse_embedding"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tokens:
+    """A head that answers one vector per kept token of each item (a multi-vector model).
+
+    An item's row is packed (:func:`batchserve.models.kinds.multivector.unpack` reads it):
+    its kept tokens, the dimension, then the vectors, token by token.
+
+    Attributes:
+        output: what the padded vectors are called (KServe's output tensor).
+        counts: what each item's number of kept tokens is called (KServe's output tensor).
+    """
+
+    output: str = "token_embeddings"
+    counts: str = "token_counts"
+
+
 #: Every head there is; a ``match`` over it is exhaustive (``assert_never`` in its last case).
-Head: TypeAlias = Vector | Logits | Tensors | Sparse
+Head: TypeAlias = Vector | Logits | Tensors | Sparse | Tokens
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)

@@ -51,6 +51,7 @@ __all__ = [
     "COHERE_V2_RERANK",
     "DECODE",
     "EMBED",
+    "EMBED_ALL",
     "EMBEDDING_TYPE",
     "EMBEDDING_TYPES",
     "EMBED_SPARSE",
@@ -337,18 +338,32 @@ EMBED = Body(
     )
 )
 
+#: TEI's ``inputs`` of ``/embed_sparse`` and ``/embed_all``: a text or a list of texts.
+_TEI_INPUTS = Field(
+    name="inputs",
+    rule=OneOrMany(empty=True),
+    required=True,
+    missing="inputs is required: a string or a list of strings",
+)
+
 #: ``POST /embed_sparse``: TEI's ``EmbedSparseRequest``.
-EMBED_SPARSE = Body(
+EMBED_SPARSE = Body(fields=(_TEI_INPUTS, _DIRECTION, _TRUNCATE, _PROMPT, _MODEL))
+
+#: ``POST /embed_all`` (a multi-vector model: one vector per kept token).
+EMBED_ALL = Body(
     fields=(
-        Field(
-            name="inputs",
-            rule=OneOrMany(empty=True),
-            required=True,
-            missing="inputs is required: a string or a list of strings",
-        ),
+        _TEI_INPUTS,
         _DIRECTION,
         _TRUNCATE,
-        _PROMPT,
+        Field(
+            name="is_query",
+            rule=Flag(),
+            default=False,
+            doc="encode the inputs as queries (the folder's query marker, expanded with "
+            "[MASK] to its query_length, every token kept) rather than as documents (the "
+            "document marker, padding and skiplist tokens dropped), as PyLate's "
+            "encode(is_query=...) does",
+        ),
         _MODEL,
     )
 )
@@ -854,6 +869,12 @@ INFER = Body(
                             read=lambda value, where, limits: prompt_param(value),
                             shape=PromptName(nullable=False).schema,
                         ),
+                    ),
+                    Field(
+                        name="is_query",
+                        rule=Flag(),
+                        doc="A multi-vector (ColBERT) model's texts are encoded as queries "
+                        "(default: as documents), as `/embed_all`'s `is_query`.",
                     ),
                 ),
                 message="parameters must be an object",

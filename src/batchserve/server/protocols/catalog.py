@@ -209,6 +209,20 @@ INFERENCE: tuple[Route, ...] = (
         body=Either(bodies=(bodies.TEI_RERANK, bodies.INFINITY_RERANK)),
     ),
     Route(
+        path="/embed_all",
+        build=_task(tei.EMBED_ALL, "tei", tei.error_body),
+        summary="Per-token vectors (TEI; a multi-vector model)",
+        description="`inputs` (a text or a list), `is_query` (default false: encoded as "
+        "documents, the folder's document marker, padding and skiplist tokens dropped; true: "
+        "as queries, the query marker and [MASK] expansion to `query_length`, every token "
+        "kept), `truncate` -> per input, per kept token, its unit vector (`[[[float]]]`), as "
+        "PyLate's `ColBERT.encode` gives them. A multi-vector (ColBERT) model.",
+        tag="TEI",
+        error="TEIError",
+        refuses=_TASK,
+        body=bodies.EMBED_ALL,
+    ),
+    Route(
         path="/predict",
         build=_task(tei.PREDICT, "tei", tei.error_body),
         summary="Classify texts or pairs (TEI)",
@@ -245,7 +259,7 @@ INFERENCE: tuple[Route, ...] = (
     ),
     Route(
         path="/v2/rerank",
-        build=_task(rerankers.COHERE_V2_RERANK, "cohere", rerankers.cohere_error_body),
+        build=_task(rerankers.choose_cohere_v2, "cohere", rerankers.cohere_error_body),
         summary="Rerank (Cohere v2)",
         description="`model`, `query`, `documents` (an empty one is scored), `top_n`, "
         "`max_tokens_per_doc` -> `{id, results: [{index, relevance_score}], meta}`. A "
@@ -257,7 +271,7 @@ INFERENCE: tuple[Route, ...] = (
     ),
     Route(
         path="/v1/rerank",
-        build=_task(rerankers.COHERE_V1_RERANK, "cohere", rerankers.cohere_jina_error_body),
+        build=_task(rerankers.choose_cohere_v1, "cohere", rerankers.cohere_jina_error_body),
         summary="Rerank (Cohere v1, Jina)",
         description="`documents` as strings (an empty one is scored) or objects of strings: "
         "their `text`, or with `rank_fields` those fields as `key: value` lines, as Cohere "

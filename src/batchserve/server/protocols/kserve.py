@@ -51,10 +51,13 @@ from batchserve.models.kinds import (
     RERANKER,
     Kind,
     Logits,
+    Marked,
     Sparse,
     Tensors,
+    Tokens,
     Vector,
     apply_prompt,
+    unpack,
 )
 from batchserve.models.loader import LoadedModel
 from batchserve.server.exchange import Exchange, Parsed, Reply, timing_head
@@ -122,6 +125,7 @@ class InferRequest:
             a class name; read only by models with classes of work.
         prompt_name: ``parameters.prompt_name``, the embedding model's prompt to prepend
             (None: its default prompt, if it has one).
+        is_query: ``parameters.is_query``: a multi-vector model's texts encoded as queries.
         texts: an embedding model's texts as they ran (prompt prepended), once parsed for
             the model: what its answer counts truncations of.
     """
@@ -133,6 +137,7 @@ class InferRequest:
     timeout_s: float | None = None
     priority: int | str | None = None
     prompt_name: str | None = None
+    is_query: bool = False
     texts: tuple[str, ...] = ()
 
 
@@ -159,8 +164,15 @@ def model_metadata(name: str, loaded: LoadedModel | None) -> dict[str, Any]:
         inputs = [
             {"name": n, "datatype": "BYTES", "shape": [-1, 1]} for n in _input_names(loaded.kind)
         ]
+        head = loaded.kind.head
         width = _output_width(loaded)
-        if width is not None:
+        if isinstance(head, Tokens):
+            # Ragged: padded to the longest item's tokens, with each item's count.
+            outputs = [
+                {"name": head.output, "datatype": "FP32", "shape": [-1, -1, -1]},
+                {"name": head.counts, "datatype": "INT32", "shape": [-1]},
+            ]
+        elif width is not None:
             shape = [-1, width]
             outputs = [{"name": loaded.kind.head.output, "datatype": "FP32", "shape": shape}]
     return {
@@ -193,7 +205,7 @@ def _output_width(loaded: LoadedModel) -> int | None:
             return loaded.dimension or -1
         case Logits():
             return len(loaded.labels) or -1
-        case Tensors():
+        case Tensors() | Tokens():
             return None
         case _:
             assert_never(head)
@@ -249,6 +261,7 @@ def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
         timeout_s=params.get("timeout"),
         priority=params.get("priority"),
         prompt_name=params.get("prompt_name"),
+        is_query=params.get("is_query") is True,
     )
 
 
@@ -384,7 +397,10 @@ def parsed(model: ServedModel, req: InferRequest, limits: RequestLimits) -> Pars
             items = generic_items(req, limits)
         case _:
             assert_never(kind.item)
-    if not isinstance(kind.head, Tensors):
+    if isinstance(kind.head, Tokens):
+        _only_outputs(req, kind.head.output, kind.head.counts)
+        items = [Marked(text, req.is_query) for text in texts]
+    elif not isinstance(kind.head, Tensors):
         _only_outputs(req, kind.head.output)
     if kind.prompts:
         try:
@@ -398,12 +414,12 @@ def parsed(model: ServedModel, req: InferRequest, limits: RequestLimits) -> Pars
     return Parsed(model, req, items, req.timeout_s, work_class)
 
 
-def _only_outputs(req: InferRequest, name: str) -> None:
-    extra = set(req.outputs) - {name}
+def _only_outputs(req: InferRequest, *names: str) -> None:
+    extra = set(req.outputs) - set(names)
     if extra:
         raise ApiError(
             "invalid",
-            f"outputs asks for {sorted(extra)}; this model produces ['{name}']",
+            f"outputs asks for {sorted(extra)}; this model produces {sorted(names)}",
             "outputs",
         )
 
@@ -510,10 +526,25 @@ def stack_outputs(kind: Kind, results: Sequence[Any]) -> dict[str, Any]:
             if logits.ndim == 1:  # one logit per item, each a scalar
                 logits = logits[:, None]
             return {head.output: kind.activate(logits).astype(np.float32)}
+        case Tokens():
+            return _stack_tokens(head, results)
         case Tensors():
             return _stack_any(results)
         case _:
             assert_never(head)
+
+
+def _stack_tokens(head: Tokens, results: Sequence[Any]) -> dict[str, Any]:
+    # Each item's token vectors, padded with zeros to the longest item's tokens, and each
+    # item's count of them: [N, T, D] and [N].
+    vectors = [unpack(row) for row in results]
+    longest = max((v.shape[0] for v in vectors), default=0)
+    dim = vectors[0].shape[1] if vectors else 0
+    padded = np.zeros((len(vectors), longest, dim), dtype=np.float32)
+    for i, v in enumerate(vectors):
+        padded[i, : v.shape[0]] = v
+    counts = np.asarray([v.shape[0] for v in vectors], dtype=np.int32)
+    return {head.output: padded, head.counts: counts}
 
 
 def _stack_any(results: Sequence[Any]) -> dict[str, Any]:

@@ -35,10 +35,11 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from batchserve.models.kinds import CLASSIFIER, RERANKER, Kind
+from batchserve.models.kinds import CLASSIFIER, RERANKER, Kind, Tokens
 from batchserve.server.http import json_bytes
 from batchserve.server.protocols import bodies, tei
 from batchserve.server.protocols.fields import Body, text_list
+from batchserve.server.protocols.maxsim import maxsim_task
 from batchserve.server.protocols.tasks import Task, TaskRequest, by_score, scores, tokens_of
 from batchserve.server.statuses import ApiError
 
@@ -51,6 +52,8 @@ __all__ = [
     "COHERE_V1_RERANK",
     "COHERE_V2_RERANK",
     "INFINITY_RERANK",
+    "choose_cohere_v1",
+    "choose_cohere_v2",
     "choose_rerank",
     "cohere_error_body",
     "cohere_jina_error_body",
@@ -275,11 +278,31 @@ INFINITY_RERANK = Task(
 )
 
 
+# The same routes answered by a multi-vector (ColBERT) model: MaxSim scores.
+_MAXSIM_V2 = maxsim_task(COHERE_V2_RERANK)
+_MAXSIM_V1 = maxsim_task(COHERE_V1_RERANK)
+_MAXSIM_INFINITY = maxsim_task(INFINITY_RERANK)
+
+
 def choose_rerank(data: Any, kind: Kind) -> Task:
-    """``POST /rerank``: TEI's shape (``texts``), or Infinity's (``documents``)."""
+    """``POST /rerank``: TEI's shape (``texts``), or Infinity's (``documents``).
+
+    A multi-vector model answers either from MaxSim scores.
+    """
+    tokens = isinstance(kind.head, Tokens)
     if isinstance(data, dict) and "documents" in data and "texts" not in data:
-        return INFINITY_RERANK
-    return tei.RERANK
+        return _MAXSIM_INFINITY if tokens else INFINITY_RERANK
+    return tei.MAXSIM_RERANK if tokens else tei.RERANK
+
+
+def choose_cohere_v2(data: Any, kind: Kind) -> Task:
+    """``POST /v2/rerank``: a reranker's scores, or a multi-vector model's MaxSim."""
+    return _MAXSIM_V2 if isinstance(kind.head, Tokens) else COHERE_V2_RERANK
+
+
+def choose_cohere_v1(data: Any, kind: Kind) -> Task:
+    """``POST /v1/rerank``: a reranker's scores, or a multi-vector model's MaxSim."""
+    return _MAXSIM_V1 if isinstance(kind.head, Tokens) else COHERE_V1_RERANK
 
 
 # -- /classify ----------------------------------------------------------------------------

@@ -52,13 +52,17 @@ from batchserve.models.kinds import (
     ACTIVATIONS,
     CLASSIFIER,
     EMBEDDING,
+    MULTIVECTOR,
     RERANKER,
     SPARSE,
     Kind,
     Logits,
+    Marked,
     Sparse,
     Tensors,
+    Tokens,
     Vector,
+    unpack,
 )
 from batchserve.server.http import json_bytes
 from batchserve.server.protocols import bodies
@@ -71,6 +75,7 @@ from batchserve.server.protocols.fields import (
     require_object,
 )
 from batchserve.server.protocols.long_inputs import cut_over_chars, long_inputs
+from batchserve.server.protocols.maxsim import maxsim_task
 from batchserve.server.protocols.tasks import Task, TaskRequest, by_score, scores
 from batchserve.server.statuses import ApiError
 
@@ -82,6 +87,8 @@ if TYPE_CHECKING:
 __all__ = [
     "EMBED",
     "EMBED_SPARSE",
+    "EMBED_ALL",
+    "MAXSIM_RERANK",
     "PREDICT",
     "RERANK",
     "ROOT_CLASSIFY",
@@ -306,6 +313,32 @@ EMBED_SPARSE = Task(
 )
 
 
+# -- /embed_all ---------------------------------------------------------------------------
+
+
+def _parse_embed_all(data: Any, limits: RequestLimits) -> TaskRequest:
+    body = bodies.EMBED_ALL.read(data, limits)
+    query = body["is_query"]
+    return TaskRequest(
+        model=body["model"],
+        items=[Marked(text, query) for text in body["inputs"]],
+        truncate=body["truncate"],
+    )
+
+
+def _answer_embed_all(model: ServedModel, req: TaskRequest, outputs: list[Any]) -> bytes:
+    return json_bytes([unpack(row).tolist() for row in outputs])
+
+
+EMBED_ALL = Task(
+    route="POST /embed_all",
+    kinds=(MULTIVECTOR,),
+    parse=_parse_embed_all,
+    answer=_answer_embed_all,
+    field="inputs",
+)
+
+
 # -- /rerank ------------------------------------------------------------------------------
 
 
@@ -340,6 +373,8 @@ RERANK = Task(
     answer=_answer_rerank,
     field="texts",
 )
+#: ``POST /rerank`` answered by a multi-vector model: MaxSim scores.
+MAXSIM_RERANK = maxsim_task(RERANK)
 
 
 # -- /predict -----------------------------------------------------------------------------
@@ -489,6 +524,8 @@ def choose_root(data: Any, kind: Kind) -> Task:
             return RERANK if kind.item == "pair" else ROOT_CLASSIFY
         case Sparse():
             return EMBED_SPARSE
+        case Tokens():
+            return EMBED_ALL
         case Vector() | Tensors():
             if isinstance(data, dict) and isinstance(data.get("inputs"), dict):
                 return SIMILARITY
@@ -528,6 +565,9 @@ def info(model: ServedModel, limits: RequestLimits) -> dict[str, Any]:
             }
         case Sparse():
             model_type = {EMBEDDING.name: {"pooling": "splade"}}  # as TEI describes SPLADE
+        case Tokens():
+            # TEI describes a model that answers /embed_all as an embedder with no pooling.
+            model_type = {EMBEDDING.name: {"pooling": "none"}}
         case Vector() | Tensors():
             pooling = (loaded.pooling if loaded is not None else None) or "mean"
             # TEI spells last-token pooling ``last_token``; the other modes keep their names.
