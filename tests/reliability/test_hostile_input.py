@@ -186,7 +186,8 @@ CASES: dict[str, tuple[bytes, int, str | None, str]] = {
         "at most 2048 items",
     ),
     "a very long string": (
-        post(E, json.dumps({"input": "a" * 1_000_000}).encode()),
+        # The whole text asked for (split, not truncated): over --max-input-chars is refused.
+        post(E, json.dumps({"input": "a" * 1_000_000, "long_inputs": {"split": True}}).encode()),
         413,
         "too_large",
         "at most 32768 characters",

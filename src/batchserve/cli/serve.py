@@ -19,6 +19,7 @@ The same settings can come from ``--config FILE`` (TOML)::
     max_body_bytes = 8388608
     max_inputs = 2048
     max_input_chars = 32768
+    any_dimensions = false    # any prefix as dimensions, not only the declared ones
     read_timeout = "30s"
 
     [defaults]                # every model
@@ -262,6 +263,16 @@ def add_parser(sub: Any) -> None:
     falls_back(
         p.add_argument("--max-input-chars", type=int, help="characters per input"),
         limits.max_input_chars,
+    )
+    falls_back(
+        p.add_argument(
+            "--any-dimensions",
+            action="store_const",
+            const="on",
+            help="accept any dimensions (a prefix of the vector, renormalised), not only "
+            "those the model declares it was trained for (matryoshka_dimensions)",
+        ),
+        on(limits.any_dimensions),
     )
     falls_back(
         p.add_argument(

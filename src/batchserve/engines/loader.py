@@ -28,6 +28,7 @@ through this module, so that one call loads anything a user can name.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from pathlib import Path
@@ -38,8 +39,10 @@ from batchserve.engines.model import EngineModel
 from batchserve.engines.runtime import Runtime, default_workers
 from batchserve.errors import ConfigError
 from batchserve.models import loader as models_loader
+from batchserve.models import matryoshka
 from batchserve.models.kinds import (
     EMBEDDING,
+    SERVES,
     Kind,
     Logits,
     Sparse,
@@ -98,6 +101,7 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
             f"folder's own code yet ({', '.join(found.remote_code)}); serve it where its "
             "code runs, or a folder whose architecture transformers has"
         )
+    _refuse_unknown_type(path, where)
     choice: dict[str, Any] | None = None
     if found.llm:  # an LLM reranker: torch only (engines.llm_rerank)
         from batchserve.engines import llm_rerank
@@ -111,7 +115,30 @@ def load_model(spec: str, runtime: Runtime | None = None) -> LoadedModel:
         choice = verdict.to_dict()
     else:
         engine = _load_engine(path, rt, kind=found.kind)
-    return _loaded(spec, engine, found.kind, choice=choice)
+    loaded = _loaded(spec, engine, found.kind, choice=choice)
+    if found.kind is EMBEDDING:  # what dimensions its routes accept
+        loaded = dataclasses.replace(loaded, matryoshka=matryoshka.declared(path))
+    return loaded
+
+
+def _refuse_unknown_type(path: Path, where: str) -> None:
+    # A model_type transformers does not know fails deep in the load with a ValueError
+    # about checkpoints; said at start instead, with what batchserve serves.
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # no config.json at the top (an older layout): the load says what it finds
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if not isinstance(model_type, str):
+        return
+    import transformers
+
+    if model_type not in transformers.CONFIG_MAPPING:
+        raise ConfigError(
+            f"{where}: config.json's model_type {model_type!r} is an architecture "
+            f"transformers {transformers.__version__} does not know, so no engine can build "
+            f"it; {SERVES}"
+        )
 
 
 def _loaded(

@@ -44,6 +44,7 @@ from batchserve.errors import ConfigError
 from batchserve.models.base import BatchFn
 from batchserve.models.engine import Engine
 from batchserve.models.kinds import EMBEDDING, GENERIC, Kind, Prompts
+from batchserve.models.matryoshka import NONE_DECLARED, Matryoshka
 from batchserve.models.quantize import Calibration
 from batchserve.models.synthetic import SyntheticModel
 from batchserve.units import parse_duration
@@ -125,6 +126,8 @@ class LoadedModel:
         on_engine: the model as it runs on an engine (``minilm`` or a folder: its
             tokenizer, token counts and pass statistics,
             :class:`~batchserve.models.engine.Engine`); None for other models.
+        matryoshka: the output dimensions an embedding model's folder declares it was
+            trained for (:mod:`batchserve.models.matryoshka`); none for other models.
         calibration: an embedding model's calibration embeddings, whose ranges quantize
             its int8 and uint8 answers (:mod:`batchserve.models.quantize`; embedded at
             load by the served engine); None: not calibrated (those types are refused).
@@ -145,6 +148,7 @@ class LoadedModel:
     pooling: str | None = None
     normalized: bool | None = None
     on_engine: Engine | None = None
+    matryoshka: Matryoshka = NONE_DECLARED
     calibration: Calibration | None = None
 
 

@@ -117,6 +117,7 @@ _SERVER_KEYS = {
     "max_body_bytes": "int",
     "max_inputs": "int",
     "max_input_chars": "int",
+    "any_dimensions": "bool",
     "read_timeout": "duration",
     "api_key": "str",
     "otel": "bool",
@@ -284,7 +285,9 @@ def merge(file: dict[str, Any], args: _Overrides, environ: Mapping[str, str] | N
         )
 
     limits: dict[str, Any] = {
-        k: server.pop(k) for k in ("max_body_bytes", "max_inputs", "max_input_chars") if k in server
+        k: server.pop(k)
+        for k in ("max_body_bytes", "max_inputs", "max_input_chars", "any_dimensions")
+        if k in server
     }
     if "read_timeout" in server:
         limits["read_timeout_s"] = server.pop("read_timeout")

@@ -27,6 +27,7 @@ from batchserve.server.ops.metrics import CONTENT_TYPE, Metrics
 from batchserve.server.ops.openapi import openapi_spec
 from batchserve.server.protocols import infinity, kserve, openai, tei, triton
 from batchserve.server.protocols.catalog import INFERENCE
+from batchserve.server.protocols.dimensions import allowed_dimensions
 from batchserve.server.registry import Registry
 from batchserve.server.settings import RequestLimits
 from batchserve.server.statuses import ApiError
@@ -320,11 +321,11 @@ class Routes:
         await send(send_fn, 200, self.app.metrics.exposition(), content_type=CONTENT_TYPE.encode())
 
     def _openapi_spec(self) -> dict[str, Any]:
-        dimensions = [
-            m.loaded.dimension
-            for m in self.app.registry.models.values()
-            if m.loaded is not None and m.loaded.dimension is not None
-        ]
+        loaded = [m.loaded for m in self.app.registry.models.values() if m.loaded is not None]
+        # What a dimensions field takes: each model's own and those it declares.
+        accepted = [(m, allowed_dimensions(m)) for m in loaded if m.dimension is not None]
+        dimensions = [d for m, dims in accepted for d in (dims or (m.dimension,)) if d]
+        any_prefix = any(dims is None for _, dims in accepted)
         prompts = [
             name
             for m in self.app.registry.models.values()
@@ -341,6 +342,7 @@ class Routes:
                 m.loaded is not None and m.loaded.calibration is not None
                 for m in self.app.registry.models.values()
             ),
+            any_prefix=any_prefix,
         )
 
     async def _openapi(self, scope: Scope, receive: Receive, send_fn: Send) -> None:

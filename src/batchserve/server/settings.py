@@ -54,12 +54,16 @@ class RequestLimits:
             opening, or its first byte on a kept-alive connection), and then its whole body
             (from the end of the head); 408 after that, and the connection is closed: a
             slow or stalled client holds nothing for long.
+        any_dimensions: a ``dimensions`` may be any prefix of a vector, not only those
+            its model declares it was trained for (``--any-dimensions``; see
+            :mod:`batchserve.server.protocols.dimensions`).
     """
 
     max_body_bytes: int = 8 * 1024 * 1024
     max_inputs: int = 2048
     max_input_chars: int = 32_768
     read_timeout_s: float = 30.0
+    any_dimensions: bool = False
 
     def __post_init__(self) -> None:
         _check_limit("max_body_bytes", self.max_body_bytes)

@@ -17,7 +17,8 @@ from batchserve.server.statuses import ApiError
 jsonschema: Any = pytest.importorskip("jsonschema")
 
 LIMITS = RequestLimits()
-SERVED = Served(models=("m",), limits=LIMITS, dimensions=(4,), prompts=("query",))
+#: A model of 4 dimensions that declares 2 (Matryoshka): a dimensions field takes 2 or 4.
+SERVED = Served(models=("m",), limits=LIMITS, dimensions=(2, 4), prompts=("query",))
 
 #: (body, JSON it takes, JSON it refuses naming this field): a schema must say the same.
 CASES: list[tuple[Body, Any, Any, str]] = [
@@ -110,7 +111,7 @@ def test_a_body_reads_defaults_and_parameters_override_only_what_they_hold() -> 
 
 
 def test_the_document_states_the_bodies_the_parsers_read() -> None:
-    spec = openapi_spec(["m"], dimensions=[4], prompts=["query"])
+    spec = openapi_spec(["m"], dimensions=[2, 4], prompts=["query"])
     for route in INFERENCE:
         content = spec["paths"][route.path][route.method.lower()]["requestBody"]["content"]
         schema = content["application/json"]["schema"]

@@ -65,6 +65,10 @@ def library(folder: Path) -> Any:
     return st.SentenceTransformer(str(folder), device="cpu")
 
 
+#: The zoo folder declares no Matryoshka dimensions: cutting it takes --any-dimensions.
+_ANY_DIMENSIONS = RequestLimits(any_dimensions=True)
+
+
 @contextlib.asynccontextmanager
 async def served(
     model: LoadedModel, limits: RequestLimits | None = None
@@ -124,7 +128,7 @@ async def test_every_type_is_quantize_embeddings_of_the_library_s_vectors(
 async def test_output_dimension_quantizes_on_the_calibration_cut_the_same_way(
     loaded: LoadedModel, library: Any
 ) -> None:
-    async with served(loaded) as (client, calibration):
+    async with served(loaded, _ANY_DIMENSIONS) as (client, calibration):
         assert calibration is not None
         r = await client.post(
             "/v2/embed",
@@ -239,7 +243,7 @@ async def test_v1_answers_floats_without_embedding_types_and_by_type_with(
 
 
 async def test_openai_and_tei_answer_the_same_types_as_cohere(loaded: LoadedModel) -> None:
-    async with served(loaded) as (client, _):
+    async with served(loaded, _ANY_DIMENSIONS) as (client, _):
         cohere = await client.post("/v2/embed", json={"texts": TEXTS[:2], "embedding_types": ALL})
         by_type = cohere.json()["embeddings"]
         for kind in QUANTIZED:

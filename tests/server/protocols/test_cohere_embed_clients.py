@@ -31,7 +31,8 @@ TYPES = ["float", "int8", "uint8", "binary", "ubinary"]
 @pytest.fixture(scope="module")
 def server(zoo: Any) -> Iterator[ServerProcess]:
     folder = zoo.folder("bert-cls")
-    args = ["--model", str(folder), "--backend", "torch", "--max-wait", "2ms"]
+    # The folder declares no Matryoshka dimensions: output_dimension takes --any-dimensions.
+    args = ["--model", str(folder), "--backend", "torch", "--max-wait", "2ms", "--any-dimensions"]
     with server_process(args) as process:
         yield process
 

@@ -17,6 +17,7 @@ from engine_fixtures import Zoo
 pytest.importorskip("sentence_transformers")
 
 from batchserve.engines.loader import load_model
+from batchserve.server import RequestLimits
 
 TEXTS = ["  a text with spaces around it ", "another one", "x"]
 
@@ -28,7 +29,8 @@ async def test_a_folder_without_normalize_is_answered_its_own_vectors(zoo: Zoo) 
     model = load_model(f"{folder}:backend=torch,threads=1")
     want = SentenceTransformer(str(folder), device="cpu").encode(TEXTS)
     assert not np.allclose(np.linalg.norm(want, axis=1), 1.0)  # it has no Normalize
-    app = build_app({"m": model})
+    # The folder declares no Matryoshka dimensions: a prefix takes --any-dimensions.
+    app = build_app({"m": model}, limits=RequestLimits(any_dimensions=True))
     async with client_for(app) as c:
         info = (await c.get("/info")).json()
         assert info["model_type"] == {"embedding": {"pooling": "max"}}

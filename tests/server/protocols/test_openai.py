@@ -13,6 +13,7 @@ from server_helpers import build_app, client_for, embedding_model
 
 from batchserve.config import BatchConfig
 from batchserve.models.loader import LoadedModel
+from batchserve.models.matryoshka import Matryoshka
 from batchserve.server import RequestLimits
 
 
@@ -83,12 +84,17 @@ def _unit(texts: Sequence[str]) -> list[list[float]]:
     return list(out / np.linalg.norm(out, axis=1, keepdims=True))
 
 
+#: Models that declare they were trained at 2 dimensions (Matryoshka), as a folder's
+#: ``matryoshka_dimensions`` says: 2 is accepted without --any-dimensions.
+_TRAINED_AT_2 = Matryoshka(dimensions=(2,))
+
+
 async def test_dimensions_shortens_renormalising_unit_vectors_and_refuses_above_the_model() -> None:
     app = build_app(
         {
-            "rec": embedding_model(Recorder(), dim=4, normalized=False),
-            "unit": embedding_model(_unit, dim=4, normalized=True),
-            "unknown": embedding_model(_unit, dim=4),
+            "rec": embedding_model(Recorder(), dim=4, normalized=False, matryoshka=_TRAINED_AT_2),
+            "unit": embedding_model(_unit, dim=4, normalized=True, matryoshka=_TRAINED_AT_2),
+            "unknown": embedding_model(_unit, dim=4, matryoshka=_TRAINED_AT_2),
         }
     )
     async with client_for(app) as c:
@@ -134,7 +140,15 @@ async def test_dimensions_shortens_renormalising_unit_vectors_and_refuses_above_
         (b'{"input": "a", "dimensions": 1.5}', 422, "invalid", "dimensions", ">= 1"),
         (b'{"input": "a", "model": 3}', 422, "invalid", "model", "string"),
         (b'{"input": ["a", "b", "c", "d"]}', 413, "too_large", "input", "at most 3 items"),
-        (b'{"input": "' + b"x" * 11 + b'"}', 413, "too_large", "input", "at most 10 characters"),
+        # Over --max-input-chars: cut when truncating (the default), refused when the whole
+        # text is asked for (split into windows).
+        (
+            b'{"input": "' + b"x" * 11 + b'", "long_inputs": {"split": true}}',
+            413,
+            "too_large",
+            "input",
+            "at most 10 characters",
+        ),
         (b'{"input": "a", "model": "nope"}', 404, "not_found", "model", "served: rec"),
     ],
 )

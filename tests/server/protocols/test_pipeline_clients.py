@@ -18,6 +18,7 @@ from server_helpers import build_app, client_for, embedding_model
 
 from batchserve.engines.loader import load_model
 from batchserve.models.loader import LoadedModel
+from batchserve.models.matryoshka import Matryoshka
 
 pytest.importorskip("transformers")
 
@@ -370,7 +371,13 @@ async def test_infinity_client_lists_models_embeds_and_checks_health(
     # - api/default/health.py: GET /health; ResponseHealth.from_dict(response.json()).
     # langchain-community 0.4.2, embeddings/infinity.py, TinyAsyncOpenAIInfinityEmbeddingClient
     # posts {"input": texts, "model": model} to f"{host}/embeddings" and reads data[].embedding.
-    app = build_app({"emb": embedding_model(_embed), "ce": reranker, "clf": classifier})
+    app = build_app(
+        {
+            "emb": embedding_model(_embed, matryoshka=Matryoshka(dimensions=(2,))),
+            "ce": reranker,
+            "clf": classifier,
+        }
+    )
     client_body = {"model": "default/not-specified", "dimensions": 0, "modality": "text"}
     async with client_for(app) as c:
         models = await c.get("/models")

@@ -16,6 +16,7 @@ from batchserve.config import BatchConfig, CostEstimate
 from batchserve.errors import ConfigError
 from batchserve.models.kinds import BY_NAME, ITEMS, Prompts, folder_prompts, item_of
 from batchserve.models.loader import LoadedModel
+from batchserve.models.matryoshka import Matryoshka
 from batchserve.server import RequestLimits
 
 pytest.importorskip("transformers")
@@ -226,7 +227,7 @@ async def test_embedders_answer_tei_embed_similarity_and_root() -> None:
         out = np.array([[len(t), 1.0, 0.0, 2.0] for t in texts], dtype=np.float32)
         return out / np.linalg.norm(out, axis=1, keepdims=True)
 
-    app = build_app({"emb": embedding_model(fn)})
+    app = build_app({"emb": embedding_model(fn, matryoshka=Matryoshka(dimensions=(2,)))})
     async with client_for(app) as c:
         r = await c.post("/embed", json={"inputs": "abc", "dimensions": 2})
         assert r.status_code == 200

@@ -100,6 +100,9 @@ _WHY: dict[str, str] = {
 }
 #: Files of an image or audio processor.
 _PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
+#: Keys of an image or audio model's own ``config.json`` (a ViT, a Whisper encoder), where it
+#: has no nested ``vision_config`` and no processor's file.
+_MEDIA_KEYS = ("image_size", "patch_size", "num_channels", "num_mel_bins")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -294,7 +297,7 @@ def _media(
 ) -> str | None:
     # An image or audio model, as Infinity tells them apart (and a CLIP module of
     # sentence-transformers): this server embeds texts only.
-    keys = [k for k in ("vision_config", "audio_config") if k in config]
+    keys = [k for k in ("vision_config", "audio_config", *_MEDIA_KEYS) if k in config]
     files = [f for f in _PROCESSOR_FILES if (folder / f).is_file()]
     clip = [
         str(m.get("type")) for m in modules or () if str(m.get("type", "")).endswith("CLIPModel")
@@ -372,6 +375,20 @@ def _head(architectures: list[str], found: str) -> str | None:
                 )
                 why = _WHY.get(group, "it is not an embedder, a reranker or a classifier")
                 return f"{what} with no sentence-transformers modules ({found}): {why}"
+    return _unknown_head(architectures, found)
+
+
+def _unknown_head(architectures: list[str], found: str) -> str | None:
+    # A task head nobody listed (``...ForImageClassification``, a name of its own): served
+    # as an embedder, its vectors would be the mean of states trained for something else.
+    for arch in architectures:
+        head = arch.rfind("For")
+        if head > 0 and arch[head + 3 : head + 4].isupper():
+            return (
+                f"a model with a head batchserve does not know ({found}): {arch[head:]} is "
+                "neither a bare encoder or decoder (...Model) nor a sequence classification "
+                "head, so what it outputs is not known to be an embedding"
+            )
     return None
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "INFINITY_EMBEDDINGS",
     "INFER",
     "INFINITY_RERANK",
+    "LONG_INPUTS",
     "INPUT_TYPES",
     "MAX_TENSORS",
     "OPENAI_EMBEDDINGS",
@@ -184,6 +185,34 @@ _USER = Field(
     doc="Ignored.",
 )
 
+#: ``long_inputs`` on the embedding routes: split inputs over the model's window into
+#: windows, their vectors pooled (:mod:`~batchserve.server.protocols.long_inputs`).
+LONG_INPUTS = Body(
+    fields=(
+        Field(
+            name="split",
+            rule=Flag(),
+            default=False,
+            states_default=True,
+            doc="Split each input over the model's window into windows (on token boundaries, "
+            "each with the model's special tokens and prompt), embed each, and pool their "
+            "vectors by a mean weighted by each window's tokens (then unit length if the "
+            "model's vectors are). False: truncate, the default.",
+        ),
+        Field(
+            name="overlap",
+            rule=Count(minimum=0),
+            default=0,
+            states_default=True,
+            doc="Tokens consecutive windows share (less than a window holds).",
+        ),
+    ),
+    nullable=True,
+    doc="What to do with inputs longer than the model's window. Each window is an item of "
+    "the batcher: the request's item count, usage and token counts are its windows'.",
+    message='long_inputs must be an object ({"split": true, "overlap": N}) or null',
+)
+_LONG_INPUTS = Field(name="long_inputs", rule=LONG_INPUTS)
 #: Cohere's ``embedding_types``: the quantized types (:mod:`batchserve.models.quantize`) and
 #: ``base64`` (the float vector's little-endian float32 bytes).
 EMBEDDING_TYPES = ("float", "int8", "uint8", "binary", "ubinary", "base64")
@@ -217,8 +246,11 @@ OPENAI_EMBEDDINGS = Body(
         Field(
             name="dimensions",
             rule=Count(dimensions=True),
-            doc="Keep the first N values, renormalised; at most the model's own dimension.",
+            doc="Keep the first N values, renormalised: one of the dimensions the model "
+            "declares it was trained for (its `matryoshka_dimensions`) or its own; any N up "
+            "to its own with --any-dimensions.",
         ),
+        _LONG_INPUTS,
         EMBEDDING_TYPE,
     ),
     # A quantized type is answered as JSON integers: an OpenAI client would read base64 as
@@ -254,8 +286,10 @@ INFINITY_EMBEDDINGS = Body(
             name="dimensions",
             rule=Count(dimensions=True, zero_is_none=True),
             doc="0 or absent: the model's own (Infinity's default); else the first N values, "
-            "renormalised, at most the model's own dimension.",
+            "renormalised: one of the dimensions the model declares (its "
+            "`matryoshka_dimensions`) or its own; any N up to its own with --any-dimensions.",
         ),
+        _LONG_INPUTS,
     )
 )
 
@@ -271,7 +305,12 @@ _DIRECTION = Field(
     rule=Choice(values=("Right", "right"), says="'Right' (left truncation is not offered)"),
     documented=False,
 )
-_DIMENSIONS = Field(name="dimensions", rule=Count(dimensions=True))
+_DIMENSIONS = Field(
+    name="dimensions",
+    rule=Count(dimensions=True),
+    doc="Keep the first N values: one of the dimensions the model declares (its "
+    "`matryoshka_dimensions`) or its own; any N up to its own with --any-dimensions.",
+)
 _PROMPT = Field(name="prompt_name", rule=PromptName())
 _MODEL = Field(name="model", rule=Name(strict=False), documented=False)
 
@@ -308,6 +347,7 @@ EMBED = Body(
         _PROMPT,
         _PARAMETERS,
         _MODEL,
+        _LONG_INPUTS,
         EMBEDDING_TYPE,
     )
 )

@@ -253,6 +253,7 @@ V2_EMBED = Task(
     answer=_answer,
     field="texts",
     prepare=_prepare,
+    dimensions_field="output_dimension",
 )
 V1_EMBED = Task(
     route="POST /v1/embed",
@@ -261,4 +262,5 @@ V1_EMBED = Task(
     answer=_answer,
     field="texts",
     prepare=_prepare,
+    dimensions_field="output_dimension",
 )

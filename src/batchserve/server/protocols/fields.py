@@ -59,12 +59,15 @@ class Served:
     Attributes:
         models: the served models' names.
         limits: the request limits (stated in words in the documentation).
-        dimensions: the embedding dimensions served, sorted (a ``dimensions`` field takes
-            up to the largest).
+        dimensions: the embedding dimensions a ``dimensions`` field takes, sorted: those the
+            served models declare and their own (see
+            :mod:`~batchserve.server.protocols.dimensions`).
         prompts: the prompt names the served models define, sorted.
         calibrated: whether a served embedder has calibration ranges (its int8 and uint8
             answers; :mod:`batchserve.models.quantize`): the schema lists those types only
             then, as any other is refused.
+        any_prefix: a ``dimensions`` field takes any value up to the largest of
+            ``dimensions`` (``--any-dimensions``, or a model that declares any prefix).
     """
 
     models: tuple[str, ...] = ()
@@ -72,6 +75,7 @@ class Served:
     dimensions: tuple[int, ...] = ()
     prompts: tuple[str, ...] = ()
     calibrated: bool = True
+    any_prefix: bool = False
 
 
 class Rule(Protocol):
@@ -305,7 +309,10 @@ class Count:
             "minimum": 0 if self.zero_is_none else self.minimum,
         }
         if self.dimensions and served.dimensions:
-            out["maximum"] = max(served.dimensions)
+            if served.any_prefix or served.limits.any_dimensions:
+                out["maximum"] = max(served.dimensions)
+            else:  # only the values declared (null and Infinity's 0: the model's own)
+                out["enum"] = [*([0] if self.zero_is_none else []), *served.dimensions, None]
         return out
 
 

@@ -75,7 +75,8 @@ class InfinityEmbeddingsEndpoint(EmbeddingsEndpoint):
         data = load_json(body)
         if isinstance(data, dict) and data.get("model") == DEFAULT_MODEL:
             data = {**data, "model": None}
-        return embeddings_request(data, self.limits, body=INFINITY_EMBEDDINGS)
+        long = len(body) > self.limits.max_input_chars
+        return embeddings_request(data, self.limits, body=INFINITY_EMBEDDINGS, long=long)
 
     def model(self, name: str | None) -> ServedModel:
         """The model named; else, as Infinity resolves it, the one served or the embedder.

@@ -304,12 +304,9 @@ def embedding_items(request: InferRequest, limits: RequestLimits) -> list[str]:
         if not text:
             raise ApiError("invalid", f"{t.name}[{i}] must not be empty", param=t.name)
         if len(text) > limits.max_input_chars:
-            raise ApiError(
-                "too_large",
-                f"{t.name}[{i}] must be at most {limits.max_input_chars} characters "
-                f"(--max-input-chars), got {len(text)}",
-                param=t.name,
-            )
+            # Truncation is always on here: a longer text is cut, not refused (the model
+            # would cut it to its window anyway).
+            text = text[: limits.max_input_chars]
         texts.append(text)
     return texts
 

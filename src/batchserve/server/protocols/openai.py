@@ -8,7 +8,9 @@ a list of strings (token arrays are refused: this server tokenizes itself); ``en
 client asks for by default); ``dimensions`` shortens each vector to its first N values and,
 unless the model's vectors are not unit length, scales it back to unit length (what
 Matryoshka-trained models are for, and what OpenAI's ``text-embedding-3`` models do); a
-value above the model's own dimension is refused. batchserve's ``embedding_type``
+value above the model's own dimension is refused, and so is one the model does not declare
+it was trained for, unless the operator allows any
+(:mod:`~batchserve.server.protocols.dimensions`). batchserve's ``embedding_type``
 (``int8``, ``uint8``, ``binary``, ``ubinary``; default ``float``) answers each vector as
 Cohere's ``embedding_types`` make it, as JSON integers (with ``encoding_format: float``:
 a client decodes base64 as float32), calibrated as ``/v2/embed``'s
@@ -46,8 +48,17 @@ from batchserve.models.kinds import EMBEDDING, Kind, apply_prompt, wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import json_bytes, load_json
 from batchserve.server.protocols.bodies import OPENAI_EMBEDDINGS
+from batchserve.server.protocols.dimensions import check_declared_dimensions
 from batchserve.server.protocols.embedding_types import Transform, require_calibration, typed
 from batchserve.server.protocols.fields import Body
+from batchserve.server.protocols.long_inputs import (
+    LongInputs,
+    Windows,
+    check_queue,
+    cut_over_chars,
+    long_inputs,
+    split_windows,
+)
 from batchserve.server.protocols.window import token_counts, truncated
 from batchserve.server.registry import Registry, ServedModel
 from batchserve.server.settings import RequestLimits
@@ -91,6 +102,8 @@ class EmbeddingsRequest:
         texts: the inputs, in order.
         encoding_format: ``float`` or ``base64``.
         dimensions: the requested dimension, if any.
+        long_inputs: what to do with inputs over the window (None: truncate them).
+        windows: the items that run, where inputs were split into windows (None: the texts).
         embedding_type: batchserve's ``embedding_type``: ``float``, or a quantized type
             (:mod:`~batchserve.server.protocols.embedding_types`).
     """
@@ -99,6 +112,8 @@ class EmbeddingsRequest:
     texts: list[str]
     encoding_format: str
     dimensions: int | None
+    long_inputs: LongInputs | None = None
+    windows: Windows | None = None
     embedding_type: str = "float"
 
 
@@ -109,11 +124,11 @@ def parse_embeddings_request(body: bytes, limits: RequestLimits) -> EmbeddingsRe
         ApiError: ``malformed`` (not JSON), ``invalid`` (a field breaks a rule) or
             ``too_large`` (too many inputs, a text too long); the message names the field.
     """
-    return embeddings_request(load_json(body), limits)
+    return embeddings_request(load_json(body), limits, long=len(body) > limits.max_input_chars)
 
 
 def embeddings_request(
-    data: Any, limits: RequestLimits, *, body: Body = OPENAI_EMBEDDINGS
+    data: Any, limits: RequestLimits, *, body: Body = OPENAI_EMBEDDINGS, long: bool = True
 ) -> EmbeddingsRequest:
     """Check an embeddings request's JSON (see :func:`parse_embeddings_request`).
 
@@ -121,18 +136,31 @@ def embeddings_request(
         data: the body's JSON.
         limits: the request limits.
         body: the body's description (Infinity's differs: empty texts, ``dimensions: 0``).
+        long: the body may hold a text over ``--max-input-chars`` (False: its bytes are
+            fewer, so no text is looked at for it).
 
     Raises:
         ApiError: ``invalid`` or ``too_large``, naming the field.
     """
+    if long and isinstance(data, dict) and not _splits(data.get("long_inputs")):
+        # Truncation on: a text over --max-input-chars is cut, not refused (the model cuts it).
+        texts = data.get("input")
+        cut = cut_over_chars(texts, limits)
+        if cut is not texts:
+            data = {**data, "input": cut}
     fields = body.read(data, limits)
     return EmbeddingsRequest(
         model=fields["model"],
         texts=fields["input"],
         encoding_format=fields["encoding_format"],
         dimensions=fields["dimensions"],
+        long_inputs=long_inputs(fields["long_inputs"]),
         embedding_type=fields.get("embedding_type", "float"),  # Infinity's body has none
     )
+
+
+def _splits(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("split") is True
 
 
 def check_dimensions(requested: int | None, dimension: int | None) -> None:
@@ -267,6 +295,7 @@ class EmbeddingsEndpoint:
                     "model",
                 )
             check_dimensions(req.dimensions, loaded.dimension)
+            check_declared_dimensions(req.dimensions, loaded, self.limits)
             if req.embedding_type != "float":
                 if req.encoding_format == "base64":  # a client would decode ints as floats
                     raise ApiError(
@@ -278,6 +307,11 @@ class EmbeddingsEndpoint:
                 require_calibration(loaded, (req.embedding_type,), "embedding_type")
             if loaded.prompts is not None:  # the folder's default prompt, as encode() does
                 req.texts = apply_prompt(req.texts, loaded.prompts, None)
+            if req.long_inputs is not None:
+                req.windows = split_windows(loaded, req.texts, req.long_inputs.overlap)
+                if req.windows is not None:
+                    check_queue(model, len(req.windows.items))
+                    return Parsed(model, req, req.windows.items)
         except Exception as exc:
             raise ParseError(model, exc) from None
         return Parsed(model, req, req.texts)
@@ -289,7 +323,8 @@ class EmbeddingsEndpoint:
         assert model is not None
         loaded = model.loaded
         assert loaded is not None
-        texts = req.texts
+        windows = req.windows
+        texts = req.texts if windows is None else windows.items
         head = timing_head(served)
         counts = token_counts(loaded, texts)
         if counts is not None:
@@ -302,7 +337,10 @@ class EmbeddingsEndpoint:
         else:
             tokens = sum(len(t.split()) for t in texts)
         unit = loaded.normalized is not False  # not known (None): as before, renormalised
-        vectors = shorten([s.output for s in served], req.dimensions, normalized=unit)
+        outputs: Sequence[Any] = [s.output for s in served]
+        if windows is not None:
+            outputs = windows.pool(outputs, counts, normalize=loaded.normalized is True)
+        vectors = shorten(outputs, req.dimensions, normalized=unit)
         if req.embedding_type != "float":
             rows = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1)
             cut = req.dimensions is not None

@@ -22,6 +22,8 @@ Checks common to every task, done before anything is queued:
 * the prompt of a model whose kind takes prompts (an embedder: ``prompt_name``, else the
   folder's default prompt) is prepended to each text, as ``SentenceTransformer.encode``
   does; an unknown name is 422 naming the field and the prompts the model has;
+* a ``dimensions`` the model does not declare it was trained for (422, naming the values
+  it does; :mod:`~batchserve.server.protocols.dimensions`);
 * ``truncate=false``: an item over the model's window is refused (413), naming the input
   and its token count. Otherwise inputs over the window are truncated, and the answer says
   how many in the ``X-Truncated-Inputs`` header, and the tokens its items took in
@@ -46,6 +48,8 @@ from batchserve.batcher import Served
 from batchserve.models.kinds import Activation, Kind, apply_prompt, wrong_kind
 from batchserve.server.exchange import Exchange, Parsed, ParseError, Reply, timing_head
 from batchserve.server.http import load_json
+from batchserve.server.protocols.dimensions import check_declared_dimensions
+from batchserve.server.protocols.long_inputs import Windows, split_windows
 from batchserve.server.protocols.window import (
     TRUNCATED_HEADER,
     refuse_over_window,
@@ -79,6 +83,9 @@ class TaskRequest:
         truncate: whether inputs over the window are truncated (else refused).
         options: the route's own settings (``raw_scores``, ``top_n``...), read by its answer.
         task: the task that parsed it (``POST /`` picks one by the model's kind).
+        windows: where inputs over the window were split (``options["long_inputs"]``),
+            how to pool the windows' outputs back into one per input; ``items`` are then
+            the windows.
     """
 
     model: str | None
@@ -86,6 +93,7 @@ class TaskRequest:
     truncate: bool = True
     options: dict[str, Any] = field(default_factory=dict)
     task: Task | None = None
+    windows: Windows | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,6 +112,9 @@ class Task:
         prepare: what the request needs of the model before its prompts are applied (a
             ``prompt_name`` read from the model's prompts, inputs cut to its window), or
             checks it must pass against the model; None: nothing.
+        dimensions_field: the body's field that ``options["dimensions"]`` was read from,
+            as the refusal of a value the model does not declare names it
+            (:mod:`~batchserve.server.protocols.dimensions`).
     """
 
     route: str
@@ -112,6 +123,7 @@ class Task:
     answer: Callable[[ServedModel, TaskRequest, list[Any]], bytes]
     field: str = "input"
     prepare: Callable[[ServedModel, TaskRequest], None] | None = None
+    dimensions_field: str = "dimensions"
 
 
 def scores(outputs: Sequence[npt.ArrayLike], activation: Activation) -> list[list[float]]:
@@ -192,6 +204,11 @@ class TaskEndpoint:
                 req.items = apply_prompt(req.items, loaded.prompts, req.options.get("prompt_name"))
             except KeyError as exc:
                 raise ApiError("invalid", exc.args[0], param="prompt_name") from None
+        split = req.options.get("long_inputs")
+        if split is not None:
+            req.windows = split_windows(loaded, req.items, split.overlap)
+            if req.windows is not None:
+                req.items = req.windows.items
         items = req.items
         queue = model.config.queue_size
         if len(items) > queue:
@@ -201,8 +218,11 @@ class TaskEndpoint:
                 f"{queue} (--queue-size): it could never be admitted whole",
                 param="input",
             )
-        if not req.truncate:
-            refuse_over_window(loaded, items, task.field)
+        if not req.truncate and split is None:
+            splits = "long_inputs" in req.options
+            refuse_over_window(loaded, items, task.field, splits=splits)
+        dims = req.options.get("dimensions")
+        check_declared_dimensions(dims, loaded, self.limits, task.dimensions_field)
         return req, items
 
     def _model(self, name: str | None) -> ServedModel:
@@ -215,9 +235,13 @@ class TaskEndpoint:
         assert model is not None
         assert model.loaded is not None
         assert req.task is not None
-        body = req.task.answer(model, req, [s.output for s in served])
-        head = timing_head(served)
+        outputs: list[Any] = [s.output for s in served]
         counts = token_counts(model.loaded, req.items)
+        if req.windows is not None:
+            unit = model.loaded.normalized is True
+            outputs = list(req.windows.pool(outputs, counts, normalize=unit))
+        body = req.task.answer(model, req, outputs)
+        head = timing_head(served)
         if counts is not None:
             head += b"x-compute-tokens: %d\r\n" % sum(counts)
             cut = truncated(model.loaded, req.items, counts)

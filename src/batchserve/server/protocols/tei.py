@@ -74,6 +74,7 @@ from batchserve.server.protocols.fields import (
     optional_int,
     require_object,
 )
+from batchserve.server.protocols.long_inputs import cut_over_chars, long_inputs
 from batchserve.server.protocols.maxsim import maxsim_task
 from batchserve.server.protocols.tasks import Task, TaskRequest, by_score, scores
 from batchserve.server.statuses import ApiError
@@ -153,6 +154,12 @@ def _params(data: dict[str, Any]) -> dict[str, Any]:
 def _parse_embed(data: Any, limits: RequestLimits) -> TaskRequest:
     # An empty text is embedded, as TEI does: Haystack's TEI embedders send
     # ``doc.content or ""``, and one empty document must not fail a batch of them.
+    if isinstance(data, dict) and _truncating(data):
+        # Truncation on: a text over --max-input-chars is cut, not refused (TEI's #394).
+        inputs = data.get("inputs")
+        cut = cut_over_chars(inputs, limits)
+        if cut is not inputs:
+            data = {**data, "inputs": cut}
     body = bodies.EMBED.read(data, limits)
     merged = {**body, **(body["parameters"] or {})}
     return TaskRequest(
@@ -163,9 +170,20 @@ def _parse_embed(data: Any, limits: RequestLimits) -> TaskRequest:
             "dimensions": merged["dimensions"],
             "normalize": merged["normalize"],
             "prompt_name": merged["prompt_name"],
+            "long_inputs": long_inputs(body["long_inputs"]),
             "embedding_type": body["embedding_type"],
         },
     )
+
+
+def _truncating(data: dict[str, Any]) -> bool:
+    # Whether the body leaves truncation on (what its rules will read, looked at first).
+    split = data.get("long_inputs")
+    if isinstance(split, dict) and split.get("split") is True:
+        return False
+    params = data.get("parameters")
+    flag = params.get("truncate") if isinstance(params, dict) else None
+    return (data.get("truncate") if flag is None else flag) is not False
 
 
 def _prepare_embed(model: ServedModel, req: TaskRequest) -> None:

@@ -33,13 +33,16 @@ __all__ = ["TRUNCATED_HEADER", "refuse_over_window", "token_counts", "truncated"
 TRUNCATED_HEADER = "X-Truncated-Inputs"
 
 
-def refuse_over_window(loaded: LoadedModel, items: Sequence[Any], field: str = "input") -> None:
+def refuse_over_window(
+    loaded: LoadedModel, items: Sequence[Any], field: str = "input", *, splits: bool = False
+) -> None:
     """Refuse a request one of whose ``items`` is over the model's window.
 
     Args:
         loaded: the model.
         items: what would run (a prompt already prepended).
         field: the request's field that holds the inputs, as the error names it.
+        splits: the route can split inputs into windows (``long_inputs``): the error says so.
 
     Raises:
         ApiError: ``too_large`` (413) naming the first such input and its token count.
@@ -53,7 +56,8 @@ def refuse_over_window(loaded: LoadedModel, items: Sequence[Any], field: str = "
             raise ApiError(
                 "too_large",
                 f"input {i} is {n} tokens, over the model's window of {window}; "
-                "send truncate=true (the default) to truncate it",
+                "send truncate=true (the default) to truncate it"
+                + (', or long_inputs: {"split": true} to embed it in windows' if splits else ""),
                 param=f"{field}[{i}]",
             )
 

@@ -59,6 +59,7 @@ def openapi_spec(
     dimensions: list[int] | None = None,
     prompts: list[str] | None = None,
     calibrated: bool = True,
+    any_prefix: bool = False,
 ) -> dict[str, Any]:
     """The OpenAPI 3.1 document of the server serving ``models``.
 
@@ -67,8 +68,10 @@ def openapi_spec(
         secured: whether inference and model listing need the API key (``--api-key``); the
             document states it only then.
         limits: the request limits, stated in the schemas (the defaults if None).
-        dimensions: the embedding dimensions the served models produce, if known: OpenAI's
-            ``dimensions`` accepts up to the largest.
+        dimensions: the embedding dimensions the served models accept, if known: their own
+            and those they declare (OpenAI's ``dimensions`` takes one of them).
+        any_prefix: ``dimensions`` takes any value up to the largest (a model declares any
+            prefix; ``--any-dimensions`` in ``limits`` says so too).
         prompts: the names of the prompts the served embedding models define: a
             ``prompt_name`` takes one of them.
         calibrated: whether a served embedder has calibration ranges: int8 and uint8
@@ -81,6 +84,7 @@ def openapi_spec(
         dimensions=tuple(sorted(set(dimensions or []))),
         prompts=tuple(sorted(set(prompts or []))),
         calibrated=calibrated,
+        any_prefix=any_prefix,
     )
     model_param = {"name": "name", "in": "path", "required": True, "schema": {"enum": models}}
     paths = inference_paths(security, served, model_param)
