@@ -7,8 +7,9 @@ SPLADE model does). Two contenders, one after the other, on the same real texts 
 Python's reference manual's paragraphs):
 
 1. **served**: ``batchserve serve --model FOLDER --backend torch``; ``--concurrency``
-   connections each send one text per request (TEI's ``/embed_sparse``) as soon as the
-   last is answered, so the batcher joins them into length-sorted sub-passes;
+   connections each send one text per request (``--per-request N``: N texts; TEI's
+   ``/embed_sparse``) as soon as the last is answered, so the batcher joins them into
+   length-sorted sub-passes;
 2. **encode**: in this process, ``SparseEncoder.encode(text)`` called once per text (what
    one request costs without a server), on as many torch threads as the server's passes
    use together (``workers x threads``), and on one thread (on a busy machine a pass of
@@ -79,10 +80,15 @@ def build_folder(root: Path, texts: list[str], *, layers: int, width: int) -> Pa
     return folder
 
 
-def send(port: int, texts: list[str], concurrency: int) -> tuple[float, list[Any]]:
-    """Texts per second, one text a request over ``concurrency`` connections; the answers."""
+def send(
+    port: int, texts: list[str], concurrency: int, per_request: int = 1
+) -> tuple[float, list[Any]]:
+    """Texts per second, ``per_request`` texts a request over ``concurrency`` connections.
+
+    Also each text's answer, in order.
+    """
     answers: list[Any] = [None] * len(texts)
-    pending = list(range(len(texts)))[::-1]
+    pending = list(range(0, len(texts), per_request))[::-1]
     lock = threading.Lock()
     errors: list[BaseException] = []
 
@@ -94,7 +100,7 @@ def send(port: int, texts: list[str], concurrency: int) -> tuple[float, list[Any
                     if not pending:
                         return
                     i = pending.pop()
-                body = json.dumps({"inputs": texts[i]})
+                body = json.dumps({"inputs": texts[i : i + per_request]})
                 conn.request("POST", "/embed_sparse", body, {"Content-Type": "application/json"})
                 resp = conn.getresponse()
                 data = resp.read()
@@ -115,7 +121,8 @@ def send(port: int, texts: list[str], concurrency: int) -> tuple[float, list[Any
     wall = time.perf_counter() - t0
     if errors:
         raise errors[0]
-    return len(texts) / wall, [json.loads(a)[0] for a in answers]
+    parsed = [row for a in answers if a is not None for row in json.loads(a)]
+    return len(texts) / wall, parsed
 
 
 def encode_each(folder: Path, texts: list[str], threads: int) -> tuple[float, list[Any]]:
@@ -141,6 +148,7 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=16, help="connections")
+    parser.add_argument("--per-request", type=int, default=1, help="texts a request")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
 
@@ -159,8 +167,8 @@ def main() -> int:
         rows: list[Any] = []
         for r in range(args.rounds):
             with batchserve(flags) as served:
-                send(served.port, texts[-32:], args.concurrency)  # the sub-pass cost learned
-                rate, answers = send(served.port, texts, args.concurrency)
+                send(served.port, texts[-32:], args.concurrency, args.per_request)  # warm
+                rate, answers = send(served.port, texts, args.concurrency, args.per_request)
             served_rates.append(rate)
             print(f"[round {r + 1}] served: {rate:.1f} texts/s", file=sys.stderr)
             rate, rows = encode_each(folder, texts, workers * threads)
@@ -182,6 +190,7 @@ def main() -> int:
         "threads": threads,
         "workers": workers,
         "concurrency": args.concurrency,
+        "per_request": args.per_request,
         "served_texts_per_s": round(max(served_rates), 1),
         "encode_texts_per_s": round(max(encode_rates), 1),
         "encode_1_thread_texts_per_s": round(max(single_rates), 1),
