@@ -59,6 +59,7 @@ from batchserve.models.loader import (
     needs_engine,
     split_runtime,
 )
+from batchserve.models.spare_tokenizer import SpareTokenizer
 
 if TYPE_CHECKING:
     from batchserve.engines.verdict import Verdict
@@ -173,6 +174,7 @@ def _loaded(
         pooling=engine.pooling,
         normalized=engine.normalized,
         on_engine=engine,
+        spare_tokenizer=SpareTokenizer(engine.tokenizer),  # no pass runs yet: a safe copy
     )
 
 

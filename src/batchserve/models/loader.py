@@ -46,6 +46,7 @@ from batchserve.models.engine import Engine
 from batchserve.models.kinds import EMBEDDING, GENERIC, Kind, Prompts
 from batchserve.models.matryoshka import NONE_DECLARED, Matryoshka
 from batchserve.models.quantize import Calibration
+from batchserve.models.spare_tokenizer import SpareTokenizer
 from batchserve.models.synthetic import SyntheticModel
 from batchserve.units import parse_duration
 
@@ -131,6 +132,9 @@ class LoadedModel:
         calibration: an embedding model's calibration embeddings, whose ranges quantize
             its int8 and uint8 answers (:mod:`batchserve.models.quantize`; embedded at
             load by the served engine); None: not calibrated (those types are refused).
+        spare_tokenizer: a copy of its engine's tokenizer for the routes that tokenize
+            outside a pass (made at load, :mod:`batchserve.models.spare_tokenizer`); None
+            off an engine.
     """
 
     spec: str
@@ -150,6 +154,7 @@ class LoadedModel:
     on_engine: Engine | None = None
     matryoshka: Matryoshka = NONE_DECLARED
     calibration: Calibration | None = None
+    spare_tokenizer: SpareTokenizer | None = None
 
 
 def parse_synthetic(spec: str) -> SyntheticModel:

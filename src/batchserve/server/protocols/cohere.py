@@ -35,10 +35,7 @@ The answer is ``{id, embeddings: {type: [...]}, texts, meta: {api_version, bille
 from __future__ import annotations
 
 import base64
-import copy
-import threading
 import uuid
-import weakref
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -54,6 +51,7 @@ from batchserve.server.statuses import ApiError
 
 if TYPE_CHECKING:
     from batchserve.models.loader import LoadedModel
+    from batchserve.models.spare_tokenizer import SpareTokenizer
     from batchserve.server.registry import ServedModel
     from batchserve.server.settings import RequestLimits
 
@@ -142,32 +140,11 @@ def _refuse_over_window(loaded: LoadedModel, texts: list[str], prompt_name: str 
             )
 
 
-class _Offsets:
-    """A model's tokenizer, copied for this route (the engine's is its passes'), locked."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self._tokenizer = copy.deepcopy(tokenizer)
-        self._lock = threading.Lock()
-
-    def starts(self, text: str) -> list[int]:
-        """Where each of the text's tokens starts (no special tokens)."""
-        with self._lock:
-            enc = self._tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        return [start for start, _ in enc["offset_mapping"]]
-
-
-#: Each engine's copy, made at its first START request, gone with the engine.
-_OFFSETS: weakref.WeakKeyDictionary[Any, _Offsets] = weakref.WeakKeyDictionary()
-
-
-def _offsets(loaded: LoadedModel) -> _Offsets | None:
-    engine = loaded.on_engine
-    if engine is None:
-        return None
-    found = _OFFSETS.get(engine)
-    if found is None:
-        found = _OFFSETS[engine] = _Offsets(engine.tokenizer)
-    return found
+def _starts(spare: SpareTokenizer, text: str) -> list[int]:
+    # Where each of the text's tokens starts (no special tokens), on the model's spare copy.
+    with spare.held() as tokenizer:
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return [start for start, _ in enc["offset_mapping"]]
 
 
 def cut_start(loaded: LoadedModel, texts: list[str], prompt_name: str | None) -> list[str]:
@@ -182,8 +159,8 @@ def cut_start(loaded: LoadedModel, texts: list[str], prompt_name: str | None) ->
     """
     window = loaded.max_input_tokens
     count = loaded.untruncated_tokens
-    offsets = _offsets(loaded)
-    if window is None or count is None or offsets is None or not texts:
+    spare = loaded.spare_tokenizer
+    if window is None or count is None or spare is None or not texts:
         return texts
     prompts = loaded.prompts
 
@@ -196,7 +173,7 @@ def cut_start(loaded: LoadedModel, texts: list[str], prompt_name: str | None) ->
         if n <= window:
             continue
         text = texts[i]
-        starts = offsets.starts(text)
+        starts = _starts(spare, text)
         j, step, tries = n - window, 1, 0
         while j < len(starts):
             if count([prompted(text[starts[j] :])])[0] <= window:

@@ -19,8 +19,9 @@ instead that such an input be split (``"long_inputs": {"split": true, "overlap":
   model's own pooling), then scaled to unit length if the model's vectors are.
 
 An input within the window is one item, as without the field. Splitting tokenizes the
-request's texts on the event loop, before it is queued (as ``truncate: false`` does), on a
-copy of the model's tokenizer, so the engine's passes never wait for it.
+request's texts on the event loop, before it is queued (as ``truncate: false`` does), on the
+model's spare tokenizer (:mod:`batchserve.models.spare_tokenizer`), so the engine's passes
+never wait for it.
 
 ``--max-input-chars`` is a limit on what a request may carry; with truncation on (no
 ``truncate: false``, no split) a longer text is cut to it rather than refused
@@ -29,8 +30,6 @@ copy of the model's tokenizer, so the engine's passes never wait for it.
 
 from __future__ import annotations
 
-import copy
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -174,25 +173,25 @@ def split_windows(
     """
     window = loaded.max_input_tokens
     untruncated = loaded.untruncated_tokens
-    engine = loaded.on_engine
-    if window is None or untruncated is None or engine is None or not texts:
+    spare = loaded.spare_tokenizer
+    if window is None or untruncated is None or spare is None or not texts:
         return None
     lengths = untruncated(texts)
     if all(n <= window for n in lengths):
         return None
-    tokenizer = _tokenizer(engine)
-    specials = len(tokenizer("")["input_ids"])
     items: list[Any] = []
     spans: list[tuple[int, int]] = []
     split = 0
-    for text, n in zip(texts, lengths, strict=True):
-        start = len(items)
-        if n <= window:
-            items.append(text)
-        else:
-            items.extend(_split(tokenizer, text, window, specials, overlap, untruncated, field))
-            split += 1
-        spans.append((start, len(items)))
+    with spare.held() as tokenizer:
+        specials = len(tokenizer("")["input_ids"])
+        for text, n in zip(texts, lengths, strict=True):
+            start = len(items)
+            if n <= window:
+                items.append(text)
+            else:
+                items.extend(_split(tokenizer, text, window, specials, overlap, untruncated, field))
+                split += 1
+            spans.append((start, len(items)))
     return Windows(items=items, spans=tuple(spans), split=split)
 
 
@@ -257,19 +256,3 @@ def _word_start(words: list[int | None], i: int, least: int) -> int:
     if words[j] is None or words[j] != words[j - 1]:
         return j
     return i
-
-
-#: A copy of each engine's tokenizer for splitting on the event loop, made at first use:
-#: a fast tokenizer is not safe to call from two threads at once, and the engine's passes
-#: call its own.
-#: Keyed by the engine's id, the engine held so that the id is never reused.
-_TOKENIZERS: dict[int, tuple[Any, Any]] = {}
-_LOCK = threading.Lock()
-
-
-def _tokenizer(engine: Any) -> Any:
-    with _LOCK:
-        held = _TOKENIZERS.get(id(engine))
-        if held is None:
-            held = _TOKENIZERS[id(engine)] = (engine, copy.deepcopy(engine.tokenizer))
-        return held[1]

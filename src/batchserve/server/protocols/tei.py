@@ -81,6 +81,7 @@ from batchserve.server.statuses import ApiError
 
 if TYPE_CHECKING:
     from batchserve.models.loader import LoadedModel
+    from batchserve.models.spare_tokenizer import SpareTokenizer
     from batchserve.server.registry import ServedModel
     from batchserve.server.settings import RequestLimits
 
@@ -600,25 +601,20 @@ def info(model: ServedModel, limits: RequestLimits) -> dict[str, Any]:
 
 
 class Tokenizing:
-    """A model's tokenizer for ``/tokenize`` and ``/decode``: its own copy, behind a lock.
+    """``/tokenize`` and ``/decode`` on a model's spare tokenizer (never its passes' own).
 
-    The engines' tokenizer is used by their passes under their own lock; a copy here keeps
-    these routes from ever waiting on a pass (a fast tokenizer must not be called from two
-    threads at once, so calls to the copy hold this lock).
+    Args:
+        spare: the model's copy (:class:`~batchserve.models.spare_tokenizer.SpareTokenizer`).
     """
 
-    def __init__(self, tokenizer: Any) -> None:
-        import copy
-        import threading
-
-        self._tokenizer = copy.deepcopy(tokenizer)
-        self._lock = threading.Lock()
+    def __init__(self, spare: SpareTokenizer) -> None:
+        self._spare = spare
 
     @classmethod
     def of(cls, loaded: LoadedModel) -> Tokenizing | None:
         """The tokenizer of a model's engine (torch, ONNX, OpenVINO); None off an engine."""
-        engine = loaded.on_engine
-        return cls(engine.tokenizer) if engine is not None else None
+        spare = loaded.spare_tokenizer
+        return cls(spare) if spare is not None else None
 
     def tokenize(self, data: Any, limits: RequestLimits) -> list[list[dict[str, Any]]]:
         """TEI's ``/tokenize``: one list of ``{id, text, special, start, stop}`` per input.
@@ -630,15 +626,13 @@ class Tokenizing:
         items = body["inputs"]
         special = body["add_special_tokens"]
         out = []
-        with self._lock:
+        with self._spare.held() as tokenizer:
             for item in items:
                 pair = (item,) if isinstance(item, str) else item
-                enc = self._tokenizer(
-                    *pair, add_special_tokens=special, return_offsets_mapping=True
-                )
+                enc = tokenizer(*pair, add_special_tokens=special, return_offsets_mapping=True)
                 ids = enc["input_ids"]
-                tokens = self._tokenizer.convert_ids_to_tokens(ids)
-                mask = self._tokenizer.get_special_tokens_mask(ids, already_has_special_tokens=True)
+                tokens = tokenizer.convert_ids_to_tokens(ids)
+                mask = tokenizer.get_special_tokens_mask(ids, already_has_special_tokens=True)
                 row = []
                 for tid, tok, (start, stop), is_special in zip(
                     ids, tokens, enc["offset_mapping"], mask, strict=True
@@ -663,5 +657,5 @@ class Tokenizing:
         """
         body = bodies.DECODE.read(data, limits)
         batch, skip = body["ids"], body["skip_special_tokens"]
-        with self._lock:
-            return [self._tokenizer.decode(row, skip_special_tokens=skip) for row in batch]
+        with self._spare.held() as tokenizer:
+            return [tokenizer.decode(row, skip_special_tokens=skip) for row in batch]
