@@ -124,3 +124,19 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Zoo:
     """The zoo of tiny embedding folders of every family, pooling and layout."""
     pytest.importorskip("sentence_transformers")
     return Zoo(tmp_path_factory.mktemp("zoo"))
+
+
+@pytest.fixture(scope="session")
+def colbert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small random-weight ColBERT folder as PyLate saves it (``colbert_folder.build``)."""
+    import colbert_folder
+
+    return colbert_folder.build(tmp_path_factory.mktemp("colbert"))
+
+
+@pytest.fixture(scope="session")
+def pylate_colbert(colbert_dir: Path) -> object:
+    """PyLate's own ``ColBERT`` of :func:`colbert_dir`: the reference in-process."""
+    import colbert_folder
+
+    return colbert_folder.reference(colbert_dir)

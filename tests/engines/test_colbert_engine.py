@@ -37,22 +37,8 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import colbert_folder
-
-    return colbert_folder.build(tmp_path_factory.mktemp("colbert"))
-
-
-@pytest.fixture(scope="module")
-def pylate_model(folder: Path) -> Any:
-    import colbert_folder
-
-    return colbert_folder.reference(folder)
-
-
-@pytest.fixture(scope="module")
-def served(folder: Path) -> Any:
-    return load_model(str(folder))
+def served(colbert_dir: Path) -> Any:
+    return load_model(str(colbert_dir))
 
 
 def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -62,8 +48,8 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("is_query", [True, False])
-def test_every_token_vector_is_pylate_s(served: Any, pylate_model: Any, is_query: bool) -> None:
-    expected = pylate_model.encode(TEXTS, is_query=is_query)
+def test_every_token_vector_is_pylate_s(served: Any, pylate_colbert: Any, is_query: bool) -> None:
+    expected = pylate_colbert.encode(TEXTS, is_query=is_query)
     rows = served.fn([Marked(t, is_query) for t in TEXTS])
     for text, want, row in zip(TEXTS, expected, rows, strict=True):
         got = unpack(row)
@@ -71,8 +57,8 @@ def test_every_token_vector_is_pylate_s(served: Any, pylate_model: Any, is_query
         assert _cosines(got, want).min() >= 0.9999, text
 
 
-def test_a_query_alone_is_expanded_to_query_length(served: Any, pylate_model: Any) -> None:
-    want = pylate_model.encode(["cat"], is_query=True)[0]
+def test_a_query_alone_is_expanded_to_query_length(served: Any, pylate_colbert: Any) -> None:
+    want = pylate_colbert.encode(["cat"], is_query=True)[0]
     got = unpack(served.fn([Marked("cat", True)])[0])
     assert got.shape == want.shape == (12, 16)
     assert _cosines(got, want).min() >= 0.9999
@@ -84,12 +70,12 @@ def test_a_plain_string_is_a_document(served: Any) -> None:
     assert np.array_equal(unpack(a), unpack(b))
 
 
-def test_maxsim_ranks_as_pylate(served: Any, pylate_model: Any) -> None:
+def test_maxsim_ranks_as_pylate(served: Any, pylate_colbert: Any) -> None:
     from pylate import rank
 
     query, docs = TEXTS[2], TEXTS[:2] + TEXTS[3:]
-    q = pylate_model.encode([query], is_query=True)
-    d = pylate_model.encode(docs, is_query=False)
+    q = pylate_colbert.encode([query], is_query=True)
+    d = pylate_colbert.encode(docs, is_query=False)
     ranked = rank.rerank(
         documents_ids=[list(range(len(docs)))], queries_embeddings=q, documents_embeddings=[d]
     )[0]
@@ -111,22 +97,22 @@ def test_batch_invariance(served: Any) -> None:
         assert _cosines(got, alone).min() >= 0.9999
 
 
-def test_folder_kind_and_loaded_model(folder: Path, served: Any) -> None:
-    assert folder_kind(folder).kind is MULTIVECTOR
+def test_folder_kind_and_loaded_model(colbert_dir: Path, served: Any) -> None:
+    assert folder_kind(colbert_dir).kind is MULTIVECTOR
     assert served.kind is MULTIVECTOR
     assert served.engine["backend"] == "torch"
 
 
-def test_exported_backend_is_refused(folder: Path) -> None:
+def test_exported_backend_is_refused(colbert_dir: Path) -> None:
     with pytest.raises(ConfigError, match="backend onnx does not run a multi-vector"):
-        load_model(f"{folder}:backend=onnx")
+        load_model(f"{colbert_dir}:backend=onnx")
 
 
-def test_other_multi_vector_folders_are_refused(folder: Path, tmp_path: Path) -> None:
+def test_other_multi_vector_folders_are_refused(colbert_dir: Path, tmp_path: Path) -> None:
     import shutil
 
     other = tmp_path / "other"
-    shutil.copytree(folder, other)
+    shutil.copytree(colbert_dir, other)
     modules = json.loads((other / "modules.json").read_text())
     modules.append({"idx": 2, "name": "2", "path": "", "type": "x.Pooling"})
     (other / "modules.json").write_text(json.dumps(modules))
@@ -134,7 +120,7 @@ def test_other_multi_vector_folders_are_refused(folder: Path, tmp_path: Path) ->
     assert found.refusal is not None
     assert "Transformer, then Dense" in found.refusal
     st = tmp_path / "st"
-    shutil.copytree(folder, st)
+    shutil.copytree(colbert_dir, st)
     config = json.loads((st / "config_sentence_transformers.json").read_text())
     (st / "modules.json").write_text(json.dumps(modules[:1]))
     config["model_type"] = "MultiVectorEncoder"

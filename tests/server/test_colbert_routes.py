@@ -36,29 +36,15 @@ DOCS = [
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import colbert_folder
-
-    return colbert_folder.build(tmp_path_factory.mktemp("colbert"))
+def colbert(colbert_dir: Path) -> LoadedModel:
+    return load_model(str(colbert_dir))
 
 
-@pytest.fixture(scope="module")
-def pylate_model(folder: Path) -> Any:
-    import colbert_folder
-
-    return colbert_folder.reference(folder)
-
-
-@pytest.fixture(scope="module")
-def colbert(folder: Path) -> LoadedModel:
-    return load_model(str(folder))
-
-
-def _pylate_ranking(pylate_model: Any, query: str, docs: list[str]) -> dict[int, float]:
+def _pylate_ranking(pylate_colbert: Any, query: str, docs: list[str]) -> dict[int, float]:
     from pylate import rank
 
-    q = pylate_model.encode([query], is_query=True)
-    d = pylate_model.encode(docs, is_query=False)
+    q = pylate_colbert.encode([query], is_query=True)
+    d = pylate_colbert.encode(docs, is_query=False)
     ranked = rank.rerank(
         documents_ids=[list(range(len(docs)))], queries_embeddings=q, documents_embeddings=[d]
     )[0]
@@ -74,13 +60,13 @@ def _close(got: list[list[float]], want: np.ndarray) -> None:
 
 @pytest.mark.parametrize("is_query", [False, True])
 async def test_embed_all_is_pylate_s_encode(
-    colbert: LoadedModel, pylate_model: Any, is_query: bool
+    colbert: LoadedModel, pylate_colbert: Any, is_query: bool
 ) -> None:
     async with client_for(build_app({"cb": colbert})) as c:
         r = await c.post("/embed_all", json={"inputs": DOCS, "is_query": is_query})
         one = await c.post("/embed_all", json={"inputs": DOCS[0], "is_query": is_query})
     assert r.status_code == 200, r.text
-    want = pylate_model.encode(DOCS, is_query=is_query)
+    want = pylate_colbert.encode(DOCS, is_query=is_query)
     for got, expected in zip(r.json(), want, strict=True):
         _close(got, expected)
     assert len(one.json()) == 1
@@ -88,9 +74,9 @@ async def test_embed_all_is_pylate_s_encode(
 
 
 async def test_every_rerank_shape_answers_from_maxsim(
-    colbert: LoadedModel, pylate_model: Any
+    colbert: LoadedModel, pylate_colbert: Any
 ) -> None:
-    want = _pylate_ranking(pylate_model, QUERY, DOCS)
+    want = _pylate_ranking(pylate_colbert, QUERY, DOCS)
     order = sorted(want, key=lambda i: -want[i])
     body = {"model": "colbert", "query": QUERY, "documents": DOCS}
     async with client_for(build_app({"cb": colbert})) as c:
@@ -115,7 +101,7 @@ async def test_every_rerank_shape_answers_from_maxsim(
 
 
 async def test_kserve_answers_padded_vectors_and_counts(
-    colbert: LoadedModel, pylate_model: Any
+    colbert: LoadedModel, pylate_colbert: Any
 ) -> None:
     body = {"inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "data": DOCS[:2]}]}
     async with client_for(build_app({"cb": colbert})) as c:
@@ -127,7 +113,7 @@ async def test_kserve_answers_padded_vectors_and_counts(
     vectors = np.asarray(outputs["token_embeddings"]["data"], dtype=np.float64)
     vectors = vectors.reshape(outputs["token_embeddings"]["shape"])
     counts = outputs["token_counts"]["data"]
-    want = pylate_model.encode(DOCS[:2], is_query=False)
+    want = pylate_colbert.encode(DOCS[:2], is_query=False)
     assert counts == [len(w) for w in want]
     for i, w in enumerate(want):
         _close(vectors[i, : counts[i]].tolist(), w)
@@ -136,7 +122,7 @@ async def test_kserve_answers_padded_vectors_and_counts(
         r = await c.post("/v2/models/cb/infer", json=query)
         bad = await c.post("/v2/models/cb/infer", json={**body, "outputs": [{"name": "x"}]})
     outputs = {o["name"]: o for o in r.json()["outputs"]}
-    want = pylate_model.encode(DOCS[:2], is_query=True)
+    want = pylate_colbert.encode(DOCS[:2], is_query=True)
     assert outputs["token_counts"]["data"] == [12, 12]
     vectors = np.asarray(outputs["token_embeddings"]["data"], dtype=np.float64).reshape(2, 12, 16)
     for i, w in enumerate(want):
@@ -164,16 +150,16 @@ async def test_wrong_kind_and_bad_input(colbert: LoadedModel) -> None:
 
 
 @pytest.fixture(scope="module")
-def colbert_server(folder: Path) -> Iterator[ServerProcess]:
+def colbert_server(colbert_dir: Path) -> Iterator[ServerProcess]:
     # The server's defaults, --backend auto included (torch, for this kind).
-    with server_process(["--model", str(folder), "--max-wait", "2ms"]) as server:
+    with server_process(["--model", str(colbert_dir), "--max-wait", "2ms"]) as server:
         yield server
 
 
 @pytest.mark.slow
-def test_cohere_sdk_reranks_with_maxsim(colbert_server: ServerProcess, pylate_model: Any) -> None:
+def test_cohere_sdk_reranks_with_maxsim(colbert_server: ServerProcess, pylate_colbert: Any) -> None:
     cohere = pytest.importorskip("cohere")
-    want = _pylate_ranking(pylate_model, QUERY, DOCS)
+    want = _pylate_ranking(pylate_colbert, QUERY, DOCS)
     order = sorted(want, key=lambda i: -want[i])
     with httpx.Client() as http:
         v2 = cohere.ClientV2(api_key="unused", base_url=colbert_server.url, httpx_client=http)
@@ -187,7 +173,7 @@ def test_cohere_sdk_reranks_with_maxsim(colbert_server: ServerProcess, pylate_mo
     assert old.results[0].document.text == DOCS[order[0]]
 
 
-async def test_root_info_and_the_window(colbert: LoadedModel, pylate_model: Any) -> None:
+async def test_root_info_and_the_window(colbert: LoadedModel, pylate_colbert: Any) -> None:
     long = "word " * 100  # past document_length (40 tokens)
     async with client_for(build_app({"cb": colbert})) as c:
         root = await c.post("/", json={"inputs": DOCS[:1]})
@@ -195,7 +181,7 @@ async def test_root_info_and_the_window(colbert: LoadedModel, pylate_model: Any)
         cut = await c.post("/embed_all", json={"inputs": [long]})
         refused = await c.post("/embed_all", json={"inputs": ["a", long], "truncate": False})
     assert root.status_code == 200, root.text
-    _close(root.json()[0], pylate_model.encode(DOCS[:1], is_query=False)[0])
+    _close(root.json()[0], pylate_colbert.encode(DOCS[:1], is_query=False)[0])
     assert info["kind"] == "multivector"
     assert info["max_input_length"] == 40
     assert cut.status_code == 200

@@ -331,15 +331,18 @@ EMBED_PARAMETERS = Body(
 )
 _PARAMETERS = Field(name="parameters", rule=EMBED_PARAMETERS)
 
+#: TEI's ``inputs`` of ``/embed``, ``/embed_sparse`` and ``/embed_all``: a text or a list of texts.
+_TEI_INPUTS = Field(
+    name="inputs",
+    rule=OneOrMany(empty=True),
+    required=True,
+    missing="inputs is required: a string or a list of strings",
+)
+
 #: ``POST /embed``.
 EMBED = Body(
     fields=(
-        Field(
-            name="inputs",
-            rule=OneOrMany(empty=True),
-            required=True,
-            missing="inputs is required: a string or a list of strings",
-        ),
+        _TEI_INPUTS,
         _DIRECTION,
         _TRUNCATE,
         Field(name="normalize", rule=Flag(), default=True),
@@ -350,14 +353,6 @@ EMBED = Body(
         _LONG_INPUTS,
         EMBEDDING_TYPE,
     )
-)
-
-#: TEI's ``inputs`` of ``/embed_sparse`` and ``/embed_all``: a text or a list of texts.
-_TEI_INPUTS = Field(
-    name="inputs",
-    rule=OneOrMany(empty=True),
-    required=True,
-    missing="inputs is required: a string or a list of strings",
 )
 
 #: ``POST /embed_sparse``: TEI's ``EmbedSparseRequest``.
