@@ -6,9 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchserve.subpasses import (
+    GRID,
     PassCost,
     PassCostModel,
     Shape,
+    ShapeGrid,
     padded_tokens,
     plan,
     predict_s,
@@ -98,6 +100,56 @@ def test_the_plan_is_the_cheapest_partition(
     ]
     cheapest = min(cost_of(sizes, p, cost) for p in allowed)
     assert cost_of(sizes, groups, cost) == pytest.approx(cheapest, rel=1e-9)
+
+
+def test_a_grid_rounds_widths_up_by_its_steps_within_the_window() -> None:
+    grid = ShapeGrid(steps=((16, 4), (64, 16)), counts=(1, 2, 4))
+    assert [grid.width(t) for t in (1, 4, 5, 16, 17, 64, 65, 100)] == [4, 4, 8, 16, 32, 64, 80, 112]
+    assert grid.width(17, limit=20) == 20  # the window caps the rounding...
+    assert grid.width(30, limit=20) == 30  # ...never the item
+    assert grid.allowed(5) == [False, True, True, False, True, False]
+    assert grid.size(window=64, max_items=4) == 7 * 3
+
+
+@pytest.mark.parametrize(
+    ("steps", "counts"),
+    [((), (1,)), (((64, 0),), (1,)), (((64, 8), (16, 4)), (1,)), (((64, 8),), (2, 4))],
+)
+def test_a_grid_that_cannot_cover_every_pass_is_refused(
+    steps: tuple[tuple[int, int], ...], counts: tuple[int, ...]
+) -> None:
+    with pytest.raises(ValueError, match=r"steps|counts"):
+        ShapeGrid(steps=steps, counts=counts)
+
+
+def test_the_servers_grid_is_a_bounded_set_of_shapes() -> None:
+    assert GRID.size(window=256, max_items=32) <= 400
+    assert GRID.size(window=512, max_items=128) <= 600
+    # At most 3 padded tokens up to 64, an eighth past it.
+    assert all(GRID.width(t) - t <= max(3, t / 8) for t in range(1, 1025))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(1, 300), min_size=1, max_size=7),
+    st.sampled_from([CPU, PassCost(fixed_s=0.02, per_token_s=1e-4, attention_s=1e-6)]),
+)
+def test_on_a_grid_the_plan_is_the_cheapest_partition_of_grid_shapes(
+    sizes: list[int], cost: PassCost
+) -> None:
+    grid = ShapeGrid(steps=((32, 8), (512, 32)), counts=(1, 2, 4, 6))
+    groups = plan(sizes, cost, grid=grid, window=256)
+    assert sorted(i for g in groups for i in g) == list(range(len(sizes)))
+    widths = [grid.width(s, 256) for s in sizes]
+
+    def priced(p: list[list[int]]) -> float:
+        return cost_of(widths, p, cost)
+
+    assert all(len(g) in grid.counts for g in groups)
+    allowed = [
+        p for p in partitions(list(range(len(sizes)))) if all(len(g) in grid.counts for g in p)
+    ]
+    assert priced(groups) == pytest.approx(min(priced(p) for p in allowed), rel=1e-9)
 
 
 def test_a_plan_is_a_pure_function_of_the_sizes() -> None:

@@ -19,6 +19,14 @@ which is where the optimum lies (moving a shorter item into a group of longer on
 lowers the cost). ``max_items`` and ``max_tokens`` bound a sub-pass (memory); an item alone
 is always allowed, however long.
 
+An engine that compiles a kernel per shape it meets (OpenVINO: each new ``(n, L)`` costs a
+few milliseconds the first time and a cache entry kept after) is planned on a
+:class:`ShapeGrid`: a sub-pass's width is its longest item's length rounded up to the grid
+(finer for short texts, where a padded token is a larger share), and its item count one of
+the grid's counts (a group of another size is cut in two). So the shapes it ever meets are a
+bounded set, met within its first minutes and kept (its memory levels off), and the plan
+prices the padding the rounding adds.
+
 The shape of the cost decides the cuts. On a CPU a pass's fixed cost is worth a few dozen
 tokens, so the plan cuts often and computes almost only real tokens; on a GPU it is worth
 thousands, so the plan keeps fewer, fuller sub-passes. The same function serves both: it is
@@ -43,7 +51,17 @@ from dataclasses import dataclass
 
 from batchserve.config import check_non_negative
 
-__all__ = ["PassCost", "PassCostModel", "Shape", "padded_tokens", "plan", "predict_s", "shape"]
+__all__ = [
+    "GRID",
+    "PassCost",
+    "PassCostModel",
+    "Shape",
+    "ShapeGrid",
+    "padded_tokens",
+    "plan",
+    "predict_s",
+    "shape",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +88,67 @@ class PassCost:
         return self.fixed_s + n * longest * (self.per_token_s + self.attention_s * longest)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShapeGrid:
+    """The sub-pass shapes an engine that compiles per shape is planned on (a bounded set).
+
+    Attributes:
+        steps: ``(up_to, step)`` pairs, ascending: a length up to ``up_to`` tokens is rounded
+            up to a multiple of ``step``; beyond the last, to a multiple of the last step.
+        counts: the item counts a sub-pass may have, ascending, the first 1 (so any group
+            can be cut into allowed ones).
+    """
+
+    steps: tuple[tuple[int, int], ...]
+    counts: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.steps or any(step < 1 or top < 1 for top, step in self.steps):
+            raise ValueError(f"steps must be (up_to, step) pairs >= 1, got {self.steps!r}")
+        if list(self.steps) != sorted(self.steps):
+            raise ValueError(f"steps must be ascending, got {self.steps!r}")
+        if not self.counts or self.counts[0] != 1 or list(self.counts) != sorted(set(self.counts)):
+            raise ValueError(f"counts must ascend from 1 without repeats, got {self.counts!r}")
+
+    def width(self, tokens: int, limit: int | None = None) -> int:
+        """The width a sub-pass whose longest item has ``tokens`` tokens runs at.
+
+        ``limit`` (the model's window) caps the rounding, never the item: a width is at
+        least ``tokens``.
+        """
+        step = self.steps[-1][1]
+        for top, s in self.steps:
+            if tokens <= top:
+                step = s
+                break
+        rounded = -(-tokens // step) * step
+        if limit is not None:
+            rounded = min(rounded, max(limit, tokens))
+        return rounded
+
+    def allowed(self, limit: int) -> list[bool]:
+        """``allowed[k]``: whether a sub-pass may hold ``k`` items, for ``k <= limit``."""
+        ok = [False] * (limit + 1)
+        for c in self.counts:
+            if c <= limit:
+                ok[c] = True
+        return ok
+
+    def size(self, window: int, max_items: int) -> int:
+        """How many shapes the grid holds for texts up to ``window`` tokens."""
+        widths = {self.width(t, window) for t in range(1, window + 1)}
+        return len(widths) * sum(1 for c in self.counts if c <= max_items)
+
+
+#: The grid OpenVINO's sub-passes are planned on: lengths to a multiple of 4 up to 64 tokens,
+#: then of 8, 16, 32, 64 (at most 3 padded tokens up to 64, an eighth past it); counts about
+#: 1.5x apart. 32 widths by 10 counts for a 256-token window and passes of 32.
+GRID = ShapeGrid(
+    steps=((64, 4), (128, 8), (256, 16), (512, 32), (1024, 64)),
+    counts=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Shape:
     """What a planned pass computes: its sub-passes, padded tokens and their squares.
@@ -91,6 +170,8 @@ def plan(
     *,
     max_items: int | None = None,
     max_tokens: int | None = None,
+    grid: ShapeGrid | None = None,
+    window: int | None = None,
 ) -> list[list[int]]:
     """Cut a pass of items of these token counts into length-sorted sub-passes.
 
@@ -100,6 +181,9 @@ def plan(
         max_items: at most this many items in a sub-pass (None: no bound).
         max_tokens: at most this many padded tokens in a sub-pass (None: no bound); an item
             alone is allowed even if it is longer.
+        grid: the shapes a sub-pass may have (None: any): its width is priced as
+            :meth:`ShapeGrid.width` of its longest, and its item count one of the grid's.
+        window: the model's window, capping the grid's rounding.
 
     Returns:
         The sub-passes, shortest first, each a list of indices into ``sizes`` in ascending
@@ -110,7 +194,10 @@ def plan(
         return []
     order = sorted(range(n), key=lambda i: (sizes[i], i))
     s = [max(1, int(sizes[i])) for i in order]
+    if grid is not None:  # rounding is monotone: the sorted order is the widths' order
+        s = [grid.width(x, window) for x in s]
     cap = n if max_items is None else max(1, max_items)
+    allowed = grid.allowed(min(n, cap)) if grid is not None else None
     budget = math.inf if max_tokens is None else max_tokens
     fixed, per_token, attention = cost.fixed_s, cost.per_token_s, cost.attention_s
     best = [0.0] * (n + 1)
@@ -128,6 +215,8 @@ def plan(
             k = j - i
             if k * longest > budget:
                 break
+            if allowed is not None and not allowed[k]:
+                continue
             c = best[i] + fixed + k * per_item
             if c < value:
                 value, where = c, i

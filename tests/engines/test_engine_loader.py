@@ -50,7 +50,7 @@ def test_the_specs_options_override_the_runtime_given(
             return {"layout": "save_pretrained"}
 
     class Runner:  # what it reads of how the engine runs
-        backend, dtype, device, threads, graphs = "onnx", "float32", "cpu", 1, None
+        backend, dtype, device, threads, graphs, grid = "onnx", "float32", "cpu", 1, None, None
 
     def fake_load(
         path: Path, rt: Runtime, *, gated: bool = True, kind: Kind = EMBEDDING

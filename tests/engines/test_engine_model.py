@@ -19,6 +19,7 @@ from batchserve.engines.cuda_graphs import Check, GraphedPasses, cosine_within
 from batchserve.engines.model import EngineModel
 from batchserve.models.engine import Engine
 from batchserve.models.kinds import EMBEDDING
+from batchserve.subpasses import ShapeGrid
 
 
 class CharHead:
@@ -80,6 +81,7 @@ class TokenRunner:
 
     backend, device, dtype, threads = "fake", "cpu", "float32", 1
     graphs: GraphedPasses | None = None
+    grid: ShapeGrid | None = None
 
     def __call__(self, features: Mapping[str, Any]) -> npt.NDArray[np.float32]:
         tokens = np.asarray(features["attention_mask"]).sum(axis=1)

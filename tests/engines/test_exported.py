@@ -39,6 +39,7 @@ from batchserve.engines.runtime import Runtime  # noqa: E402
 from batchserve.engines.verdict import Trial, Verdict, pick  # noqa: E402
 from batchserve.errors import ConfigError  # noqa: E402
 from batchserve.models.kinds import EMBEDDING  # noqa: E402
+from batchserve.subpasses import GRID  # noqa: E402
 
 MIXED = [
     "Hi",
@@ -91,6 +92,11 @@ def test_fp32_exports_answer_what_torch_answers(
     with pytest.raises(TypeError, match="input 1 must be a string"):
         emb(["ok", 3])
     assert emb([]).shape == (0, 384)
+    # OpenVINO compiles per shape: its passes ran on the grid's shapes, and say how many.
+    shapes = emb.statistics().shapes
+    assert (emb.runner.grid, shapes is not None) == (
+        (GRID, True) if backend == "openvino" else (None, False)
+    )
 
 
 def test_an_export_is_made_once_and_then_read_from_the_cache(
@@ -225,7 +231,7 @@ def test_exported_backends_refuse_a_gpu_and_unknown_backends() -> None:
         export.ensure_exported(builtin_path(), "torch", Path("/nonexistent"))
 
 
-@pytest.mark.parametrize("backend", ["torch", "onnx"])
+@pytest.mark.parametrize("backend", ["torch", "onnx", "openvino"])
 def test_fp32_answers_do_not_depend_on_batch_mates(
     backend: str, cache: Path, torch_model: EngineModel
 ) -> None:

@@ -23,7 +23,7 @@ from batchserve.engines.passes import (
     SubPasses,
     prior,
 )
-from batchserve.subpasses import PassCost
+from batchserve.subpasses import PassCost, ShapeGrid
 
 
 def padded(lengths: list[int], *, left: bool = False) -> dict[str, Any]:
@@ -111,6 +111,37 @@ def test_bounds_cap_a_subpass() -> None:
         SubPasses(GPU_PRIOR, max_tokens=0)
     with pytest.raises(ValueError, match="at least one item"):
         runner.run(padded([1]), [], forward)
+
+
+def test_on_a_grid_subpasses_run_at_grid_shapes_padded_with_the_pad_token() -> None:
+    grid = ShapeGrid(steps=((8, 4), (64, 16)), counts=(1, 2, 4))
+    lengths = [3, 9, 7, 3, 5, 30, 6]
+    runner = SubPasses(prior("cpu"), grid=grid, window=40, pad_id=77)
+    seen: list[dict[str, Any]] = []
+
+    def forward(features: dict[str, Any]) -> npt.NDArray[np.float32]:
+        seen.append(features)
+        return Recorder()(features)
+
+    out = runner.run(padded(lengths), lengths, forward)
+    assert out[:, 0].tolist() == list(range(len(lengths)))
+    assert out[:, 1].tolist() == lengths  # every item kept all its tokens, no more
+    shapes = [f["input_ids"].shape for f in seen]
+    assert all(n in grid.counts and w == grid.width(w, 40) for n, w in shapes), shapes
+    assert any(w > 30 for _, w in shapes)  # 30 -> 32: past the pass's own padding
+    for f in seen:  # added columns are the pad token, hidden by the mask
+        ids, mask = f["input_ids"], f["attention_mask"]
+        assert np.all(ids[mask == 0] % 77 == 0)
+        assert (ids.dtype, mask.dtype) == (np.int64, np.int64)
+    stats = runner.statistics()
+    assert stats.shapes == len(set(shapes))
+    assert stats.computed_tokens == sum(n * w for n, w in shapes)
+    assert SubPasses(prior("cpu")).statistics().shapes is None
+
+
+def test_a_left_padded_model_gets_no_grid() -> None:
+    with pytest.raises(ValueError, match="left-padded"):
+        SubPasses(prior("cpu"), grid=ShapeGrid(steps=((8, 4),), counts=(1,)), left_padded=True)
 
 
 def test_the_gpu_prior_keeps_a_mixed_pass_whole_and_the_cpu_prior_cuts_it() -> None:

@@ -71,7 +71,15 @@ class EngineModel:
         self.runner = runner
         self.head = head
         self.library = library
-        self.passes = SubPasses(prior(runner.device, runner.threads), left_padded=head.left_padded)
+        grid = runner.grid if not head.left_padded else None
+        pad_id = (getattr(head.tokenizer, "pad_token_id", None) or 0) if grid is not None else 0
+        self.passes = SubPasses(
+            prior(runner.device, runner.threads),
+            left_padded=head.left_padded,
+            grid=grid,
+            window=head.window,
+            pad_id=pad_id,
+        )
         self.gate: dict[str, Any] | None = None
         self._counts = TokenCounts()
 

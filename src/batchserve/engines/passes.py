@@ -21,6 +21,12 @@ attention mask) and its forward function to :meth:`SubPasses.run`, which:
    :class:`~batchserve.subpasses.PassCostModel` from it (under a lock: the server's workers
    run passes in parallel), so the next plan uses this machine's measured cost.
 
+On an engine that compiles per shape (its runner's ``grid``: OpenVINO) the plan is made on
+that :class:`~batchserve.subpasses.ShapeGrid`: each sub-pass runs at its longest item's length
+rounded up to the grid, with one of the grid's item counts, its columns beyond the pass's
+padding filled as the tokenizer pads (the pad token, mask 0), so the engine meets a bounded
+set of shapes (:attr:`PassStatistics.shapes` counts those met).
+
 A pass with one length (or one item) is one sub-pass and runs uncut. Everything a pass did
 is counted (:meth:`SubPasses.statistics`): passes, sub-passes, real tokens, the tokens the
 sub-passes computed, and those one padded pass would have computed.
@@ -61,7 +67,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from batchserve.subpasses import PassCost, PassCostModel, Shape, plan
+from batchserve.subpasses import PassCost, PassCostModel, Shape, ShapeGrid, plan
 
 __all__ = [
     "CPU_PRIOR",
@@ -126,6 +132,8 @@ class PassStatistics:
             its longest item).
         cost: the cost the next plan uses (learned, or the prior).
         observed: sub-passes the cost was learned from.
+        shapes: the distinct ``(items, width)`` sub-pass shapes run, on an engine planned
+            on a grid (None on others: their shapes are not kept).
     """
 
     passes: int
@@ -135,6 +143,7 @@ class PassStatistics:
     unsplit_tokens: int
     cost: PassCost
     observed: int
+    shapes: int | None = None
 
     @property
     def waste(self) -> float:
@@ -156,6 +165,7 @@ class PassStatistics:
                 "attention_s": self.cost.attention_s,
             },
             "observed": self.observed,
+            "shapes": self.shapes,
         }
 
 
@@ -168,6 +178,9 @@ class SubPasses:
         max_tokens: padded tokens per sub-pass, at most (None: no bound).
         left_padded: the tokenizer pads on the left (cut the columns from the left).
         clock: what times a sub-pass (seconds; a test hands a manual one).
+        grid: the sub-pass shapes the engine is given (None: any); right padding only.
+        window: the model's window in tokens (caps the grid's rounding).
+        pad_id: the tokenizer's pad token, for columns the grid adds past the padding.
 
     Thread-safe: passes may run in several threads at once; the cost model and the
     counters are updated under a lock, once per pass.
@@ -181,12 +194,21 @@ class SubPasses:
         max_tokens: int | None = MAX_TOKENS,
         left_padded: bool = False,
         clock: Callable[[], float] = time.perf_counter,
+        grid: ShapeGrid | None = None,
+        window: int | None = None,
+        pad_id: int = 0,
     ) -> None:
         for name, value in (("max_items", max_items), ("max_tokens", max_tokens)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1 or None, got {value}")
+        if grid is not None and left_padded:
+            raise ValueError("a shape grid pads on the right: a left-padded model has none")
         self.max_items = max_items
         self.max_tokens = max_tokens
+        self.grid = grid
+        self._window = window
+        self._pad_id = pad_id
+        self._shapes: set[tuple[int, int]] | None = set() if grid is not None else None
         self._left = left_padded
         self._clock = clock
         self._model = PassCostModel(prior, min_samples=WARMUP)
@@ -207,7 +229,18 @@ class SubPasses:
             cost = PassCost(
                 fixed_s=floor, per_token_s=cost.per_token_s, attention_s=cost.attention_s
             )
-        return plan(lengths, cost, max_items=self.max_items, max_tokens=self.max_tokens)
+        return plan(
+            lengths,
+            cost,
+            max_items=self.max_items,
+            max_tokens=self.max_tokens,
+            grid=self.grid,
+            window=self._window,
+        )
+
+    def _longest(self, tokens: int) -> int:
+        # The width a sub-pass whose longest item has ``tokens`` runs at.
+        return tokens if self.grid is None else self.grid.width(tokens, self._window)
 
     def run(
         self, features: Mapping[str, Any], lengths: Sequence[int], forward: Forward
@@ -239,11 +272,11 @@ class SubPasses:
         if len(groups) == 1:
             # One sub-pass: the items in their own order, only the padding beyond the
             # longest (none, unless a bound or a truncation left some) cut.
-            longest = max(lengths)
+            longest = self._longest(max(lengths))
             sub = (
                 dict(features)
                 if longest == width
-                else _cut(features, None, n, width, longest, self._left)
+                else _cut(features, None, n, width, longest, self._left, self._pad_id)
             )
             t0 = clock()
             out = np.asarray(forward(sub), dtype=np.float32)
@@ -252,8 +285,8 @@ class SubPasses:
             timed = []
             parts: list[tuple[list[int], npt.NDArray[np.float32]]] = []
             for rows in groups:
-                longest = max(lengths[i] for i in rows)
-                sub = _cut(features, rows, n, width, longest, self._left)
+                longest = self._longest(max(lengths[i] for i in rows))
+                sub = _cut(features, rows, n, width, longest, self._left, self._pad_id)
                 t0 = clock()
                 vectors = forward(sub)
                 timed.append((len(rows), longest, clock() - t0))
@@ -266,6 +299,8 @@ class SubPasses:
             for k, longest, seconds in timed:
                 self._model.observe(Shape(1, k * longest, k * longest * longest), seconds)
                 self._computed += k * longest
+                if self._shapes is not None:
+                    self._shapes.add((k, longest))
             self._passes += 1
             self._subpasses += len(groups)
             self._real += real
@@ -283,6 +318,7 @@ class SubPasses:
                 unsplit_tokens=self._unsplit,
                 cost=self._model.estimate,
                 observed=self._model.samples,
+                shapes=len(self._shapes) if self._shapes is not None else None,
             )
 
 
@@ -302,16 +338,27 @@ def _cut(
     width: int,
     longest: int,
     left: bool,
+    pad_id: int = 0,
 ) -> dict[str, Any]:
-    """The features of ``rows`` (None: all) with their columns cut to ``longest``."""
+    """The features of ``rows`` (None: all) with their columns cut to ``longest``.
+
+    A ``longest`` past ``width`` (a grid's rounding) adds columns on the right, as the
+    tokenizer pads: ``input_ids`` the pad token, every other feature 0 (the mask hides them).
+    """
     cols = slice(width - longest, width) if left else slice(0, longest)
     sub: dict[str, Any] = {}
     for name, value in features.items():
         shape = getattr(value, "shape", None)
         if shape is None or len(shape) != 2 or shape[0] != n or shape[1] != width:
             sub[name] = value
-        elif rows is None:
-            sub[name] = value[:, cols]
-        else:
-            sub[name] = value[rows, cols]
+            continue
+        part = value[:, cols] if rows is None else value[rows, cols]
+        if longest > width:
+            extra = np.full(
+                (part.shape[0], longest - width),
+                pad_id if name == "input_ids" else 0,
+                dtype=np.asarray(part).dtype,
+            )
+            part = np.concatenate([np.asarray(part), extra], axis=1)
+        sub[name] = part
     return sub

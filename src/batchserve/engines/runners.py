@@ -24,6 +24,15 @@ two cores). OpenVINO computes at the precision it is compiled for (its
 ``INFERENCE_PRECISION_HINT``): ``f32`` for ``float32``, ``bf16`` for ``bfloat16``; the int8
 IR is left to OpenVINO's own choice for the layers it keeps in floating point.
 
+Shapes: OpenVINO's CPU plugin compiles kernels for each input shape it meets and keeps them
+in a cache (``CPU_RUNTIME_CACHE_CAPACITY`` entries, 5,000 by default): a new shape costs a few
+milliseconds, and every shape met stays in memory, so a server meeting ever more ``(items,
+width)`` pairs grows for hours. Its runner therefore carries a
+:class:`~batchserve.subpasses.ShapeGrid` (:data:`~batchserve.subpasses.GRID`) its passes
+are planned on (:class:`~batchserve.engines.passes.SubPasses`), and its cache has a ceiling
+of its own (:data:`OV_CACHE_ENTRIES`): the shapes are few, met early and kept.
+ONNX Runtime and torch run any shape with the same kernels; their ``grid`` is None.
+
 Thread-safety: every runner may be called from several threads at once (torch and ONNX
 Runtime release the GIL during a pass; OpenVINO gets one infer request per calling thread;
 CUDA graphs take turns on the device).
@@ -42,8 +51,10 @@ import numpy.typing as npt
 
 from batchserve.engines.cuda_graphs import Check, GraphedPasses, Step, cuda_capture
 from batchserve.engines.pipeline import MODEL_INPUTS
+from batchserve.subpasses import GRID, ShapeGrid
 
 __all__ = [
+    "OV_CACHE_ENTRIES",
     "ExportedRunner",
     "Run",
     "Runner",
@@ -70,6 +81,8 @@ class Runner(Protocol):
             ``bfloat16-mixed``/``float16-mixed`` under autocast).
         threads: CPU threads per pass.
         graphs: the sub-passes replayed as CUDA graphs; None where they run eagerly.
+        grid: the sub-pass shapes its passes are planned on, where the runtime compiles
+            per shape; None where any shape runs as well.
     """
 
     backend: str
@@ -77,6 +90,7 @@ class Runner(Protocol):
     dtype: str
     threads: int
     graphs: GraphedPasses | None
+    grid: ShapeGrid | None
 
     def __call__(self, features: Mapping[str, Any]) -> npt.NDArray[np.float32]:
         """One sub-pass's raw output: one row per item, float32 on the CPU."""
@@ -98,6 +112,7 @@ class TorchRunner:
     """
 
     backend = "torch"
+    grid: ShapeGrid | None = None
 
     def __init__(self, model: Any, step: TorchStep, *, autocast: str | None = None) -> None:
         import torch
@@ -206,6 +221,7 @@ class ExportedRunner:
         self.backend = backend
         self.threads = threads
         self.dtype = dtype
+        self.grid: ShapeGrid | None = GRID if backend.startswith("openvino") else None
 
     @classmethod
     def open(
@@ -250,6 +266,10 @@ def open_onnx(model_file: Path, threads: int, dtype: str, streams: int) -> tuple
     return run, names
 
 
+#: OpenVINO's kernel cache, in entries (several a shape, one per kernel it needs): set here
+#: rather than left to the runtime's default, as a ceiling of its own; the grid keeps the
+#: shapes, and so the entries that matter, far fewer.
+OV_CACHE_ENTRIES = 4096
 #: OpenVINO's precision hint for each precision it is asked to compute in.
 _OV_PRECISION = {"float32": "f32", "bfloat16": "bf16"}
 
@@ -265,6 +285,7 @@ def open_openvino(
     config: dict[str, Any] = {
         "INFERENCE_NUM_THREADS": threads * streams,
         "NUM_STREAMS": streams,
+        "CPU_RUNTIME_CACHE_CAPACITY": OV_CACHE_ENTRIES,
     }
     if dtype in _OV_PRECISION:
         config["INFERENCE_PRECISION_HINT"] = _OV_PRECISION[dtype]
