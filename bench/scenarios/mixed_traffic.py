@@ -24,7 +24,8 @@ bulk goodput as a share of the capacity the queries leave; each tenant's share; 
 worst gap between measured and predicted ok/s.
 
 With ``--builtin`` it serves the built-in model (all-MiniLM-L6-v2, texts of mixed lengths)
-with the same two classes instead, once with passes formed by tokens (``--batch-by tokens``)
+with the same two classes instead (one worker kept for the queries: ``reserve=1``;
+``--reserve 0`` keeps none), once with passes formed by tokens (``--batch-by tokens``)
 and once by count, and prints interactive p99 beside bulk's, each alone and mixed, side by
 side for the two (measured only: the simulator has no model of its texts). Each row also
 says how the server formed its passes (``batch_by`` from its ``/status``).
@@ -154,10 +155,15 @@ KEYS = ("class", "tenant", "offered_per_s", "ok_per_s", "p50_ms", "p99_ms", "rej
 
 
 #: The built-in model's classes: a query waits at most a second, bulk work half a minute.
-BUILTIN_CLASSES = [
-    *("--class", "interactive:share=0.25,timeout=1s"),
-    *("--class", "bulk:share=0.75,timeout=30s,max_wait=20ms"),
-]
+def builtin_classes(reserve: int) -> list[str]:
+    """The built-in model's classes; ``reserve`` workers kept for the queries."""
+    keep = f",reserve={reserve}" if reserve else ""
+    return [
+        *("--class", f"interactive:share=0.25,timeout=1s{keep}"),
+        *("--class", "bulk:share=0.75,timeout=30s,max_wait=20ms"),
+    ]
+
+
 BUILTIN_NAME = "all-MiniLM-L6-v2"
 BATCH_BY = ("tokens", "count")
 
@@ -186,7 +192,7 @@ def run_builtin(args: argparse.Namespace) -> list[dict[str, Any]]:
     extra = ["--text-words", args.text_words]
     for by in BATCH_BY:
         flags = ["--max-batch-size", "32", "--max-wait", "2ms", "--batch-by", by]
-        with batchserve([*flags, *BUILTIN_CLASSES]) as served:
+        with batchserve([*flags, *builtin_classes(args.reserve)]) as served:
             in_force = batch_by_of(served.url)
             for scenario, streams in builtin_streams(args):
                 for m in measure(served.url, streams, args.duration, BUILTIN_NAME, extra):
@@ -379,6 +385,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--text-words", default="3:200", help="--builtin: words per text, N or LOW:HIGH (3:200)"
+    )
+    parser.add_argument(
+        "--reserve",
+        type=int,
+        default=1,
+        help="--builtin: workers kept for the interactive class (1; 0: none kept)",
     )
     args = parser.parse_args()
     if args.builtin:

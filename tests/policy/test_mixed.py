@@ -7,6 +7,7 @@ import pytest
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.errors import ConfigError, DeadlineInfeasible, QueueFull
 from batchserve.policy import ClassConfig, Policy, Tenant, WorkClass
+from batchserve.policy.classes import parse_class
 
 INTERACTIVE = WorkClass(name="interactive", weight=1.0, queue_share=0.25, timeout_s=0.1)
 BULK = WorkClass(name="bulk", weight=1.0, queue_share=0.75, timeout_s=30.0, max_wait_s=0.02)
@@ -63,6 +64,48 @@ def test_interactive_never_waits_behind_a_full_bulk_queue() -> None:
     second = p.poll(0.010).dispatch[0]
     assert names(second)[0] == "q"
     assert len(second) == 4
+
+
+def test_a_reserved_worker_waits_free_for_queries_which_ride_passes_of_their_own() -> None:
+    quick = WorkClass(name="interactive", queue_share=0.25, reserve=1)
+    classes = ClassConfig(classes=(quick, BULK))
+    p = make(classes, max_batch_size=4, max_wait_s=0.002, workers=2, admission=False)
+    for i in range(12):
+        p.offer(0.0, f"b{i}", None, work_class="bulk")
+    # Bulk takes one worker and leaves the other free, however much bulk waits.
+    first = p.poll(0.0).dispatch
+    assert [names(b) for b in first] == [["b0", "b1", "b2", "b3"]]
+    assert p.poll(1.0).dispatch == []
+    # A query goes at once on the kept worker, alone: no bulk item rides with it.
+    p.offer(1.0, "q1", None, work_class="interactive")
+    p.offer(1.0, "q2", None, work_class="interactive")
+    (queries,) = p.poll(1.002).dispatch
+    assert names(queries) == ["q1", "q2"]
+    # With both workers busy, the next query waits for whichever frees first; the bulk
+    # pass ending first hands its worker to bulk only while no query is queued.
+    p.offer(1.003, "q3", None, work_class="interactive")
+    p.finish(1.004, first[0])
+    (after,) = p.poll(1.005).dispatch
+    assert names(after) == ["q3"]
+    p.finish(1.006, queries)
+    (bulk,) = p.poll(1.006).dispatch
+    assert names(bulk) == ["b4", "b5", "b6", "b7"]
+    assert p.poll(1.1).dispatch == []  # q3's pass holds the kept worker's place
+
+
+def test_reserves_that_leave_no_worker_or_are_not_whole_are_refused() -> None:
+    quick = WorkClass(name="interactive", reserve=2)
+    with pytest.raises(
+        ConfigError,
+        match=r"class reserves \(interactive reserve=2\) must "
+        r"leave a worker for the other classes: workers is 2",
+    ):
+        make(ClassConfig(classes=(quick, BULK)), workers=2)
+    with pytest.raises(ConfigError, match="class q reserve must be a whole number of workers"):
+        WorkClass(name="q", reserve=-1)
+    with pytest.raises(ConfigError, match="class q reserve must be a whole number of workers"):
+        parse_class("q:reserve=half")
+    assert parse_class("q:share=0.25,reserve=1").reserve == 1
 
 
 def test_a_many_input_request_is_spread_over_passes_beside_queries() -> None:

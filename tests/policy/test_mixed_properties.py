@@ -2,7 +2,7 @@
 
 import math
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from policy_script import Offer, Script, configs, events, timeouts, times
 
@@ -21,6 +21,7 @@ work_classes = st.tuples(
         weight=st.sampled_from([0.5, 1.0, 4.0]),
         queue_share=st.sampled_from([0.25, 0.5, 1.0]),
         max_wait_s=st.sampled_from([None, 0.0, 0.003]),
+        reserve=st.sampled_from([0, 0, 1]),
     ),
     st.builds(
         WorkClass,
@@ -51,7 +52,9 @@ def test_invariants_hold_for_every_class(
     by_tokens: bool,
 ) -> None:
     # By count or by tokens (each offer's size is read only by tokens): the same invariants.
+    assume(classes.reserved < config.workers)  # else refused at once (tested on its own)
     p: Policy[int] = Policy(config, classes=classes, by_tokens=by_tokens)
+    reserving = {c.name for c in classes.classes if c.reserve}
     waits = {
         c.name: config.max_wait_s if c.max_wait_s is None else c.max_wait_s for c in classes.classes
     }
@@ -82,6 +85,8 @@ def test_invariants_hold_for_every_class(
             run.outcomes[e.id] = "expired"
         for b in s.dispatch:
             assert 1 <= len(b.entries) <= config.max_batch_size
+            kept = {klass[e.id] in reserving for e in b.entries}
+            assert len(kept) == 1, "a reserving class's items ride passes of their own"
             for e in b.entries:
                 assert e.id not in dispatched, "dispatched once"
                 assert e.deadline is None or e.deadline > now, "never after its deadline"
@@ -90,11 +95,15 @@ def test_invariants_hold_for_every_class(
         assert len(run.running) <= config.workers
         if s.wake_at is not None:
             assert s.wake_at >= now
+        others = sum(1 for b in run.running if klass[b.entries[0].id] not in reserving)
         if len(run.running) < config.workers:
-            # A worker is free: nothing left queued has waited past its class's max wait,
-            # and nothing queued has a deadline already passed (it was answered).
+            # A worker is free for its class (the others' passes leave the reserve free):
+            # nothing left queued has waited past its class's max wait, and nothing queued
+            # has a deadline already passed (it was answered).
+            free_for_others = others < config.workers - classes.reserved
             for e in p.queued():
-                assert e.arrival + waits[klass[e.id]] > now, "max wait of its class kept"
+                if klass[e.id] in reserving or free_for_others:
+                    assert e.arrival + waits[klass[e.id]] > now, "max wait of its class kept"
                 assert e.deadline is None or e.deadline > now, "expired items answered"
         for e in p.queued():
             assert e.deadline is None or e.deadline > now, "nothing expires unanswered"

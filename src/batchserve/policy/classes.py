@@ -7,7 +7,9 @@ of ``queue_size`` its items may hold: shares that add up to at most 1 reserve ro
 class, so a full bulk queue never refuses a query), a default deadline and its own max wait.
 Tenants named here get their own ``weight`` when they share a class; any other tenant has
 weight 1. Within a class, one tenant may hold at most ``tenant_share`` of the class's queue,
-so one flood cannot refuse everyone else.
+so one flood cannot refuse everyone else. A class may ``reserve`` workers: the other
+classes' passes leave that many free for it, and its items go in passes of their own, so a
+query never waits behind a bulk pass (the price: bulk work runs on the other workers only).
 
 A request names its class by name or by level (1 = the first class, as Triton numbers
 priorities; 0 = the default class). :meth:`ClassConfig.resolve` turns what the wire says into
@@ -53,6 +55,9 @@ class WorkClass:
         timeout_s: the deadline of its requests that state none (None: the model's).
         max_wait_s: how long its oldest item may wait for a batch to fill (None: the
             batcher's ``max_wait_s``).
+        reserve: workers kept for it: passes without its items (or another reserving
+            class's) never take the last ``reserve`` free workers, and its items go in
+            passes of reserving classes only (0: none kept).
     """
 
     name: str
@@ -60,6 +65,7 @@ class WorkClass:
     queue_share: float = 1.0
     timeout_s: float | None = None
     max_wait_s: float | None = None
+    reserve: int = 0
 
     def __post_init__(self) -> None:
         _check_name("class name", self.name)
@@ -71,6 +77,11 @@ class WorkClass:
             isinstance(self.max_wait_s, bool) or not self.max_wait_s >= 0
         ):
             raise ConfigError(f"class {self.name} max_wait_s must be >= 0, got {self.max_wait_s!r}")
+        if isinstance(self.reserve, bool) or not isinstance(self.reserve, int) or self.reserve < 0:
+            raise ConfigError(
+                f"class {self.name} reserve must be a whole number of workers >= 0, "
+                f"got {self.reserve!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,6 +133,25 @@ class ClassConfig:
         if len(set(tenants)) != len(tenants):
             raise ConfigError(f"tenant names must be unique, got {tenants}")
         _check_share("tenant_share", self.tenant_share)
+
+    @property
+    def reserved(self) -> int:
+        """Workers kept for the reserving classes, together."""
+        return sum(c.reserve for c in self.classes)
+
+    def check_workers(self, workers: int) -> None:
+        """Refuse reserves that leave the other classes no worker.
+
+        Raises:
+            ConfigError: the reserves add up to ``workers`` or more while a class reserves
+                none.
+        """
+        if self.reserved and self.reserved >= workers and any(not c.reserve for c in self.classes):
+            named = ", ".join(f"{c.name} reserve={c.reserve}" for c in self.classes if c.reserve)
+            raise ConfigError(
+                f"class reserves ({named}) must leave a worker for the other classes: "
+                f"workers is {workers}"
+            )
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -205,15 +235,24 @@ def _number(what: str, value: str) -> float:
 
 
 def parse_class(text: str) -> WorkClass:
-    """A class from its command-line form ``NAME[:weight=W,share=S,timeout=T,max_wait=T]``.
+    """A class from its command-line form (``NAME[:weight=W,...]``).
 
-    ``share`` is the queue share; durations take a unit (``100ms``, ``30s``).
+    The settings: ``weight``, ``share`` (the queue share), ``timeout`` and ``max_wait``
+    (durations take a unit: ``100ms``, ``30s``), ``reserve`` (whole workers).
 
     Raises:
         ConfigError: a setting that is unknown or breaks its rule (named in the message).
     """
-    name, f = _fields(text, "class", ("weight", "share", "timeout", "max_wait"))
+    name, f = _fields(text, "class", ("weight", "share", "timeout", "max_wait", "reserve"))
     kw: dict[str, float] = {}
+    reserve = 0
+    if "reserve" in f:
+        try:
+            reserve = int(f["reserve"])
+        except ValueError:
+            raise ConfigError(
+                f"class {name} reserve must be a whole number of workers >= 0, got {f['reserve']!r}"
+            ) from None
     if "weight" in f:
         kw["weight"] = _number(f"class {name} weight", f["weight"])
     if "share" in f:
@@ -222,7 +261,7 @@ def parse_class(text: str) -> WorkClass:
         kw["timeout_s"] = parse_duration(f["timeout"], name=f"class {name} timeout")
     if "max_wait" in f:
         kw["max_wait_s"] = parse_duration(f["max_wait"], name=f"class {name} max_wait")
-    return WorkClass(name=name, **kw)
+    return WorkClass(name=name, reserve=reserve, **kw)
 
 
 def parse_tenant(text: str) -> Tenant:

@@ -459,6 +459,8 @@ class Policy(Generic[PayloadT]):
                     wake_at = due
                     break
             entries = self._discipline.take(now, min(cfg.max_batch_size, len(queue)), group())
+            if not entries:
+                break  # the discipline keeps the free workers (reserved): a finish re-polls
             taken(entries)
             for e in entries:
                 e.state = state

@@ -37,6 +37,14 @@ tenant's lane there (:class:`MixedEntry` knows its lane).
   tightest deadline among the items already in it (earliest deadline first within the
   shares): the urgent item is not made late by the bulk items that would have filled the
   pass. Admission counts on this cut for an item whose own pass is the next one.
+* **Reserved workers.** A class that reserves workers (``reserve=1``) has them kept
+  for it: while a reserving class has items queued, the next pass holds only reserving
+  classes' items (a query is never put in a pass beside bulk items that would make it
+  wait), and a pass of the other classes is not formed while it would leave fewer than the
+  reserve of workers free for them (running passes of reserving classes count as theirs).
+  So a query waits for no bulk pass at all, at the price of bulk work running on
+  ``workers - reserve`` workers. Admission still predicts as if every worker served every
+  class (generous to bulk, strict to queries).
 * Admission's view of the running passes differs from the plain policy's in one point: a
   pass over its prediction is assumed to overrun as much again (not to last as long again
   as it has run), so a pass a few milliseconds late on a busy machine does not refuse the
@@ -138,6 +146,9 @@ class Classes(Generic[PayloadT]):
             self._by_name[spec.name] = cq
             self._order.append(cq)
         self._default = self._by_name[classes.default_class.name]
+        classes.check_workers(config.workers)
+        self._reserved = classes.reserved
+        self._reserving = [cq for cq in self._order if cq.spec.reserve]
         # Round-robin quanta: weights scaled so the lightest tenant gets one item a turn.
         lightest = min([1.0, *(t.weight for t in classes.tenants)])
         self._quanta = {t.name: t.weight / lightest for t in classes.tenants}
@@ -370,18 +381,39 @@ class Classes(Generic[PayloadT]):
         )
 
     def take(self, now: float, n: int, group: Group | None) -> list[Entry[PayloadT]]:
-        """The next pass, filled by class shares (see the module docstring)."""
-        entries = self._fill(now, n, group)
+        """The next pass, filled by class shares (see the module docstring).
+
+        With reserving classes: only their items while they have some queued; none (an
+        empty pass: nothing may go now) when the other classes' passes would take a
+        reserved worker.
+        """
+        active = [cq for cq in self._order if cq.items]
+        if self._reserved:
+            urgent = [cq for cq in self._reserving if cq.items]
+            if urgent:
+                active = urgent
+            elif self._others_running() >= self._config.workers - self._reserved:
+                return []
+        entries = self._fill(now, n, group, active)
         queue = self._queue
         for e in entries:
             del queue[e.id]
         return entries
 
-    def _fill(self, now: float, n: int, group: Group | None) -> list[Entry[PayloadT]]:
-        # First round: each queued class its weighted share (and what it was owed), at least
-        # one item; second round: what is left, to the classes in order of urgency. The pass
-        # is cut short when a full one would finish after the tightest deadline it holds.
-        active = [cq for cq in self._order if cq.items]
+    def _others_running(self) -> int:
+        # Running passes of non-reserving classes (a pass holds reserving classes' items
+        # only, or none of them: its first item says which).
+        return sum(
+            1 for b in self._running.values() if not _lane_of(b.entries[0]).owner.spec.reserve
+        )
+
+    def _fill(
+        self, now: float, n: int, group: Group | None, active: list[ClassQueue]
+    ) -> list[Entry[PayloadT]]:
+        # First round: each queued class of ``active`` its weighted share (and what it was
+        # owed), at least one item; second round: what is left, to the classes in order of
+        # urgency. The pass is cut short when a full one would finish after the tightest
+        # deadline it holds.
         total = sum(cq.weight for cq in active)
         cfg = self._config
         window = cfg.length_window * cfg.max_batch_size

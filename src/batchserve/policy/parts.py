@@ -201,9 +201,11 @@ class Discipline(Protocol[PayloadT]):
         ...
 
     def take(self, now: float, n: int, group: Group | None) -> list[Entry[PayloadT]]:
-        """At most ``n`` entries of the next pass (at least one), taken off the queues.
+        """At most ``n`` entries of the next pass, taken off the queues.
 
-        The policy deletes them from its queue of every live entry.
+        At least one, unless no pass may go now (workers kept for a class that has nothing
+        queued: :mod:`batchserve.policy.mixed`). The policy deletes them from its queue of
+        every live entry.
         """
         ...
 

@@ -297,7 +297,7 @@ def merge(file: dict[str, Any], args: _Overrides, environ: Mapping[str, str] | N
 
 
 _CLASS_KEYS = ("classes", "default_class")
-_CLASS_TABLE_KEYS = {"name", "weight", "share", "timeout", "max_wait"}
+_CLASS_TABLE_KEYS = {"name", "weight", "share", "timeout", "max_wait", "reserve"}
 
 
 def _class_list(value: Any, where: str) -> tuple[WorkClass, ...]:
