@@ -28,8 +28,9 @@ pass. **Useful GFLOP/s** is real tokens a second times the model's linear-layer 
 token, ``2 x layers x (4 d^2 + 2 d f)`` from its ``config.json``
 (:class:`batchserve_testing.arithmetic.Shape`; 21.2 MFLOP for MiniLM-L6: attention's own
 products, layer norms and pooling are not counted). The client's CPU (this process, read
-from ``/proc``) and the server's are printed as cores: on a small machine the client's
-share is taken from the server.
+from ``/proc``), the server's, and the rest of the machine's (every other process: a
+neighbour that took cores from the run) are printed as cores: on a small machine the
+client's share is taken from the server.
 
 **The machine's rate**: torch's matrix product at the model's shapes (2048 tokens x d @ d x
 f: 2048x384 @ 384x1536), float32 and bfloat16, the best of ``--matmul-seconds`` of repeats
@@ -63,6 +64,7 @@ from typing import Any
 from batchserve_testing import closed_loop
 from batchserve_testing.arithmetic import Shape, matmul_rate
 from batchserve_testing.bench import batchserve, cpu_s
+from batchserve_testing.process import machine_cpu_s
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -93,6 +95,8 @@ class Run:
         mean_pass_texts: texts over passes.
         client_cores: this process's CPU seconds over the wall time.
         server_cores: the server's CPU seconds over the wall time.
+        others_cores: the rest of the machine's busy CPU seconds over the wall time (other
+            processes: a neighbour's share of the cores, which the run did not get).
     """
 
     texts_per_s: float
@@ -104,6 +108,7 @@ class Run:
     mean_pass_texts: float
     client_cores: float
     server_cores: float
+    others_cores: float
 
 
 def status(port: int) -> dict[str, Any]:
@@ -122,9 +127,9 @@ def measure(
 ) -> Run:
     """One closed loop (see the module docstring) and the server's counters around it."""
     before = status(port)["passes"]
-    cpu0 = cpu_s(pid)
+    cpu0, machine0 = cpu_s(pid), machine_cpu_s()
     loop = closed_loop.embeddings(url, MODEL, requests, connections=connections, seconds=seconds)
-    server_s = cpu_s(pid) - cpu0
+    server_s, machine_s = cpu_s(pid) - cpu0, machine_cpu_s() - machine0
     after = status(port)["passes"]
     delta = {k: after[k] - before[k] for k in ("passes", "subpasses", "real_tokens")}
     computed = after["computed_tokens"] - before["computed_tokens"]
@@ -138,6 +143,7 @@ def measure(
         mean_pass_texts=loop.texts / delta["passes"] if delta["passes"] else 0.0,
         client_cores=loop.client_cores,
         server_cores=server_s / loop.wall_s,
+        others_cores=max(0.0, machine_s - server_s - loop.client_cpu_s) / loop.wall_s,
     )
 
 
@@ -228,7 +234,8 @@ def serve(
                     f"[{name}] round {r + 1} {loop.key} ({loop.label}): "
                     f"{run.texts_per_s:.1f} texts/s, p50 {run.p50_ms:.0f} ms, "
                     f"p99 {run.p99_ms:.0f} ms, {run.real_tokens_per_s:.0f} tokens/s, "
-                    f"CPU client {run.client_cores:.2f}, server {run.server_cores:.2f} cores"
+                    f"CPU client {run.client_cores:.2f}, server {run.server_cores:.2f}, "
+                    f"others {run.others_cores:.2f} cores"
                 )
     return Served(
         name=name,
@@ -281,6 +288,7 @@ def rows_of(
                 "mean_pass_texts": round(m["mean_pass_texts"], 1),
                 "client_cores": round(m["client_cores"], 2),
                 "server_cores": round(m["server_cores"], 2),
+                "others_cores": round(m["others_cores"], 2),
                 "b_over_a": round(b_over_a, 3),
                 "start_s": round(served.start_s, 1),
             }
@@ -293,7 +301,7 @@ def print_table(rows: list[dict[str, Any]], per_request: int) -> None:
     print(
         f"{'engine':17} {'shape':19} {'texts/s':>7} {'p50 ms':>6} {'p99 ms':>6} "
         f"{'tokens/s':>8} {'GFLOP/s':>7} {'of fp32':>7} {'of bf16':>7} {'comp/real':>9} "
-        f"{'sub/pass':>8} {'texts/pass':>10} {'client':>6} {'server':>6} {'B/A':>5}"
+        f"{'sub/pass':>8} {'texts/pass':>10} {'client':>6} {'server':>6} {'others':>6} {'B/A':>5}"
     )
     for row in rows:
         print(
@@ -302,11 +310,12 @@ def print_table(rows: list[dict[str, Any]], per_request: int) -> None:
             f"{row['useful_gflops']:7.1f} {row['share_of_fp32'] * 100:6.1f}% "
             f"{row['share_of_bf16'] * 100:6.1f}% {row['computed_per_real']:9.3f} "
             f"{row['subpasses_per_pass']:8.2f} {row['mean_pass_texts']:10.1f} "
-            f"{row['client_cores']:6.2f} {row['server_cores']:6.2f} "
+            f"{row['client_cores']:6.2f} {row['server_cores']:6.2f} {row['others_cores']:6.2f} "
             + (f"{row['b_over_a']:5.2f}" if row["loop"] == "B" else "")
         )
     print(
-        "client, server: CPU in cores over the run; comp/real: tokens computed over real; "
+        "client, server, others: CPU in cores over the run (others: the rest of the "
+        "machine); comp/real: tokens computed over real; "
         f"B/A: one text a request's texts/s over {per_request} a request's; the shares "
         "against the better matmul of before and after (a float32 engine's own: of fp32; "
         "any other's: of bf16)"
