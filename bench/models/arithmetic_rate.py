@@ -339,6 +339,8 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the rows as JSON lines")
     args = parser.parse_args()
     names = [n for n in args.servers.split(",") if n]
+    if args.rounds < 1 or args.seconds <= 0:
+        parser.error(f"--rounds must be >= 1 and --seconds > 0, got {args.rounds}, {args.seconds}")
     if not names or set(names) - set(SERVERS):
         parser.error(f"--servers: a comma-separated list of {', '.join(SERVERS)}")
 
