@@ -20,8 +20,9 @@ layers (the weights a token is multiplied by: 10.6 M for MiniLM-L6, so 21 MFLOP 
 and the second term is attention's (``QK^T`` and ``AV``, ``2 * l * d`` FLOPs each per token
 and layer); embeddings are lookups and cost none. The machine's rate is a torch float32
 matrix product at the model's shapes (2048 x 384 @ 384 x 1536, the feed-forward's first
-layer over 2048 tokens), at the same threads, the best of runs before and between the
-engines (a busy machine's neighbours slow both alike); int8 engines may exceed it.
+layer over 2048 tokens; :func:`batchserve_testing.arithmetic.matmul_rate`), at the same
+threads, the best of runs before and between the engines (a busy machine's neighbours slow
+both alike); int8 engines may exceed it.
 
 ``--fixed-cost`` measures instead where the engines' sub-pass prior comes from
 (:data:`batchserve.engines.passes.CPU_PRIOR`): per engine, 32 items of 16 and of 48 tokens
@@ -45,6 +46,8 @@ import random
 import sys
 import time
 from typing import Any
+
+from batchserve_testing.arithmetic import Shape, matmul_rate
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -76,25 +79,6 @@ def model_shape() -> tuple[int, int, int]:
 def useful_flops(lengths: list[int], params: int, layers: int, width: int) -> float:
     """FLOPs of the real tokens (see the module docstring)."""
     return float(sum(2 * params * n + 4 * layers * width * n * n for n in lengths))
-
-
-def matmul_rate(threads: int, seconds: float = 1.0) -> float:
-    """A float32 matrix product's GFLOP/s at the model's shapes on ``threads`` threads."""
-    import torch
-
-    torch.set_num_threads(threads)
-    a, b = torch.randn(2048, 384), torch.randn(384, 1536)
-    flops = 2 * 2048 * 384 * 1536
-    for _ in range(3):
-        torch.matmul(a, b)
-    best = 0.0
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        t0 = time.perf_counter()
-        for _ in range(4):
-            torch.matmul(a, b)
-        best = max(best, 4 * flops / (time.perf_counter() - t0))
-    return best / 1e9
 
 
 def tokenize(fn: Any, batch: list[str]) -> tuple[dict[str, Any], list[int]]:
@@ -201,7 +185,8 @@ def main() -> int:
     texts = realistic(args.texts)
     requests = [texts[i : i + args.per_request] for i in range(0, len(texts), args.per_request)]
     params, layers, width = model_shape()
-    rate = matmul_rate(threads)
+    shape = Shape.of(builtin_path())
+    rate = matmul_rate(shape, threads)
     print(
         f"model: {params / 1e6:.2f} M encoder parameters, {layers} layers x {width}; "
         f"matmul 2048x384 @ 384x1536 on {threads} thread(s): {rate:.1f} GFLOP/s; "
@@ -227,7 +212,7 @@ def main() -> int:
                 got = run(fn, requests)
                 if way not in best or got["s"] < best[way]["s"]:
                     best[way] = got
-        rate = max(rate, matmul_rate(threads))
+        rate = max(rate, matmul_rate(shape, threads))
         flops = useful_flops(fn.count_tokens(texts), params, layers, width)
         for way, got in best.items():
             gflops = flops / got["s"] / 1e9

@@ -15,5 +15,9 @@ the test suite and ``bench/`` both need lives here, so that neither imports the 
 * :mod:`~batchserve_testing.tools`: the outside programs they drive (nginx, perf_analyzer...),
   found where ``scripts/install-tools`` put them; nothing here installs anything.
 * :mod:`~batchserve_testing.bench`: what the bench's scripts share: servers started and
-  stopped, the request path's contenders, ``wrk``.
+  stopped, the request path's contenders, ``wrk``;
+* :mod:`~batchserve_testing.closed_loop`: a light closed loop of embedding requests on
+  kept-alive connections, with the client's CPU;
+* :mod:`~batchserve_testing.arithmetic`: an encoder's FLOPs a token, and torch's matrix
+  product at its shapes.
 """

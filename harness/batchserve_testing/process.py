@@ -9,7 +9,15 @@ import socket
 import time
 from collections.abc import Callable
 
-__all__ = ["children", "cpu_pressure_s", "cpu_s", "free_port", "process_cpu_s", "wait_until"]
+__all__ = [
+    "children",
+    "cpu_pressure_s",
+    "cpu_s",
+    "free_port",
+    "machine_cpu_s",
+    "process_cpu_s",
+    "wait_until",
+]
 
 
 def free_port() -> int:
@@ -38,6 +46,21 @@ def children(pid: int) -> list[int]:
 def cpu_s(pid: int) -> float:
     """CPU seconds of ``pid`` and of its live children (a server's workers)."""
     return sum(process_cpu_s(p) for p in [pid, *children(pid)])
+
+
+def machine_cpu_s() -> float:
+    """CPU seconds every core of the machine has been busy since boot; NaN without ``/proc``.
+
+    Busy is user, nice, system, interrupts and steal (``/proc/stat``'s first line), so the
+    difference over a run less the CPU of the processes one knows is what the others took.
+    """
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return math.nan
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_pressure_s() -> float:

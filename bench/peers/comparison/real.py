@@ -62,19 +62,18 @@ against the baseline when one ran (else batchserve).
 from __future__ import annotations
 
 import http.client
-import itertools
 import json
 import os
 import random
 import re
 import statistics
 import subprocess
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from batchserve_testing import closed_loop as closed_loop_client
 from comparison.servers import (
     BENCH,
     MAIN_PYTHON,
@@ -271,61 +270,23 @@ def closed_loop(
 
     Each connection takes the next request of the sequence as soon as its last one is
     answered, until ``seconds`` passed; texts/s counts the texts of answered requests over
-    the wall time until the last answer.
+    the wall time until the last answer (:func:`batchserve_testing.closed_loop.embeddings`).
 
     Raises:
         RuntimeError: a request was not answered 200 with one vector per text.
     """
     n = plan.per_request
     requests = [texts[i : i + n] for i in range(0, len(texts), n)]
-    order = itertools.count()
-    host, port = url.removeprefix("http://").split(":")
-    latencies: list[float] = []
-    done = [0]
-    failures: list[str] = []
-    lock = threading.Lock()
-    t0 = time.perf_counter()
-    stop_at = t0 + seconds
-
-    def worker() -> None:
-        conn = http.client.HTTPConnection(host, int(port), timeout=300)
-        try:
-            while time.perf_counter() < stop_at and not failures:
-                batch = requests[next(order) % len(requests)]
-                body = json.dumps({"model": model, "input": batch})
-                sent = time.perf_counter()
-                conn.request("POST", "/v1/embeddings", body, {"Content-Type": "application/json"})
-                resp = conn.getresponse()
-                raw = resp.read()
-                took = time.perf_counter() - sent
-                if resp.status != 200:
-                    failures.append(f"HTTP {resp.status}: {raw[:200]!r}")
-                    return
-                got = len(json.loads(raw)["data"])
-                if got != len(batch):
-                    failures.append(f"{got} vectors for {len(batch)} texts")
-                    return
-                with lock:
-                    latencies.append(took)
-                    done[0] += len(batch)
-        finally:
-            conn.close()
-
-    threads = [threading.Thread(target=worker) for _ in range(plan.connections)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    if failures:
-        raise RuntimeError(failures[0])
-    lat = sorted(latencies)
+    loop = closed_loop_client.embeddings(
+        url, model, requests, connections=plan.connections, seconds=seconds
+    )
+    lat = loop.latencies_s
     return {
-        "texts_per_s": round(done[0] / wall, 1),
-        "requests": len(lat),
-        "p50_ms": round(1e3 * lat[len(lat) // 2], 1) if lat else None,
-        "p99_ms": round(1e3 * lat[min(len(lat) - 1, int(0.99 * len(lat)))], 1) if lat else None,
-        "wall_s": round(wall, 2),
+        "texts_per_s": round(loop.texts_per_s, 1),
+        "requests": loop.requests,
+        "p50_ms": round(1e3 * loop.quantile_s(0.5), 1) if lat else None,
+        "p99_ms": round(1e3 * loop.quantile_s(0.99), 1) if lat else None,
+        "wall_s": round(loop.wall_s, 2),
     }
 
 
