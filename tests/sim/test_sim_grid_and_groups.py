@@ -129,6 +129,7 @@ def test_one_item_a_request_is_todays_simulation() -> None:
         ({"items_per_request": 0}, r"items_per_request"),
         ({"sizes": [5, 5, 5], "items_per_request": 2}, r"one size per item \(4\), got 3"),
         ({"grid": GRID}, r"grid needs subpass"),
+        ({"subpass_busy": SUBPASS}, r"subpass_busy needs subpass"),
         ({"sizes": [5, 5], "tokens": [5, 5]}, r"tokens needs subpass or per_token_s"),
         (
             {"sizes": [5, 5], "tokens": [5], "subpass": SUBPASS},
@@ -139,3 +140,21 @@ def test_one_item_a_request_is_todays_simulation() -> None:
 def test_bad_arguments_are_refused(kw: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         simulate(config=cfg(), cost=COST, arrivals=[0.0, 1.0], **kw)  # type: ignore[arg-type]
+
+
+def test_a_pass_beside_a_running_one_on_every_other_worker_costs_the_busy_cost() -> None:
+    # Two workers, passes of one text of 10 tokens: the first begins alone (10 ms + 10 x
+    # 0.1 ms), the second while the first runs (20 ms + 10 x 0.2 ms); the third once
+    # both have ended, alone again.
+    r = simulate(
+        config=BatchConfig(max_batch_size=1, workers=2, admission=False, prefetch=False),
+        cost=NONE,
+        arrivals=[0.0, 0.0, 0.025],
+        sizes=[10, 10, 10],
+        subpass=SUBPASS,
+        subpass_busy=PassCost(fixed_s=0.020, per_token_s=2e-4),
+        drain=True,
+        trace=True,
+    )
+    finishes = [e.time for e in r.trace if e.kind == "finish"]
+    assert finishes == pytest.approx([0.011, 0.022, 0.036])

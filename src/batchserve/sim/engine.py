@@ -161,6 +161,7 @@ def simulate(
     sizes: Sequence[int] | None = None,
     per_token_s: float = 0.0,
     subpass: PassCost | None = None,
+    subpass_busy: PassCost | None = None,
     grid: ShapeGrid | None = None,
     window: int | None = None,
     tokens: Sequence[int] | None = None,
@@ -190,6 +191,9 @@ def simulate(
         subpass: the true cost of a length-sorted sub-pass, as the engines run a pass of
             sized items: each pass costs its planned sub-passes on top of ``cost``; needs
             ``sizes``, and no ``per_token_s``.
+        subpass_busy: the true cost of a sub-pass of a pass that begins while every other
+            worker runs one (passes sharing the machine's cores and memory run slower than
+            alone; None: ``subpass``); the plan is made with ``subpass``; needs ``subpass``.
         grid: the shapes the engine's sub-passes are planned on and run at (None: any);
             needs ``subpass``.
         window: the model's window in tokens, capping the grid's rounding.
@@ -219,7 +223,7 @@ def simulate(
     n = len(arrivals)
     k = int(items_per_request)
     _check_sizes(sizes, n * k, per_token_s, subpass)
-    _check_engine(sizes, tokens, n * k, per_token_s, subpass, grid)
+    _check_engine(sizes, tokens, n * k, per_token_s, subpass, subpass_busy, grid)
     if duration_s is None:
         duration_s = arrivals[-1] if n else 0.0
 
@@ -228,6 +232,7 @@ def simulate(
     fixed = cost.fixed_s + overhead_s
     per_item = cost.per_item_s
     seen = tokens if tokens is not None else sizes
+    busy_cost = subpass_busy if config.workers > 1 else None
 
     def took(live: list[Entry[int]]) -> float:
         t = fixed + len(live) * per_item
@@ -236,7 +241,9 @@ def simulate(
             t += per_token_s * len(live) * max(seen[e.payload] for e in live)
         elif subpass is not None:
             assert seen is not None
-            t += _subpasses_s([seen[e.payload] for e in live], subpass, grid, window)
+            lengths = [seen[e.payload] for e in live]
+            priced = busy_cost if workers.busy == config.workers else None
+            t += _subpasses_s(lengths, subpass, priced, grid, window)
         return t
 
     workers = Workers[int](config.workers, took)
@@ -285,13 +292,18 @@ def simulate(
 
 
 def _subpasses_s(
-    lengths: list[int], cost: PassCost, grid: ShapeGrid | None, window: int | None
+    lengths: list[int],
+    cost: PassCost,
+    priced: PassCost | None,
+    grid: ShapeGrid | None,
+    window: int | None,
 ) -> float:
-    """What a pass of items of these lengths costs as the engine plans it in sub-passes."""
+    """What a pass of items of these lengths costs as the engine plans it in sub-passes
+    (planned with ``cost``, priced with ``priced`` when given)."""
     groups = plan(lengths, cost, grid=grid, window=window)
     if grid is not None:  # each sub-pass runs at its longest rounded up to the grid
         lengths = [grid.width(x, window) for x in lengths]
-    return predict_s(shape(lengths, groups), cost)
+    return predict_s(shape(lengths, groups), priced or cost)
 
 
 class _Single:
@@ -510,10 +522,13 @@ def _check_engine(
     n: int,
     per_token_s: float,
     subpass: PassCost | None,
+    subpass_busy: PassCost | None,
     grid: ShapeGrid | None,
 ) -> None:
     if grid is not None and subpass is None:
         raise ConfigError("grid needs subpass: the grid is where the sub-passes are planned")
+    if subpass_busy is not None and subpass is None:
+        raise ConfigError("subpass_busy needs subpass: what a sub-pass costs alone")
     if tokens is None:
         return
     if subpass is None and not per_token_s:
