@@ -11,9 +11,9 @@ mix, one text a request or ``--per-request N``. This script, in one run:
    as the engine counts tokens (so each is one sub-pass: ``n`` one of the counts the
    engine's :class:`~batchserve.subpasses.ShapeGrid` allows, its ``passes.grid`` where it
    has one, the width the grid rounds to) for ``n`` in 1..32 and lengths from 16 to 256
-   tokens, each timed ``--repeats`` times (the median), fitted with
-   :class:`~batchserve.subpasses.PassCostModel` into a
-   :class:`~batchserve.subpasses.PassCost` (fixed, per token, attention). With several
+   tokens, each timed ``--repeats`` times (the median), fitted into a
+   :class:`~batchserve.subpasses.PassCost` (fixed, per token, attention) by the least
+   relative error (:func:`fit_relative`). With several
    workers the same passes are timed again run by every worker at once (the cost of a pass
    that shares the machine's cores and memory with the others');
 3. **measures the request path** on a server of a probe whose pass sleeps 5 ms (and answers
@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -65,14 +66,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from batchserve.config import BatchConfig, CostEstimate
 from batchserve.loadgen.texts import reference_paragraphs
 from batchserve.models.token_counts import estimate_tokens
 from batchserve.sim import simulate
 from batchserve.subpasses import (
     PassCost,
-    PassCostModel,
-    Shape,
     ShapeGrid,
     plan,
     predict_s,
@@ -228,10 +229,7 @@ def profile(
     for t, n in zip(texts, tokens, strict=True):
         by_size.setdefault(n, []).append(t)
     counts = [n for n in (1, 4, 8, 16, 32) if grid is None or n in grid.counts]
-    fits = {
-        k: PassCostModel(PassCost(fixed_s=0.0, per_token_s=0.0), decay=1.0, min_samples=3)
-        for k in ((1, workers) if workers > 1 else (1,))
-    }
+    at = (1, workers) if workers > 1 else (1,)
     points = []
     for target in (16, 32, 64, 128, 256):
         # The most common length within 10% of the target.
@@ -244,17 +242,47 @@ def profile(
         for n in counts:
             batch = [pool[i % len(pool)] for i in range(n)]
             point: dict[str, Any] = {"n": n, "tokens": length, "width": width}
-            for at_once, fit in fits.items():
+            for at_once in at:
                 _timed(fn, batch, 1, at_once)  # a new shape compiles (per infer request)
-                seconds = _timed(fn, batch, repeats, at_once)
-                fit.observe(Shape(1, n * width, n * width * width), seconds)
-                point["seconds" if at_once == 1 else "seconds_busy"] = seconds
+                key = "seconds" if at_once == 1 else "seconds_busy"
+                point[key] = _timed(fn, batch, repeats, at_once)
             points.append(point)
     return Profile(
-        alone=fits[1].estimate,
-        busy=fits[workers].estimate if workers > 1 else None,
+        alone=fit_relative(points, "seconds"),
+        busy=fit_relative(points, "seconds_busy") if workers > 1 else None,
         points=points,
     )
+
+
+def fit_relative(points: list[dict[str, Any]], key: str) -> PassCost:
+    """The :class:`PassCost` whose predictions are off by the least relative error.
+
+    A plain least squares (:class:`~batchserve.subpasses.PassCostModel`'s) weighs each pass
+    by its seconds, so on a shared machine the noise of the 8,192-token passes (tens of
+    milliseconds) decides the fixed cost of a one-text pass (a few): here each pass's error
+    counts relative to its time, as the simulated p50 of short passes needs. Every
+    coefficient is kept >= 0 (the best of the feature subsets whose solution is).
+    """
+    rows = [
+        (1.0, p["n"] * p["width"], p["n"] * p["width"] ** 2, p[key]) for p in points if p[key] > 0
+    ]
+    x = np.array([[a / t, b / t, c / t] for a, b, c, t in rows])
+    y = np.ones(len(rows))
+    best: tuple[float, list[float]] | None = None
+    for r in (3, 2, 1):
+        for idx in itertools.combinations(range(3), r):
+            coef, *_ = np.linalg.lstsq(x[:, idx], y, rcond=None)
+            if min(coef) < 0:
+                continue
+            sse = float(np.sum((x[:, idx] @ coef - y) ** 2))
+            if best is None or sse < best[0]:
+                full = [0.0, 0.0, 0.0]
+                for c, i in zip(coef, idx, strict=True):
+                    full[i] = float(c)
+                best = (sse, full)
+    if best is None:
+        return PassCost(fixed_s=0.0, per_token_s=0.0)
+    return PassCost(fixed_s=best[1][0], per_token_s=best[1][1], attention_s=best[1][2])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -667,6 +695,7 @@ def main(argv: list[str] | None = None) -> int:
         "grid": grid is not None,
         "cost": _cost_dict(prof.alone),
         "cost_busy": _cost_dict(prof.busy) if prof.busy else None,
+        "profile": prof.points,
         "path_cpu_s": mix.path_cpu_s,
         "capacity_texts_per_s": cap * k,
         "overhead_s": mix.overhead_s,
