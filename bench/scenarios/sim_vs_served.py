@@ -18,10 +18,10 @@ mix, one text a request or ``--per-request N``. This script, in one run:
    that shares the machine's cores and memory with the others');
 3. **measures the request path** on a server of a probe whose pass sleeps 5 ms (and answers
    vectors as long as the model's), at the same loads and the same texts a request
-   (``--no-path`` skips it): the fixed cost its server fits beyond the probe's 5 ms is the
-   driver's overhead per pass; its p50 minus its simulated p50 is what the HTTP stack and
-   the generator add to a request; the CPU seconds the server and the generator spend a
-   request are what they take from the workers' cores;
+   (``--no-path`` skips it): a pass as its server's policy learned it, less the model's
+   call in its thread, is the driver's overhead per pass; its p50 minus its simulated p50
+   is what the HTTP stack and the generator add to a request; the CPU seconds the server
+   and the generator spend a request are what they take from the workers' cores;
 4. **simulates** the mix: every paragraph of ``pydoc_data.topics`` (``reference_paragraphs``)
    in the order the load generator sends them, Poisson arrivals, 1 s deadline, the
    server's settings and workers; the policy is told each text's estimate (what the
@@ -457,6 +457,7 @@ def measure(
             "fit": {k: tok_a.get(k) for k in ("fixed_s", "per_token_s", "attention_s")},
             "pass_fit": {k: after["cost"].get(k) for k in ("fixed_s", "per_item_s")},
             "cpu_s": round(cpu1 - cpu0, 3),
+            "forward_s": round(_forward_s(after) - _forward_s(before), 4),
         }
         # An engine that runs sub-passes says what they computed and the cost it learned
         # (``/status`` ``passes``): beside the policy's own plan and fit.
@@ -477,6 +478,11 @@ def measure(
         rows.append(row)
         time.sleep(DEADLINE_S + 0.5)
     return rows
+
+
+def _forward_s(entry: dict[str, Any]) -> float:
+    """Seconds the model's calls took so far, in its worker threads (``/status``)."""
+    return float(sum(m["passes"] * m["mean_forward_s"] for m in entry["cost"]["measured"]))
 
 
 #: The probe: a model whose pass sleeps 5 ms whatever it holds (a pass that leaves the CPU,
@@ -504,9 +510,10 @@ def request_path(
 ) -> RequestPath:
     """What the driver adds to a pass, the request's path to p50 and its CPU, at each rate.
 
-    The same load against the probe, served: the fixed cost its server fits beyond the
-    probe's 5 ms is what the driver adds to a pass (handing it to a thread, waking for its
-    answer, which waits for the event loop's hold on the interpreter); its p50 minus the
+    The same load against the probe, served: a pass as its policy learned it less the
+    model's call (``/status``: the pass fit at the mean pass, the calls' mean seconds) is
+    what the driver adds to a pass (handing it to a thread, waking for its answer, which
+    waits for the event loop's hold on the interpreter); its p50 minus the
     same load's simulated p50 (with that overhead) is what the HTTP stack, the generator and
     the machine's scheduling add to a request; the CPU seconds the server and the generator
     spend a request (the probe's pass takes none) is what they take from the cores. The
@@ -516,8 +523,16 @@ def request_path(
     with batchserve(serve_flags(spec), env=env) as srv:
         workers = served_settings(srv.url).workers
         rows = measure(srv, path, rates, seconds, seed, per_request)
-    fits = [row["server"]["pass_fit"]["fixed_s"] or PROBE_S for row in rows]
-    overhead = max(0.0, statistics.median(fits) - PROBE_S)
+    # A pass as the policy learned it (from dispatch to the answer back on the loop) less
+    # the model's call in its thread (the probe's sleep and its vectors): the driver's.
+    fits = []
+    for row in rows:
+        srv_ = row["server"]
+        if srv_["passes"]:
+            fit = srv_["pass_fit"]
+            mean = (fit["fixed_s"] or 0.0) + (fit["per_item_s"] or 0.0) * srv_["mean_batch"]
+            fits.append(mean - srv_["forward_s"] / srv_["passes"])
+    overhead = max(0.0, statistics.median(fits)) if fits else 0.0
     out = []
     cpu = []
     for rate, row in zip(rates, rows, strict=True):
@@ -536,7 +551,9 @@ def request_path(
         out.append(row["p50_ms"] - r.summary.p50_ms)
         requests = row["ok"] + row["timed_out"]
         if requests:
-            cpu.append((row["server"]["cpu_s"] + row["cpu_s"]) / requests)
+            # The probe's own calls (past its sleep: its vectors) are no part of the path.
+            own = max(0.0, row["server"]["forward_s"] - row["server"]["passes"] * PROBE_S)
+            cpu.append((row["server"]["cpu_s"] + row["cpu_s"] - own) / requests)
     return RequestPath(
         p50_ms=out, overhead_s=overhead, cpu_s=statistics.median(cpu) if cpu else 0.0
     )
@@ -687,6 +704,22 @@ def main(argv: list[str] | None = None) -> int:
             "generator_cpu_s": m["cpu_s"],
             "server": m["server"],
         }
+        learned = (m["server"].get("engine") or {}).get("cost")
+        if learned:
+            # The same load simulated with the sub-pass cost the served engine learned in
+            # this run (its forwards only, beside the other worker and the loop): what is
+            # left of the error is not the profile's.
+            again = dataclasses.replace(
+                mix,
+                cost=Profile(alone=PassCost(**learned), busy=None, points=[]),
+                path_cpu_s=0.0,
+            )
+            w = simulated(again, rate, capacity(again), args.seconds, args.seed)
+            row["with_served_cost"] = {
+                "ok_texts_per_s": round(w["ok_per_s"], 2),
+                "p50_ms": round(w["p50_ms"] + (extra or 0.0), 2),
+                "mean_batch": w["mean_batch"],
+            }
         rows.append(row)
     out = {
         "model": args.model,
@@ -739,6 +772,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"; the engine ran {engine['subpasses_per_pass']} sub-passes a pass, waste "
                 f"{engine['waste']}, learned {c.get('fixed_s', 0) * 1e3:.3f} ms + "
                 f"{c.get('per_token_s', 0) * 1e6:.2f} us/token"
+            )
+        if "with_served_cost" in r:
+            w = r["with_served_cost"]
+            line += (
+                f"; simulated with the engine's learned cost: {w['ok_texts_per_s']:.1f} "
+                f"texts/s, p50 {w['p50_ms']:.1f} ms, passes of {w['mean_batch']}"
             )
         if r["request_path_ms"] is not None:
             line += (
