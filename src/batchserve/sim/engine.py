@@ -298,8 +298,8 @@ def _subpasses_s(
     grid: ShapeGrid | None,
     window: int | None,
 ) -> float:
-    """What a pass of items of these lengths costs as the engine plans it in sub-passes
-    (planned with ``cost``, priced with ``priced`` when given)."""
+    """What a pass of these lengths costs in the engine's sub-passes (priced: busy)."""
+    # Planned with ``cost``, as the engine plans; priced with ``priced`` when given.
     groups = plan(lengths, cost, grid=grid, window=window)
     if grid is not None:  # each sub-pass runs at its longest rounded up to the grid
         lengths = [grid.width(x, window) for x in lengths]
