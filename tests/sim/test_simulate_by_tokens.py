@@ -79,7 +79,7 @@ def test_the_padding_waste_is_reported() -> None:
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
-        ({"sizes": [1, 2]}, r"sizes must hold one size per arrival \(3\), got 2"),
+        ({"sizes": [1, 2]}, r"sizes must hold one size per item \(3\), got 2"),
         ({"sizes": [1, 0, 2]}, r"sizes\[1\] must be an integer >= 1, got 0"),
         ({"per_token_s": 0.001}, "per_token_s needs sizes"),
         ({"sizes": [1, 1, 1], "per_token_s": -1.0}, "per_token_s must be >= 0"),

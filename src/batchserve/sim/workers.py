@@ -35,10 +35,16 @@ class Workers(Generic[PayloadT]):
     def __init__(self, n: int, took: Callable[[list[Entry[PayloadT]]], float]) -> None:
         self.passes = 0
         self.items = 0
+        self._n = n
         self._free = n
         self._took = took
         self._waiting: deque[Batch[PayloadT]] = deque()
         self._skipped: dict[int, list[Entry[PayloadT]]] = {}
+
+    @property
+    def busy(self) -> int:
+        """Workers running a pass (while ``took`` prices one, that one included)."""
+        return self._n - self._free
 
     def dispatch(self, now: float, batch: Batch[PayloadT]) -> float | None:
         """A batch the policy dispatched: its end if it begins now, None if it waits."""
