@@ -306,8 +306,8 @@ def _subpasses_s(
     return predict_s(shape(lengths, groups), priced or cost)
 
 
-class _Single:
-    """:func:`simulate` as the event loop's driver: one replica, one request an item."""
+class _Driver:
+    """What :func:`simulate`'s two drivers share: their settings, their tallies, an offer."""
 
     def __init__(
         self,
@@ -330,33 +330,52 @@ class _Single:
         self.expired = 0
         self.end = 0.0
 
+    def _offer(self, now: float, i: int, deadline: float | None) -> Entry[int]:
+        # Item ``i``, with its size when passes are formed by tokens.
+        sizes = self.sizes
+        if sizes is not None:
+            return self.policy.offer(now, i, deadline, sizes[i])
+        return self.policy.offer(now, i, deadline)
+
+    def _record(self, now: float, key: int, refusal: Rejected | None) -> None:
+        # One arrival's answer at the door: a refusal is counted by reason.
+        if refusal is not None:
+            self.rejected[refusal.reason] = self.rejected.get(refusal.reason, 0) + 1
+        if self.events is not None:
+            if refusal is None:
+                self.events.append(TraceEvent(now, "admit", (key,)))
+            else:
+                self.events.append(TraceEvent(now, "reject", (key,), refusal.reason))
+
+    def _arrived(self, last: int, admitted: bool) -> Sequence[int]:
+        # Poll once if one was admitted, or the policy now drains (the last arrival). As in
+        # the Batcher: a refusal changes nothing, so there is nothing to poll.
+        if self.drain and last == len(self.arrivals):
+            self.policy.close()
+            return _ONE
+        return _ONE if admitted else ()
+
+    def released(self, replica: int, now: float) -> None:
+        """Not asked for."""
+
+
+class _Single(_Driver):
+    """:func:`simulate` as the event loop's driver: one replica, one request an item."""
+
     def arrive(self, now: float, first: int, last: int) -> Sequence[int]:
         """Offer each arrival; poll once if one was admitted (or the policy now drains)."""
         timeout_s = self.timeout_s
         deadline = None if timeout_s is None else now + timeout_s
-        offer = self.policy.offer
-        sizes = self.sizes
-        events = self.events
         admitted = False
         for i in range(first, last):
             try:
-                if sizes is not None:
-                    offer(now, i, deadline, sizes[i])
-                else:
-                    offer(now, i, deadline)
+                self._offer(now, i, deadline)
             except Rejected as exc:
-                self.rejected[exc.reason] = self.rejected.get(exc.reason, 0) + 1
-                if events is not None:
-                    events.append(TraceEvent(now, "reject", (i,), exc.reason))
+                self._record(now, i, exc)
             else:
                 admitted = True
-                if events is not None:
-                    events.append(TraceEvent(now, "admit", (i,)))
-        if self.drain and last == len(self.arrivals):
-            self.policy.close()
-            return _ONE
-        # As in the Batcher: a refusal changes nothing, so there is nothing to poll.
-        return _ONE if admitted else ()
+                self._record(now, i, None)
+        return self._arrived(last, admitted)
 
     def polled(self, replica: int, now: float, actions: Actions[int]) -> None:
         """Late and expired items are answered now."""
@@ -393,11 +412,8 @@ class _Single:
         if self.events is not None:
             self.events.append(TraceEvent(now, "finish", tuple(e.payload for e in batch.entries)))
 
-    def released(self, replica: int, now: float) -> None:
-        """Not asked for."""
 
-
-class _Grouped:
+class _Grouped(_Driver):
     """:func:`simulate` as the event loop's driver: one replica, requests of ``k`` items.
 
     Item ``i * k + j`` is request ``i``'s ``j``-th (the payload); outcomes count requests.
@@ -413,22 +429,12 @@ class _Grouped:
         drain: bool,
         events: list[TraceEvent] | None,
     ) -> None:
-        self.policy = policy
-        self.arrivals = arrivals
+        super().__init__(policy, arrivals, timeout_s, sizes, drain, events)
         self.k = k
-        self.timeout_s = timeout_s
-        self.sizes = sizes
-        self.drain = drain
-        self.events = events
         n = len(arrivals)
         self.remaining = [k] * n
         self.done = [False] * n
         self.entries: list[list[Entry[int]]] = [[] for _ in range(n)]
-        self.latencies: list[float] = []
-        self.rejected = dict.fromkeys(REJECT_REASONS, 0)
-        self.late = 0
-        self.expired = 0
-        self.end = 0.0
 
     def _withdraw(self, now: float, r: int) -> None:
         self.done[r] = True
@@ -453,30 +459,20 @@ class _Grouped:
         """Offer each request's items; a refusal of one refuses (and withdraws) them all."""
         timeout_s = self.timeout_s
         deadline = None if timeout_s is None else now + timeout_s
-        offer = self.policy.offer
-        sizes, k, events = self.sizes, self.k, self.events
+        k = self.k
         admitted = False
         for r in range(first, last):
             mine = self.entries[r]
             try:
                 for i in range(r * k, r * k + k):
-                    if sizes is not None:
-                        mine.append(offer(now, i, deadline, sizes[i]))
-                    else:
-                        mine.append(offer(now, i, deadline))
+                    mine.append(self._offer(now, i, deadline))
             except Rejected as exc:
-                self.rejected[exc.reason] = self.rejected.get(exc.reason, 0) + 1
                 self._withdraw(now, r)
-                if events is not None:
-                    events.append(TraceEvent(now, "reject", (r,), exc.reason))
+                self._record(now, r, exc)
             else:
                 admitted = True
-                if events is not None:
-                    events.append(TraceEvent(now, "admit", (r,)))
-        if self.drain and last == len(self.arrivals):
-            self.policy.close()
-            return _ONE
-        return _ONE if admitted else ()
+                self._record(now, r, None)
+        return self._arrived(last, admitted)
 
     def polled(self, replica: int, now: float, actions: Actions[int]) -> None:
         """An item late or expired times its request out now."""
@@ -508,9 +504,6 @@ class _Grouped:
                 self.end = now
         if self.events is not None:
             self.events.append(TraceEvent(now, "finish", tuple(e.payload for e in batch.entries)))
-
-    def released(self, replica: int, now: float) -> None:
-        """Not asked for."""
 
 
 _ONE = (0,)
